@@ -1,0 +1,134 @@
+// Mirrors cpp/include/socllm/core.h: error classes, logging, threads.
+#include <pybind11/stl.h>
+
+#include "common.h"
+
+namespace socllm::py_bind {
+
+namespace {
+
+// Creates `socllm.<name>` deriving from the given Python bases.
+py::object make_exception(py::module_& m, const char* name, py::tuple bases) {
+  std::string qual = std::string("socllm.") + name;
+  PyObject* t = PyErr_NewException(qual.c_str(), bases.ptr(), nullptr);
+  if (!t) throw py::error_already_set();
+  py::object cls = py::reinterpret_steal<py::object>(t);
+  m.attr(name) = cls;
+  return cls;
+}
+
+}  // namespace
+
+py::object json_to_py(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return py::none();
+    case nlohmann::json::value_t::boolean: return py::bool_(j.get<bool>());
+    case nlohmann::json::value_t::number_integer: return py::int_(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return py::int_(j.get<uint64_t>());
+    case nlohmann::json::value_t::number_float: return py::float_(j.get<double>());
+    case nlohmann::json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      // GGUF strings are meant to be UTF-8; keep undecodable bytes visible rather than fail.
+      PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+      if (!u) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(u);
+    }
+    case nlohmann::json::value_t::array: {
+      py::list l;
+      for (const auto& e : j) l.append(json_to_py(e));
+      return std::move(l);
+    }
+    case nlohmann::json::value_t::object: {
+      py::dict d;
+      for (const auto& [k, v] : j.items()) d[py::str(k)] = json_to_py(v);
+      return std::move(d);
+    }
+    default: return py::none();
+  }
+}
+
+nlohmann::json py_to_json(const py::handle& o) {
+  py::module_ json = py::module_::import("json");
+  std::string s = py::str(json.attr("dumps")(o));
+  return nlohmann::json::parse(s);
+}
+
+std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn) {
+  if (py::isinstance<py::str>(seq) || py::isinstance<py::bytes>(seq))
+    throw InvalidArgument(std::string("[") + fn + "] expected a sequence of token ids, got a string");
+  std::vector<int32_t> out;
+  for (py::handle item : py::iter(seq)) {
+    PyObject* idx = PyNumber_Index(item.ptr());
+    if (!idx) {
+      PyErr_Clear();
+      throw InvalidArgument(std::string("[") + fn + "] token ids must be integers, got " +
+                            std::string(py::str(py::type::of(item).attr("__name__"))));
+    }
+    long long v = PyLong_AsLongLong(idx);
+    Py_DECREF(idx);
+    if (v == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw InvalidArgument(std::string("[") + fn + "] token id " + std::string(py::str(item)) +
+                            " is out of range");
+    }
+    if (v < INT32_MIN || v > INT32_MAX)
+      throw InvalidArgument(std::string("[") + fn + "] token id " + std::to_string(v) +
+                            " is out of range");
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+void init_core(py::module_& m) {
+  py::object base = make_exception(m, "SocllmError", py::make_tuple(py::handle(PyExc_Exception)));
+  py::object invalid = make_exception(m, "InvalidArgumentError",
+                                      py::make_tuple(base, py::handle(PyExc_ValueError)));
+  py::object shape = make_exception(m, "ShapeError", py::make_tuple(invalid));
+  py::object overflow = make_exception(m, "ContextOverflowError", py::make_tuple(invalid));
+  py::object missing = make_exception(m, "MissingFileError",
+                                      py::make_tuple(base, py::handle(PyExc_FileNotFoundError)));
+  py::object format = make_exception(m, "FormatError",
+                                     py::make_tuple(base, py::handle(PyExc_ValueError)));
+  py::object unsupported = make_exception(
+      m, "UnsupportedError", py::make_tuple(base, py::handle(PyExc_NotImplementedError)));
+
+  // The translator must be a plain function, so the classes live in statics (held for the
+  // life of the interpreter, like the module itself).
+  static PyObject *s_base, *s_invalid, *s_shape, *s_overflow, *s_missing, *s_format, *s_unsupported;
+  s_base = base.release().ptr();
+  s_invalid = invalid.release().ptr();
+  s_shape = shape.release().ptr();
+  s_overflow = overflow.release().ptr();
+  s_missing = missing.release().ptr();
+  s_format = format.release().ptr();
+  s_unsupported = unsupported.release().ptr();
+  // Most derived first: the first matching catch wins.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ShapeError& e) {
+      PyErr_SetString(s_shape, e.what());
+    } catch (const ContextOverflow& e) {
+      PyErr_SetString(s_overflow, e.what());
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(s_invalid, e.what());
+    } catch (const MissingFile& e) {
+      PyErr_SetString(s_missing, e.what());
+    } catch (const FormatError& e) {
+      PyErr_SetString(s_format, e.what());
+    } catch (const Unsupported& e) {
+      PyErr_SetString(s_unsupported, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(s_base, e.what());
+    }
+  });
+
+  m.def("set_log_level", &set_log_level, py::arg("level"),
+        "C++ log level: trace, debug, info, warn, error, critical, off.");
+  m.def("log_level", &log_level);
+  m.def("set_num_threads", &set_num_threads, py::arg("n"),
+        "Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2.");
+  m.def("num_threads", &num_threads);
+}
+
+}  // namespace socllm::py_bind

@@ -1,0 +1,85 @@
+// Mirrors cpp/include/socllm/gguf.h (GGUF reader, dequantization).
+#include <pybind11/stl.h>
+
+#include "common.h"
+#include "socllm/gguf.h"
+
+namespace socllm::py_bind {
+
+namespace {
+uint32_t type_id(const py::handle& t) {
+  if (py::isinstance<py::int_>(t)) return t.cast<uint32_t>();
+  std::string name = py::str(t);
+  for (uint32_t id = 0; id < 64; ++id)
+    if (ggml_type_name(id) == name) return id;
+  throw InvalidArgument("[dequantize] unknown ggml type '" + name + "'");
+}
+
+py::dict tensor_info_dict(const GgufTensorInfo& t) {
+  py::dict d;
+  d["name"] = t.name;
+  d["shape"] = py::tuple(py::cast(t.shape));
+  d["type"] = ggml_type_name(t.type);
+  d["offset"] = t.offset;
+  d["n_bytes"] = t.n_bytes;
+  return d;
+}
+}  // namespace
+
+void init_io(py::module_& m) {
+  py::class_<GgufFile>(m, "GgufFile", "A GGUF file: metadata, tensor index, dequantization.")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def_property_readonly("path", &GgufFile::path)
+      .def_property_readonly("version", &GgufFile::version)
+      .def_property_readonly("alignment", &GgufFile::alignment)
+      .def_property_readonly("data_offset", &GgufFile::data_offset)
+      .def_property_readonly("metadata", [](const GgufFile& f) { return json_to_py(f.metadata()); },
+                             "GGUF key -> value (arrays as lists).")
+      .def("tensor_names",
+           [](const GgufFile& f) {
+             std::vector<std::string> names;
+             for (const auto& t : f.tensors()) names.push_back(t.name);
+             return names;
+           })
+      .def("has_tensor", &GgufFile::has_tensor, py::arg("name"))
+      .def("tensor_info", [](const GgufFile& f, const std::string& n) {
+        return tensor_info_dict(f.tensor(n));
+      }, py::arg("name"), "dict(name, shape (numpy order), type, offset, n_bytes)")
+      .def("raw", [](const GgufFile& f, const std::string& n) {
+        auto r = f.raw(n);
+        return py::bytes(reinterpret_cast<const char*>(r.data()), r.size());
+      }, py::arg("name"))
+      .def("dequantize", [](const GgufFile& f, const std::string& n) {
+        TensorF32 t;
+        {
+          py::gil_scoped_release nogil;
+          t = f.dequantize(n);
+        }
+        return to_numpy(std::move(t));
+      }, py::arg("name"), "fp32 numpy array in numpy shape order (a copy owned by the array).");
+
+  m.def("ggml_type_name", &ggml_type_name, py::arg("type_id"));
+  m.def("ggml_supported_types", &ggml_supported_types);
+  m.def(
+      "dequantize",
+      [](const py::handle& type, py::buffer data, int64_t n) {
+        const uint32_t id = type_id(type);
+        py::buffer_info b = data.request();
+        const int64_t need = n / ggml_block_elems(id) * ggml_block_bytes(id);
+        if (n < 0 || n % ggml_block_elems(id) != 0)
+          throw ShapeError("[dequantize] " + std::to_string(n) + " elements is not a multiple of " +
+                           ggml_type_name(id) + "'s block of " +
+                           std::to_string(ggml_block_elems(id)));
+        if (b.size * b.itemsize != need)
+          throw ShapeError("[dequantize] " + std::to_string(n) + " elements of " +
+                           ggml_type_name(id) + " need " + std::to_string(need) + " bytes, got " +
+                           std::to_string(b.size * b.itemsize));
+        TensorF32 out({n});
+        dequantize_row(id, static_cast<const uint8_t*>(b.ptr), out.ptr(), n);
+        return to_numpy(std::move(out));
+      },
+      py::arg("type"), py::arg("data"), py::arg("n"),
+      "Dequantize n elements of raw ggml block data (bytes or uint8 array) to fp32.");
+}
+
+}  // namespace socllm::py_bind

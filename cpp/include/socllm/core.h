@@ -1,0 +1,72 @@
+// socllm core: typed errors, logging, threading, a minimal owning fp32 tensor.
+// Everything above this layer throws the errors declared here; the bindings map
+// each to a Python exception class (see cpp/bindings/core.cpp).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace socllm {
+
+// Base of every error socllm throws. Messages start with "[function] ".
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// A caller passed a bad value (out-of-vocabulary id, empty input, unknown plan...).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+// Array shapes do not fit together.
+class ShapeError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+// A sequence would exceed the model's (or the cache's) context length.
+class ContextOverflow : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+// A file that should exist does not.
+class MissingFile : public Error {
+ public:
+  using Error::Error;
+};
+// A file exists but its content is malformed or truncated.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+// Well-formed input that socllm does not implement (tensor type, architecture...).
+class Unsupported : public Error {
+ public:
+  using Error::Error;
+};
+
+// Owning row-major fp32 tensor. `shape` is outermost-first (numpy order).
+struct TensorF32 {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+
+  TensorF32() = default;
+  explicit TensorF32(std::vector<int64_t> shape_);
+  int64_t numel() const;
+  int64_t dim(size_t i) const { return shape.at(i); }
+  float* ptr() { return data.data(); }
+  const float* ptr() const { return data.data(); }
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// Logging: spdlog underneath; levels "trace".."off". `quiet` == "warn".
+void set_log_level(const std::string& level);
+std::string log_level();
+
+// Threads used by socllm kernels (OpenMP loops and OpenBLAS). Default 2.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace socllm

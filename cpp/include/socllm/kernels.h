@@ -1,0 +1,46 @@
+// fp32 kernels (kernels layer). Pure numerics: no notion of time or devices.
+// Matrices are row-major; a "[rows, cols] (ld)" argument has row stride `ld` floats.
+#pragma once
+
+#include <cstdint>
+
+namespace socllm::kernels {
+
+// y[T, out] (+)= x[T, in] (ldx) · W[out, in]^T (+ bias[out]); with `accumulate` the product
+// is added to y (a fused residual add). OpenBLAS sgemm (sgemv when T == 1).
+void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, int64_t out,
+            const float* bias, float* y, int64_t ldy, bool accumulate = false);
+
+// y[T, d] = x / sqrt(mean(x^2) + eps) * w  (RMSNorm, Zhang & Sennrich 2019; llama).
+void rms_norm(const float* x, const float* w, int64_t T, int64_t d, double eps, float* y);
+
+// Rotary inverse frequencies inv_freq[head_dim/2] = theta^(-2i/head_dim), rounded to fp32.
+void rope_inv_freq(double theta, int64_t head_dim, float* inv_freq);
+
+// In-place rotary embedding in the rotate-half ("NeoX", Hugging Face) layout on
+// x[T, n_heads*head_dim] (ld), row t at position positions[t].
+void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t ld,
+               const int64_t* positions, const float* inv_freq);
+
+// out[T, d_ff] = silu(gate_up[:, :d_ff]) * gate_up[:, d_ff:]  (SwiGLU, Shazeer 2020).
+void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
+
+// Causal grouped-query attention of T new queries (absolute positions past .. past+T-1)
+// against L = past+T cached keys/values.
+//   q   [T, n_heads*head_dim] (ldq)
+//   k,v [L, n_kv_heads*head_dim] (ldkv)
+//   out [T, n_heads*head_dim] (ldo)
+// `scratch` holds at least attention_scratch_floats(T, L) floats.
+void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
+                      int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,
+                      int64_t head_dim, float* out, int64_t ldo, float* scratch);
+int64_t attention_scratch_floats(int64_t T, int64_t L);
+
+// logprob[t] = log_softmax(logits[t, :])[target[t]] for t < T; logits [T, V] (ld).
+void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
+                        const int32_t* target, float* logprob);
+
+// Index of the largest value of x[n] (first one on ties).
+int64_t argmax(const float* x, int64_t n);
+
+}  // namespace socllm::kernels

@@ -1,0 +1,75 @@
+// Model layer: configuration and fp32 weights of llama-family decoders
+// (Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU; Qwen2: + q/k/v biases).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "socllm/core.h"
+
+namespace socllm {
+
+struct ModelConfig {
+  std::string arch;  // "llama" | "qwen2"
+  std::string name;
+  int64_t vocab_size = 0;
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t d_ff = 0;
+  int64_t context_length = 0;
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-5;
+  bool tie_embeddings = false;
+  bool qkv_bias = false;
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+
+  static std::vector<std::string> supported_archs();
+  // Throws Unsupported for an unknown arch, InvalidArgument for inconsistent sizes.
+  void validate() const;
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  nlohmann::json to_json() const;
+  static ModelConfig from_json(const nlohmann::json& j);
+};
+
+// Weights of one decoder block, with projections that read the same input fused
+// into one matrix so each is a single GEMM: wqkv = [wq; wk; wv], w_gate_up = [w_gate; w_up].
+struct LayerWeights {
+  TensorF32 attn_norm;  // [d_model]
+  TensorF32 wqkv;       // [q_dim + 2*kv_dim, d_model]
+  TensorF32 bqkv;       // [q_dim + 2*kv_dim] or empty
+  TensorF32 wo;         // [d_model, q_dim]
+  TensorF32 ffn_norm;   // [d_model]
+  TensorF32 w_gate_up;  // [2*d_ff, d_model]
+  TensorF32 w_down;     // [d_model, d_ff]
+};
+
+class Model {
+ public:
+  // Loads a socllm HDF5 model file (docs/MODEL_FORMAT.md). Throws MissingFile,
+  // FormatError (missing tensors, wrong shapes, NaN/Inf weights), Unsupported (arch).
+  static std::shared_ptr<const Model> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const std::string& path() const { return path_; }
+  const TensorF32& embed_tokens() const { return embed_; }  // [vocab, d_model]
+  const TensorF32& lm_head() const { return config_.tie_embeddings ? embed_ : lm_head_; }
+  const TensorF32& final_norm() const { return final_norm_; }
+  const LayerWeights& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
+  int64_t weight_bytes() const;
+
+ private:
+  ModelConfig config_;
+  std::string path_;
+  TensorF32 embed_, lm_head_, final_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace socllm

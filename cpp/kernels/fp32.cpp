@@ -1,0 +1,154 @@
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "socllm/kernels.h"
+
+namespace socllm::kernels {
+
+void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, int64_t out,
+            const float* bias, float* y, int64_t ldy, bool accumulate) {
+  if (T == 0) return;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (T == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, W, in, x, 1, beta, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, ldx, W, in, beta,
+                y, ldy);
+  }
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < out; ++j) y[t * ldy + j] += bias[j];
+  }
+}
+
+void rms_norm(const float* x, const float* w, int64_t T, int64_t d, double eps, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * d;
+    float* yr = y + t * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // transformers computes rsqrt in fp32, then scales x and multiplies by the weight.
+    float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + static_cast<float>(eps));
+    for (int64_t i = 0; i < d; ++i) yr[i] = w[i] * (xr[i] * r);
+  }
+}
+
+void rope_inv_freq(double theta, int64_t head_dim, float* inv_freq) {
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    inv_freq[i] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+}
+
+void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t ld,
+               const int64_t* positions, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+#pragma omp parallel
+  {
+    std::vector<float> cs(static_cast<size_t>(head_dim));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const float pos = static_cast<float>(positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        // The angle is an fp32 product, as in transformers' rotary embedding.
+        const float a = pos * inv_freq[i];
+        cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(a)));
+        cs[static_cast<size_t>(half + i)] = static_cast<float>(std::sin(static_cast<double>(a)));
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* xh = x + t * ld + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float c = cs[static_cast<size_t>(i)], s = cs[static_cast<size_t>(half + i)];
+          const float x1 = xh[i], x2 = xh[i + half];
+          xh[i] = x1 * c - x2 * s;
+          xh[i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = gate_up + t * 2 * d_ff;
+    const float* u = g + d_ff;
+    float* o = out + t * d_ff;
+    for (int64_t j = 0; j < d_ff; ++j) o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+  }
+}
+
+namespace {
+// Query rows per block: keys past the block's last row are skipped, which halves the
+// work of a causal prefill, and the score block stays in cache.
+constexpr int64_t kQueryBlock = 128;
+}  // namespace
+
+int64_t attention_scratch_floats(int64_t T, int64_t L) {
+  return static_cast<int64_t>(omp_get_max_threads()) * std::min(T, kQueryBlock) * L;
+}
+
+void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
+                      int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,
+                      int64_t head_dim, float* out, int64_t ldo, float* scratch) {
+  const int64_t group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
+  const int64_t block_floats = std::min(T, kQueryBlock) * (past + T);
+  // One (head, query block) per task; OpenBLAS (OpenMP build) runs single-threaded inside a
+  // parallel region, so the threads split heads instead of synchronizing inside tiny GEMMs.
+#pragma omp parallel for schedule(dynamic) collapse(2)
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      const int64_t r0 = blk * kQueryBlock;
+      const int64_t rows = std::min(kQueryBlock, T - r0);
+      const int64_t keys = past + r0 + rows;  // keys visible to the block's last row
+      const int64_t g = h / group;
+      const float* qh = q + r0 * ldq + h * head_dim;
+      float* S = scratch + omp_get_thread_num() * block_floats;  // [rows, keys]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale, qh, ldq,
+                  k + g * head_dim, ldkv, 0.0f, S, keys);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* s = S + i * keys;
+        const int64_t visible = past + r0 + i + 1;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < visible; ++j) {
+          s[j] = std::exp(s[j] - mx);
+          sum += s[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
+        for (int64_t j = visible; j < keys; ++j) s[j] = 0.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, S, keys,
+                  v + g * head_dim, ldkv, 0.0f, out + r0 * ldo + h * head_dim, ldo);
+    }
+  }
+}
+
+void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
+                        const int32_t* target, float* logprob) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = logits + t * ld;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(x[j] - mx));
+    logprob[t] = static_cast<float>(static_cast<double>(x[target[t]] - mx) - std::log(sum));
+  }
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  return static_cast<int64_t>(std::max_element(x, x + n) - x);
+}
+
+}  // namespace socllm::kernels

@@ -1,0 +1,81 @@
+#include <algorithm>
+
+#include "socllm/model.h"
+
+namespace socllm {
+
+std::vector<std::string> ModelConfig::supported_archs() { return {"llama", "qwen2"}; }
+
+void ModelConfig::validate() const {
+  auto archs = supported_archs();
+  if (std::find(archs.begin(), archs.end(), arch) == archs.end())
+    throw Unsupported("[ModelConfig] architecture '" + arch + "' is not supported (llama, qwen2)");
+  auto positive = [](const char* what, int64_t v) {
+    if (v <= 0)
+      throw InvalidArgument(std::string("[ModelConfig] ") + what + " must be > 0, got " +
+                            std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("d_model", d_model);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  positive("n_kv_heads", n_kv_heads);
+  positive("head_dim", head_dim);
+  positive("d_ff", d_ff);
+  positive("context_length", context_length);
+  if (n_heads % n_kv_heads != 0)
+    throw InvalidArgument("[ModelConfig] n_heads " + std::to_string(n_heads) +
+                          " is not a multiple of n_kv_heads " + std::to_string(n_kv_heads));
+  if (head_dim % 2 != 0)
+    throw InvalidArgument("[ModelConfig] head_dim must be even for RoPE, got " +
+                          std::to_string(head_dim));
+  if (!(rope_theta > 0) || !(rms_eps > 0))
+    throw InvalidArgument("[ModelConfig] rope_theta and rms_eps must be > 0");
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  return {{"arch", arch},
+          {"name", name},
+          {"vocab_size", vocab_size},
+          {"d_model", d_model},
+          {"n_layers", n_layers},
+          {"n_heads", n_heads},
+          {"n_kv_heads", n_kv_heads},
+          {"head_dim", head_dim},
+          {"d_ff", d_ff},
+          {"context_length", context_length},
+          {"rope_theta", rope_theta},
+          {"rms_eps", rms_eps},
+          {"tie_embeddings", tie_embeddings},
+          {"qkv_bias", qkv_bias},
+          {"bos_id", bos_id},
+          {"eos_id", eos_id}};
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
+  ModelConfig c;
+  try {
+    c.arch = j.at("arch").get<std::string>();
+    c.name = j.value("name", std::string());
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.d_model = j.at("d_model").get<int64_t>();
+    c.n_layers = j.at("n_layers").get<int64_t>();
+    c.n_heads = j.at("n_heads").get<int64_t>();
+    c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
+    c.head_dim = j.value("head_dim", c.n_heads ? c.d_model / c.n_heads : 0);
+    c.d_ff = j.at("d_ff").get<int64_t>();
+    c.context_length = j.at("context_length").get<int64_t>();
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.rms_eps = j.value("rms_eps", 1e-5);
+    c.tie_embeddings = j.value("tie_embeddings", false);
+    c.qkv_bias = j.value("qkv_bias", false);
+    c.bos_id = j.value("bos_id", int64_t{-1});
+    c.eos_id = j.value("eos_id", int64_t{-1});
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(std::string("[ModelConfig.from_json] ") + e.what());
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace socllm

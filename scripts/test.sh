@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: sets up (idempotent), then C++ tests (ctest) and Python tests (pytest).
+# Extra arguments go to pytest (e.g. --runslow for the long evaluations).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=${PYTHON:-python3}
+build_dir=$("$PY" -c "import glob,os; d=[p for p in glob.glob('build/*') if os.path.exists(p+'/CTestTestfile.cmake')]; print(max(d, key=os.path.getmtime) if d else '')")
+if [ -z "$build_dir" ]; then echo "[test] no C++ build directory found" >&2; exit 1; fi
+echo "[test] ctest in $build_dir"
+ctest --test-dir "$build_dir" --output-on-failure -j2
+echo "[test] pytest"
+"$PY" -m pytest -q "$@"

@@ -6,6 +6,7 @@ Arrays returned are float32 numpy arrays that own their memory (moved out of C++
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,23 @@ from .registry import resolve_model_file
 from .tokenizer import load_tokenizer_json
 
 PlanLike = str | Mapping | _core.Plan
+
+
+def _token_ids(seq: Sequence[int], fn: str) -> list[int]:
+    """Python ints from a sequence of integer token ids; like the C++ core, floats, strings and
+    other non-integers are an InvalidArgumentError (``int()`` would silently truncate 1.5 or
+    parse "12")."""
+    if isinstance(seq, (str, bytes, bytearray)):
+        raise InvalidArgumentError(
+            f"{fn}: expected a sequence of token ids, got {type(seq).__name__}")
+    out = []
+    for i in seq:
+        try:
+            out.append(operator.index(i))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{fn}: token ids must be integers, got {type(i).__name__} {i!r}") from None
+    return out
 
 
 @dataclass
@@ -52,10 +70,15 @@ class LanguageModel:
         self._engine = _core.Engine(self._model)
         self.config: Mapping = MappingProxyType(dict(self._model.config))
         with h5py.File(self.path, "r") as f:
-            if "tokenizer/json" not in f:
+            tok = f.get("tokenizer/json")
+            if not isinstance(tok, h5py.Dataset):
                 raise FormatError(f"{self.path} has no tokenizer (tokenizer/json)")
-            tok_json = f["tokenizer/json"][()]
-        self.tokenizer = load_tokenizer_json(tok_json.decode() if isinstance(tok_json, bytes) else tok_json)
+            tok_json = tok[()]
+        try:
+            self.tokenizer = load_tokenizer_json(
+                tok_json.decode() if isinstance(tok_json, bytes) else tok_json)
+        except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+            raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
 
     # -- text <-> ids -------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -64,7 +87,7 @@ class LanguageModel:
         return self.tokenizer.encode(text).ids
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        ids = [int(i) for i in ids]
+        ids = _token_ids(ids, "detokenize")
         bad = [i for i in ids if not 0 <= i < self.config["vocab_size"]]
         if bad:
             raise InvalidArgumentError(
@@ -103,7 +126,7 @@ class LanguageModel:
     def generate_ids(self, prompt: str | Sequence[int], max_new_tokens: int = 64,
                      plan: PlanLike = "fp32", *, temperature: float = 0.0, top_k: int | None = None,
                      seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
-        ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else _token_ids(prompt, "generate")
         if not ids:
             raise InvalidArgumentError("generate: the prompt is empty")
         if max_new_tokens < 0:
@@ -150,7 +173,7 @@ class LanguageModel:
         """
         if (text is None) == (ids is None):
             raise InvalidArgumentError("perplexity: give exactly one of text or ids")
-        tokens = self.tokenize(text) if text is not None else [int(i) for i in ids]
+        tokens = self.tokenize(text) if text is not None else _token_ids(ids, "perplexity")
         if limit_tokens is not None:
             if limit_tokens < 2:
                 raise InvalidArgumentError(f"perplexity: limit_tokens must be >= 2, got {limit_tokens}")

@@ -1,0 +1,143 @@
+"""The ``socllm`` command: convert, eval, run.
+
+Every command that produces numbers can print them as JSON (``--json PATH`` or ``--json -``).
+``--quiet`` silences progress bars and C++ info logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import _core
+
+TASKS = ("wikitext2",)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bars, C++ logs at warn level")
+    p.add_argument("--threads", type=int, default=None, help="compute threads (default 2)")
+
+
+def _setup(args) -> None:
+    _core.set_log_level("warn" if args.quiet else "info")
+    if args.threads is not None:
+        _core.set_num_threads(args.threads)
+
+
+def _emit_json(obj, dest: str | None) -> None:
+    if dest is None:
+        return
+    text = json.dumps(obj, indent=2)
+    if dest == "-":
+        print(text)
+    else:
+        from .io_utils import atomic_write_text
+
+        atomic_write_text(Path(dest), text + "\n")
+
+
+def cmd_convert(args) -> int:
+    from .convert import convert
+
+    _setup(args)
+    out = convert(args.source, args.output, progress=not args.quiet)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def eval_wikitext2(model, plan: str, *, context: int, stride: int | None,
+                   limit_tokens: int | None, batch_size: int, progress: bool) -> dict:
+    from .data import wikitext2_test_path
+
+    path = wikitext2_test_path()
+    t0 = time.perf_counter()
+    r = model.perplexity_eval(path.read_text(encoding="utf-8"), plan, context=context,
+                              stride=stride, limit_tokens=limit_tokens, batch_size=batch_size,
+                              progress=progress)
+    return {"task": "wikitext2", "file": str(path), "plan": plan, **r.to_dict(),
+            "limit_tokens": limit_tokens, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def cmd_eval(args) -> int:
+    from .model import load
+
+    _setup(args)
+    tasks = [t.strip() for t in args.task.split(",") if t.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
+    model = load(args.model, progress=not args.quiet)
+    results = []
+    for plan in [p.strip() for p in args.plan.split(",")]:
+        _core.Plan(plan)  # fail before any work on an unknown plan
+        for t in tasks:
+            r = eval_wikitext2(model, plan, context=args.context, stride=args.stride,
+                               limit_tokens=args.limit_tokens, batch_size=args.batch_size,
+                               progress=not args.quiet)
+            results.append(r)
+            if args.json != "-":
+                print(f"{t} plan={plan}: perplexity {r['perplexity']:.4f} over {r['n_scored']} "
+                      f"tokens ({r['n_windows']} windows of {r['context']}, {r['seconds']} s)")
+    _emit_json({"model": str(args.model), "model_file": str(model.path), "results": results}, args.json)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .report import run_main_job
+
+    _setup(args)
+    run_main_job(args.model, Path(args.out), limit_tokens=args.limit_tokens,
+                 progress=not args.quiet, json_dest=args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="socllm", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("convert", help="GGUF file or HF model directory -> socllm HDF5 model")
+    c.add_argument("source")
+    c.add_argument("-o", "--output", required=True)
+    _common(c)
+    c.set_defaults(fn=cmd_convert)
+
+    e = sub.add_parser("eval", help="evaluate a model under one or more plans")
+    e.add_argument("--model", default="smollm2-135m", help="built-in name, .gguf, HF dir or .h5")
+    e.add_argument("--plan", default="fp32", help="comma-separated plans (see socllm.Plan.known())")
+    e.add_argument("--task", default="wikitext2", help=f"comma-separated tasks: {', '.join(TASKS)}")
+    e.add_argument("--limit-tokens", type=int, default=None, help="use only the first N tokens")
+    e.add_argument("--context", type=int, default=2048, help="perplexity window (tokens)")
+    e.add_argument("--stride", type=int, default=None, help="window stride (default = context)")
+    e.add_argument("--batch-size", type=int, default=1, help="windows per engine call")
+    e.add_argument("--json", default=None, metavar="PATH|-", help="write results as JSON")
+    _common(e)
+    e.set_defaults(fn=cmd_eval)
+
+    r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
+    r.add_argument("--model", default="smollm2-135m")
+    r.add_argument("--out", default="socllm-out", help="report directory")
+    r.add_argument("--limit-tokens", type=int, default=16384,
+                   help="WikiText-2 tokens to evaluate (0 = the whole file)")
+    r.add_argument("--json", default=None, metavar="PATH|-")
+    _common(r)
+    r.set_defaults(fn=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .errors import SocllmError
+
+    try:
+        return args.fn(args)
+    except SocllmError as e:
+        print(f"socllm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``socllm run``: the main job on one model, written up as a report directory.
+
+This issue's job: load (converting once), generate from a fixed prompt, evaluate WikiText-2
+perplexity under every known plan, and write ``report.json``, ``report.md`` and a plot of the
+per-token loss. Later stages (calibration, SoC simulation) add sections here.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, _core
+from .io_utils import atomic_path, atomic_write_text
+
+SAMPLE_PROMPT = "The three most important ideas in computer architecture are"
+
+
+def plot_token_loss(token_nll: np.ndarray, dest: Path, title: str, window: int = 256) -> None:
+    """Per-token negative log-likelihood with a running mean, saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=110)
+    ax.plot(token_nll, lw=0.3, alpha=0.4, label="per-token NLL")
+    if token_nll.size >= window:
+        run = np.convolve(token_nll, np.ones(window) / window, mode="valid")
+        ax.plot(np.arange(window - 1, token_nll.size), run, lw=1.5, label=f"running mean ({window})")
+    ax.set_xlabel("token position in WikiText-2 test")
+    ax.set_ylabel("NLL (nats)")
+    ax.set_title(title)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def run_main_job(model_name: str, out_dir: Path, *, limit_tokens: int | None = 16384,
+                 progress: bool = True, json_dest: str | None = None) -> dict:
+    from .cli import _emit_json, eval_wikitext2
+    from .model import load
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    model = load(model_name, progress=progress)
+    load_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    gen_ids = model.generate_ids(SAMPLE_PROMPT, max_new_tokens=48)
+    gen_s = time.perf_counter() - t0
+    limit = None if not limit_tokens else limit_tokens
+
+    evals = []
+    for plan in _core.Plan.known():
+        r = eval_wikitext2(model, plan, context=2048, stride=None, limit_tokens=limit,
+                           batch_size=1, progress=progress)
+        evals.append(r)
+    fp32 = model.perplexity_eval(Path(evals[0]["file"]).read_text(encoding="utf-8"), "fp32",
+                                 limit_tokens=limit)
+    plot_token_loss(fp32.token_nll, out_dir / "token_loss.png",
+                    f"{model.config['name']}: WikiText-2 per-token loss (fp32)")
+
+    report = {
+        "socllm_version": __version__,
+        "machine": {"python": platform.python_version(), "machine": platform.machine(),
+                    "threads": _core.num_threads()},
+        "model": {"name": model_name, "file": str(model.path), "config": dict(model.config)},
+        "load_seconds": round(load_s, 2),
+        "generation": {"prompt": SAMPLE_PROMPT, "plan": "fp32", "greedy": True,
+                       "new_tokens": len(gen_ids), "text": model.detokenize(gen_ids),
+                       "tokens_per_s": round(len(gen_ids) / gen_s, 1)},
+        "wikitext2": evals,
+        "plots": {"token_loss": "token_loss.png"},
+    }
+    atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out_dir / "report.md", render_markdown(report))
+    _emit_json(report, json_dest)
+    if json_dest != "-":
+        print(render_markdown(report))
+        print(f"report written to {out_dir}/")
+    return report
+
+
+def render_markdown(r: dict) -> str:
+    c = r["model"]["config"]
+    lines = [
+        f"# socllm report: {r['model']['name']}",
+        "",
+        f"Model: {c['name']} ({c['arch']}, {c['n_layers']} layers, d_model {c['d_model']}, "
+        f"vocab {c['vocab_size']}); loaded in {r['load_seconds']} s.",
+        "",
+        "## Generation (greedy, fp32)",
+        "",
+        f"> **{r['generation']['prompt']}**{r['generation']['text']}",
+        "",
+        f"{r['generation']['new_tokens']} tokens at {r['generation']['tokens_per_s']} tokens/s.",
+        "",
+        "## WikiText-2 perplexity",
+        "",
+        "| plan | perplexity | scored tokens | windows x context | seconds |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for e in r["wikitext2"]:
+        lines.append(f"| {e['plan']} | {e['perplexity']:.4f} | {e['n_scored']} | "
+                     f"{e['n_windows']} x {e['context']} | {e['seconds']} |")
+    lines += ["", "![per-token loss](token_loss.png)", ""]
+    return "\n".join(lines)

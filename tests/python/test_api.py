@@ -1,0 +1,142 @@
+"""The public Python API: the documented names exist, arrays have the documented dtype and
+layout, and every user-settable parameter changes the result it should."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import socllm
+
+
+def test_config_is_a_read_only_mapping(smollm):
+    c = smollm.config
+    assert c["arch"] == "llama" and c["n_layers"] == 30 and c["d_model"] == 576
+    assert c["n_heads"] == 9 and c["n_kv_heads"] == 3 and c["vocab_size"] == 49152
+    assert c["rope_theta"] == 100000.0 and c["tie_embeddings"] is True
+    with pytest.raises(TypeError):
+        c["d_model"] = 1
+
+
+def test_tokenize_detokenize_round_trip(smollm):
+    text = "Hello world!\n  Numbers: 12345, émoji 🙂."
+    ids = smollm.tokenize(text)
+    assert all(isinstance(i, int) for i in ids)
+    assert smollm.detokenize(ids) == text
+    assert smollm.tokenize("") == []
+
+
+def test_logits_array_contract(smollm):
+    ids = smollm.tokenize("The capital of France is")
+    lg = smollm.logits(ids)
+    assert lg.dtype == np.float32 and lg.shape == (len(ids), 49152)
+    assert lg.flags["C_CONTIGUOUS"] and lg.flags["OWNDATA"] is False  # owned by a C++ capsule
+    assert lg.base is not None
+    # numpy int arrays and tuples are accepted as ids, with the same result
+    np.testing.assert_array_equal(smollm.logits(np.array(ids, dtype=np.int64)), lg)
+    np.testing.assert_array_equal(smollm.logits(tuple(ids)), lg)
+    assert smollm.detokenize([int(lg[-1].argmax())]) == " Paris"
+
+
+def test_generate_parameters_change_the_result(smollm):
+    p = "Once upon a time"
+    greedy = smollm.generate_ids(p, max_new_tokens=12)
+    assert greedy == smollm.generate_ids(p, max_new_tokens=12)  # deterministic
+    assert len(smollm.generate_ids(p, max_new_tokens=5)) == 5
+    assert smollm.generate_ids(p, max_new_tokens=5) == greedy[:5]
+    s1 = smollm.generate_ids(p, max_new_tokens=12, temperature=1.5, seed=1)
+    assert s1 == smollm.generate_ids(p, max_new_tokens=12, temperature=1.5, seed=1)
+    assert s1 != smollm.generate_ids(p, max_new_tokens=12, temperature=1.5, seed=2)
+    assert s1 != greedy
+    # top_k=1 sampling is greedy whatever the temperature and seed
+    assert smollm.generate_ids(p, max_new_tokens=12, temperature=2.0, top_k=1, seed=3) == greedy
+    assert smollm.generate(p, max_new_tokens=12) == smollm.detokenize(greedy)
+
+
+def test_generate_stops_at_eos(smollm):
+    eos = smollm.config["eos_id"]
+    chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    out = smollm.generate_ids(chat, max_new_tokens=64)
+    assert out[-1] == eos and eos not in out[:-1]
+    longer = smollm.generate_ids(chat, max_new_tokens=64, stop_at_eos=False)
+    assert len(longer) == 64 and longer[: len(out)] == out
+
+
+def test_perplexity_parameters(smollm, wikitext_text):
+    text = wikitext_text[:12000]
+    base = smollm.perplexity_eval(text, context=512)
+    assert base.n_windows == -(-base.n_tokens // 512)
+    assert base.n_scored == base.n_tokens - base.n_windows  # each window's first token unscored
+    assert np.isclose(np.exp(base.token_nll.mean()), base.perplexity)
+    assert smollm.perplexity(text, context=512) == pytest.approx(base.perplexity, rel=1e-9)
+    # more context per prediction: overlapping windows score every token but the first
+    strided = smollm.perplexity_eval(text, context=512, stride=256)
+    assert strided.n_scored == base.n_tokens - 1
+    assert strided.perplexity < base.perplexity
+    short = smollm.perplexity_eval(text, context=512, limit_tokens=700)
+    assert short.n_tokens == 700 and short.perplexity != base.perplexity
+    assert smollm.perplexity(text, context=256) != base.perplexity
+    batched = smollm.perplexity_eval(text, context=512, batch_size=3)
+    np.testing.assert_allclose(batched.token_nll, base.token_nll, rtol=0, atol=1e-4)
+
+
+def test_plans_are_named_and_described():
+    assert "fp32" in socllm.Plan.known()
+    assert "reference" in socllm.Plan.describe("fp32")
+    assert socllm.Plan("fp32").name == "fp32"
+    assert socllm.Plan({"name": "fp32"}).to_json() == {"name": "fp32"}
+
+
+def test_log_level_round_trip():
+    before = socllm.log_level()
+    try:
+        socllm.set_log_level("error")
+        assert socllm.log_level() == "error"
+    finally:
+        socllm.set_log_level(before)
+
+
+def _cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "socllm.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_cli_eval_json(smollm):
+    r = _cli("eval", "--model", "smollm2-135m", "--plan", "fp32", "--task", "wikitext2",
+             "--limit-tokens", "600", "--context", "300", "--json", "-", "--quiet")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"][0]
+    assert res["plan"] == "fp32" and res["n_tokens"] == 600 and res["n_windows"] == 2
+    from socllm.data import wikitext2_test_text
+
+    direct = smollm.perplexity(wikitext2_test_text(), context=300, limit_tokens=600)
+    assert res["perplexity"] == pytest.approx(direct, rel=1e-6)
+
+
+def test_cli_run_writes_report(tmp_path):
+    out = tmp_path / "report"
+    r = _cli("run", "--out", str(out), "--limit-tokens", "1024", "--quiet")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["generation"]["new_tokens"] > 0 and rep["generation"]["text"]
+    assert {e["plan"] for e in rep["wikitext2"]} == set(socllm.Plan.known())
+    assert 5 < rep["wikitext2"][0]["perplexity"] < 100
+    assert (out / "token_loss.png").stat().st_size > 1000
+    assert "WikiText-2 perplexity" in (out / "report.md").read_text()
+
+
+def test_cli_convert(tmp_path):
+    from socllm.registry import BUILTIN_MODELS
+
+    dst = tmp_path / "m.h5"
+    r = _cli("convert", str(BUILTIN_MODELS["smollm2-135m"].path()), "-o", str(dst), "--quiet")
+    assert r.returncode == 0, r.stderr
+    import h5py
+
+    with h5py.File(dst) as f:
+        assert f.attrs["format"] == "socllm-model"
+        assert f["weights/embed_tokens"].shape == (49152, 576)

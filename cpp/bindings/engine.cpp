@@ -14,7 +14,8 @@ Plan plan_from_py(const py::handle& p) {
   if (py::isinstance<py::str>(p)) return Plan::from_name(p.cast<std::string>());
   if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
   throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
-                        std::string(py::str(py::type::of(p).attr("__name__"))));
+                        std::string(py::str(py::type::of(p).attr("__name__"))) +
+                        " " + Plan::known_list());
 }
 
 std::vector<std::vector<int32_t>> to_batch(const py::handle& seqs, const char* fn) {

@@ -8,7 +8,12 @@ namespace socllm::py_bind {
 
 namespace {
 uint32_t type_id(const py::handle& t) {
-  if (py::isinstance<py::int_>(t)) return t.cast<uint32_t>();
+  if (py::isinstance<py::int_>(t)) {
+    const long long v = PyLong_AsLongLong(t.ptr());
+    if (PyErr_Occurred()) PyErr_Clear();
+    else if (v >= 0 && v <= UINT32_MAX) return static_cast<uint32_t>(v);
+    throw InvalidArgument("[dequantize] ggml type id " + std::string(py::str(t)) + " is out of range");
+  }
   std::string name = py::str(t);
   for (uint32_t id = 0; id < 64; ++id)
     if (ggml_type_name(id) == name) return id;
@@ -62,9 +67,14 @@ void init_io(py::module_& m) {
   m.def("ggml_supported_types", &ggml_supported_types);
   m.def(
       "dequantize",
-      [](const py::handle& type, py::buffer data, int64_t n) {
+      [](const py::handle& type, const py::object& data, int64_t n) {
         const uint32_t id = type_id(type);
-        py::buffer_info b = data.request();
+        // Raw bytes are read as one contiguous block: numpy views (strided, reversed) are
+        // made contiguous first; bytes-like objects are contiguous already.
+        py::module_ np = py::module_::import("numpy");
+        py::array arr = py::isinstance<py::array>(data) ? np.attr("ascontiguousarray")(data)
+                                                        : np.attr("frombuffer")(data, "uint8");
+        py::buffer_info b = arr.request();
         const int64_t need = n / ggml_block_elems(id) * ggml_block_bytes(id);
         if (n < 0 || n % ggml_block_elems(id) != 0)
           throw ShapeError("[dequantize] " + std::to_string(n) + " elements is not a multiple of " +

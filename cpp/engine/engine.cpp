@@ -12,7 +12,7 @@ namespace socllm {
 namespace k = kernels;
 
 KVCache::KVCache(const ModelConfig& config, int64_t capacity)
-    : capacity_(capacity), kv_dim_(config.kv_dim()) {
+    : capacity_(capacity), n_layers_(config.n_layers), kv_dim_(config.kv_dim()) {
   if (capacity <= 0)
     throw InvalidArgument("[KVCache] capacity must be > 0, got " + std::to_string(capacity));
   const size_t n = static_cast<size_t>(capacity * kv_dim_);
@@ -66,6 +66,11 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
   for (size_t s = 0; s < seqs.size(); ++s) {
     check_tokens(seqs[s], "Engine.forward");
     if (!caches[s]) throw InvalidArgument("[Engine.forward] null cache");
+    if (caches[s]->n_layers_ != c.n_layers || caches[s]->kv_dim_ != c.kv_dim())
+      throw InvalidArgument("[Engine.forward] cache made for another model (" +
+                            std::to_string(caches[s]->n_layers_) + " layers x kv_dim " +
+                            std::to_string(caches[s]->kv_dim_) + "; this model has " +
+                            std::to_string(c.n_layers) + " x " + std::to_string(c.kv_dim()) + ")");
     const int64_t need = caches[s]->length() + static_cast<int64_t>(seqs[s].size());
     if (need > c.context_length)
       throw ContextOverflow("[Engine.forward] sequence of " + std::to_string(need) +

@@ -27,20 +27,25 @@ std::string Plan::describe(const std::string& name) {
   return from_name(name).name;  // throws with the list of known plans
 }
 
+std::string Plan::known_list() {
+  std::string list;
+  for (const auto& p : kPlans) list += (list.empty() ? "" : ", ") + std::string(p.name);
+  return "(known plans: " + list + ")";
+}
+
 Plan Plan::from_name(const std::string& name) {
   for (const auto& p : kPlans)
     if (name == p.name) return Plan{name};
-  std::string list;
-  for (const auto& p : kPlans) list += (list.empty() ? "" : ", ") + std::string(p.name);
-  throw InvalidArgument("[Plan] unknown plan '" + name + "' (known: " + list + ")");
+  throw InvalidArgument("[Plan] unknown plan '" + name + "' " + known_list());
 }
 
 Plan Plan::from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
     throw InvalidArgument("[Plan.from_json] a plan is an object with a string 'name', got " +
-                          j.dump());
+                          j.dump() + " " + known_list());
   for (const auto& [k, v] : j.items())
-    if (k != "name") throw InvalidArgument("[Plan.from_json] unknown plan field '" + k + "'");
+    if (k != "name")
+      throw InvalidArgument("[Plan.from_json] unknown plan field '" + k + "' " + known_list());
   return from_name(j["name"].get<std::string>());
 }
 

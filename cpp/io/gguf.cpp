@@ -155,6 +155,13 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
         d = static_cast<int64_t>(v);
       }
       t.shape.assign(ne.rbegin(), ne.rend());
+      int64_t numel = 1;
+      for (int64_t d : ne)
+        if (d != 0 && numel > static_cast<int64_t>(size_) / d)  // more elements than file bytes
+          throw FormatError("[GgufFile] tensor '" + t.name + "' has shape " + shape_str(t.shape) +
+                            ", larger than the file '" + path + "'");
+        else
+          numel *= d;
       t.type = c.read<uint32_t>();
       rel_offsets.push_back(c.read<uint64_t>());
       if (index_.count(t.name)) throw FormatError("[GgufFile] duplicate tensor '" + t.name + "'");

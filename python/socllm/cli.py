@@ -70,10 +70,12 @@ def cmd_eval(args) -> int:
     for t in tasks:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
+    plans = [p.strip() for p in args.plan.split(",")]
+    for plan in plans:
+        _core.Plan(plan)  # fail before any work on an unknown plan
     model = load(args.model, progress=not args.quiet)
     results = []
-    for plan in [p.strip() for p in args.plan.split(",")]:
-        _core.Plan(plan)  # fail before any work on an unknown plan
+    for plan in plans:
         for t in tasks:
             r = eval_wikitext2(model, plan, context=args.context, stride=args.stride,
                                limit_tokens=args.limit_tokens, batch_size=args.batch_size,

@@ -137,6 +137,8 @@ class LanguageModel:
             raise InvalidArgumentError(f"generate: top_k must be >= 1, got {top_k}")
         eos = self.config.get("eos_id", -1)
         stop = [eos] if stop_at_eos and eos >= 0 else []
+        if max_new_tokens == 0:
+            return []
         if temperature == 0.0:
             return list(self._engine.generate_greedy(ids, max_new_tokens, stop, plan))
         ctx = self.config["context_length"]

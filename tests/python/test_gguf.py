@@ -185,25 +185,12 @@ def test_dequantize_bad_type():
         _core.dequantize(99, b"\0" * 4, 1)
 
 
-@pytest.mark.xfail(
-    raises=RuntimeError,
-    strict=True,
-    reason="C++ binding bug: a type id outside uint32 (-1, 2**40) fails pybind's "
-    "cast and surfaces as a bare RuntimeError, not a socllm error",
-)
 @pytest.mark.parametrize("type_id", [-1, 2**40])
 def test_dequantize_type_id_out_of_range(type_id: int):
     with pytest.raises((socllm.InvalidArgumentError, socllm.UnsupportedError)):
         _core.dequantize(type_id, b"", 0)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="C++ binding bug: dequantize() takes py::buffer without requiring "
-    "C-contiguity and reads b.ptr as if contiguous (wrong values for a "
-    "strided view; out-of-bounds read for a negative-stride view)",
-)
 def test_dequantize_noncontiguous_buffer():
     raw = random_blocks("Q8_0", 4, np.random.default_rng(2)).reshape(-1)
     wide = np.zeros(2 * raw.size, dtype=np.uint8)
@@ -708,13 +695,6 @@ def test_unknown_tensor_type_id(tmp_path):
     np.testing.assert_array_equal(f.dequantize("ok"), vals)
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    strict=True,
-    reason="C++ bug: GgufFile multiplies dims without overflow check; dims whose "
-    "product wraps to 0 give n_bytes=0, pass the bounds check, and "
-    "dequantize() fails later in numpy ('array is too big'), not FormatError",
-)
 def test_dims_product_overflow(tmp_path):
     p = tmp_path / "overflow.gguf"
     p.write_bytes(_gguf_bytes([("t", [2**32, 2**32], 0, 0)], data=b"\0" * 64))

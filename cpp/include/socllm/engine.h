@@ -20,6 +20,7 @@ struct Plan {
   std::string name = "fp32";
 
   static std::vector<std::string> known();
+  static std::string known_list();  // "(known plans: a, b)", for error messages
   static std::string describe(const std::string& name);  // one line, names the source
   // InvalidArgument naming the unknown plan and listing the known ones.
   static Plan from_name(const std::string& name);
@@ -42,6 +43,7 @@ class KVCache {
   friend class Engine;
   int64_t capacity_ = 0;
   int64_t length_ = 0;
+  int64_t n_layers_ = 0;
   int64_t kv_dim_ = 0;
   std::vector<std::vector<float>> k_, v_;
 };

@@ -1,0 +1,24 @@
+"""Notebooks are executed top to bottom, so they cannot rot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes(path, tmp_path, smollm):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert images, "the notebook's plot produced no image"

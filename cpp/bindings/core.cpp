@@ -129,6 +129,12 @@ void init_core(py::module_& m) {
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
         "Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2.");
   m.def("num_threads", &num_threads);
+  m.def("blas_info", [] {
+    py::dict d;
+    d["corename"] = blas_corename();
+    d["config"] = blas_config();
+    return d;
+  }, "OpenBLAS kernel set (core name) and build configuration in use.");
 }
 
 }  // namespace socllm::py_bind

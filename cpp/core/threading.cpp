@@ -4,7 +4,11 @@
 
 #include "socllm/core.h"
 
-extern "C" void openblas_set_num_threads(int);
+extern "C" {
+void openblas_set_num_threads(int);
+char* openblas_get_corename(void);
+char* openblas_get_config(void);
+}
 
 namespace socllm {
 namespace {
@@ -22,5 +26,8 @@ int num_threads() {
   if (g_threads == 0) set_num_threads(2);  // the brief's default: 2 threads
   return g_threads;
 }
+
+std::string blas_corename() { return openblas_get_corename(); }
+std::string blas_config() { return openblas_get_config(); }
 
 }  // namespace socllm

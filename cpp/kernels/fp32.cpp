@@ -10,6 +10,13 @@
 
 namespace socllm::kernels {
 
+namespace {
+// Below this many elements a loop runs on the calling thread: waking the OpenMP team costs
+// more than the loop (decode is mostly such loops), and every barrier is a chance to wait
+// on a descheduled thread when the cores are shared.
+constexpr int64_t kMinParallelElems = int64_t{1} << 15;
+}  // namespace
+
 void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, int64_t out,
             const float* bias, float* y, int64_t ldy, bool accumulate) {
   if (T == 0) return;
@@ -21,14 +28,14 @@ void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, 
                 y, ldy);
   }
   if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * out >= kMinParallelElems)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < out; ++j) y[t * ldy + j] += bias[j];
   }
 }
 
 void rms_norm(const float* x, const float* w, int64_t T, int64_t d, double eps, float* y) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * d >= kMinParallelElems)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * d;
     float* yr = y + t * d;
@@ -49,7 +56,7 @@ void rope_inv_freq(double theta, int64_t head_dim, float* inv_freq) {
 void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t ld,
                const int64_t* positions, const float* inv_freq) {
   const int64_t half = head_dim / 2;
-#pragma omp parallel
+#pragma omp parallel if (T * n_heads * head_dim >= kMinParallelElems)
   {
     std::vector<float> cs(static_cast<size_t>(head_dim));
 #pragma omp for schedule(static)
@@ -75,7 +82,7 @@ void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t l
 }
 
 void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * d_ff >= kMinParallelElems)
   for (int64_t t = 0; t < T; ++t) {
     const float* g = gate_up + t * 2 * d_ff;
     const float* u = g + d_ff;
@@ -103,7 +110,8 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
   const int64_t block_floats = std::min(T, kQueryBlock) * (past + T);
   // One (head, query block) per task; OpenBLAS (OpenMP build) runs single-threaded inside a
   // parallel region, so the threads split heads instead of synchronizing inside tiny GEMMs.
-#pragma omp parallel for schedule(dynamic) collapse(2)
+#pragma omp parallel for schedule(dynamic) collapse(2) \
+    if (n_heads * T * (past + T) * head_dim >= kMinParallelElems)
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t r0 = blk * kQueryBlock;
@@ -136,7 +144,7 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
 
 void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
                         const int32_t* target, float* logprob) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * V >= kMinParallelElems)
   for (int64_t t = 0; t < T; ++t) {
     const float* x = logits + t * ld;
     float mx = -std::numeric_limits<float>::infinity();

@@ -8,7 +8,6 @@ name and renamed at the end, so an interrupted or failed conversion never leaves
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
+from socllm.io_utils import atomic_path
 from socllm.errors import FormatError, MissingFileError, UnsupportedError
 from socllm.tokenizer import load_tokenizer_json, tokenizer_from_gguf_vocab
 
@@ -77,14 +77,8 @@ def convert(source: str | Path, out_path: str | Path, *, progress: bool = True) 
     """
     model = _open_source(Path(source))
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(out) as tmp:
         _write(model, tmp, progress)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return out
 
 

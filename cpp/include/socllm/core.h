@@ -69,4 +69,8 @@ std::string log_level();
 void set_num_threads(int n);
 int num_threads();
 
+// The BLAS socllm runs on: OpenBLAS core name (the kernel set it dispatched to) and build config.
+std::string blas_corename();
+std::string blas_config();
+
 }  // namespace socllm

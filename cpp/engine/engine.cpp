@@ -156,8 +156,9 @@ TensorF32 Engine::step(KVCache& cache, std::span<const int32_t> tokens, bool all
 }
 
 namespace {
-// Caches sized to each sequence, so a batch of short sequences stays small.
-std::vector<KVCache> caches_for(const Engine& e, const std::vector<std::vector<int32_t>>& seqs) {
+// Runs each sequence from an empty cache sized to it, so a batch of short sequences stays small.
+TensorF32 forward_fresh(const Engine& e, const std::vector<std::vector<int32_t>>& seqs,
+                        const Plan& plan) {
   std::vector<KVCache> caches;
   caches.reserve(seqs.size());
   const int64_t ctx = e.model().config().context_length;
@@ -167,20 +168,19 @@ std::vector<KVCache> caches_for(const Engine& e, const std::vector<std::vector<i
                             " tokens exceeds the model's context length " + std::to_string(ctx));
     caches.push_back(e.new_cache(std::max<int64_t>(1, static_cast<int64_t>(s.size()))));
   }
-  return caches;
-}
-}  // namespace
-
-std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& seqs,
-                                      const Plan& plan) const {
-  auto caches = caches_for(*this, seqs);
   std::vector<KVCache*> cp;
   std::vector<std::span<const int32_t>> sp;
   for (size_t i = 0; i < seqs.size(); ++i) {
     cp.push_back(&caches[i]);
     sp.emplace_back(seqs[i]);
   }
-  TensorF32 h = forward_hidden(cp, sp, plan);
+  return e.forward_hidden(cp, sp, plan);
+}
+}  // namespace
+
+std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& seqs,
+                                      const Plan& plan) const {
+  TensorF32 h = forward_fresh(*this, seqs, plan);
   std::vector<TensorF32> out;
   int64_t r = 0;
   for (const auto& s : seqs) {
@@ -196,14 +196,7 @@ std::vector<std::vector<float>> Engine::token_logprobs(
     if (s.size() < 2)
       throw InvalidArgument("[Engine.token_logprobs] each sequence needs at least 2 tokens, got " +
                             std::to_string(s.size()));
-  auto caches = caches_for(*this, seqs);
-  std::vector<KVCache*> cp;
-  std::vector<std::span<const int32_t>> sp;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    cp.push_back(&caches[i]);
-    sp.emplace_back(seqs[i]);
-  }
-  TensorF32 h = forward_hidden(cp, sp, plan);
+  TensorF32 h = forward_fresh(*this, seqs, plan);
   const int64_t d = h.dim(1), V = model_->config().vocab_size;
   constexpr int64_t kRowBlock = 256;  // bounds the logits block to kRowBlock x V floats
   std::vector<std::vector<float>> out;

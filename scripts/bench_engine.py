@@ -33,10 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _prompt_ids(n: int) -> list[int]:
     sys.path.insert(0, str(REPO / "python"))
-    from socllm.data import wikitext2_test_text
-
-    import tokenizers  # noqa: F401  (the socllm tokenizer == transformers' on this GGUF, tested)
     import socllm
+    import tokenizers  # noqa: F401  (the socllm tokenizer == transformers' on this GGUF, tested)
+    from socllm.data import wikitext2_test_text
 
     m = socllm.load("smollm2-135m", progress=False)
     return m.tokenize(wikitext2_test_text()[:40000])[:n]
@@ -71,8 +70,9 @@ def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threa
         from socllm.registry import BUILTIN_MODELS
 
         g = BUILTIN_MODELS["smollm2-135m"].path()
-        ref = AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name,
-                                                   dtype=torch.float32).eval()
+        ref = AutoModelForCausalLM.from_pretrained(
+            g.parent, gguf_file=g.name, dtype=torch.float32
+        ).eval()
         out["torch"] = torch.__version__
 
         @torch.no_grad()
@@ -95,7 +95,10 @@ def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threa
             t0 = time.perf_counter()
             _, last = prefill(ids[:n])
             times.append(time.perf_counter() - t0)
-        out["prefill"][n] = {"seconds": statistics.median(times), "tokens_per_s": n / statistics.median(times)}
+        out["prefill"][n] = {
+            "seconds": statistics.median(times),
+            "tokens_per_s": n / statistics.median(times),
+        }
         if n == 128:
             out["logits_128"] = last.tolist()
     times = []
@@ -104,8 +107,11 @@ def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threa
         t0 = time.perf_counter()
         decode(state, logits)
         times.append(time.perf_counter() - t0)
-    out["decode"] = {"steps": decode_steps, "seconds": statistics.median(times),
-                     "tokens_per_s": decode_steps / statistics.median(times)}
+    out["decode"] = {
+        "steps": decode_steps,
+        "seconds": statistics.median(times),
+        "tokens_per_s": decode_steps / statistics.median(times),
+    }
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
@@ -117,8 +123,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="lengths 32,128; 8 decode steps; 1 repeat")
-    ap.add_argument("--socllm-coretype", default=None,
-                    help="OPENBLAS_CORETYPE for the socllm worker (e.g. SkylakeX)")
+    ap.add_argument(
+        "--socllm-coretype",
+        default=None,
+        help="OPENBLAS_CORETYPE for the socllm worker (e.g. SkylakeX)",
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument("--worker", choices=["socllm", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -127,7 +136,9 @@ def main() -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
 
     if args.worker:
-        print(json.dumps(worker(args.worker, lengths, args.decode_steps, args.repeats, args.threads)))
+        print(
+            json.dumps(worker(args.worker, lengths, args.decode_steps, args.repeats, args.threads))
+        )
         return 0
 
     results = {}
@@ -136,9 +147,20 @@ def main() -> int:
         if impl == "socllm" and args.socllm_coretype:
             env["OPENBLAS_CORETYPE"] = args.socllm_coretype
             env.pop("OPENBLAS_L2_SIZE", None)
-        cmd = [sys.executable, __file__, "--worker", impl, "--lengths", args.lengths,
-               "--decode-steps", str(args.decode_steps), "--repeats", str(args.repeats),
-               "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            impl,
+            "--lengths",
+            args.lengths,
+            "--decode-steps",
+            str(args.decode_steps),
+            "--repeats",
+            str(args.repeats),
+            "--threads",
+            str(args.threads),
+        ]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
@@ -152,23 +174,36 @@ def main() -> int:
     if "logits_128" in s and "logits_128" in t:
         a, b = np.array(s.pop("logits_128")), np.array(t.pop("logits_128"))
         diff = float(np.abs(a - b).max() / np.abs(b).max())
-    print(f"socllm fp32 (OpenBLAS {s['blas']}) vs torch {t['torch']} + transformers, "
-          f"{args.threads} threads, SmolLM2-135M")
+    print(
+        f"socllm fp32 (OpenBLAS {s['blas']}) vs torch {t['torch']} + transformers, "
+        f"{args.threads} threads, SmolLM2-135M"
+    )
     print(f"{'':24}{'socllm':>12}{'torch':>12}{'ratio':>9}")
     for n in lengths:
         a, b = s["prefill"][str(n)], t["prefill"][str(n)]
-        print(f"prefill {n:>5} tok/s     {a['tokens_per_s']:12.1f}{b['tokens_per_s']:12.1f}"
-              f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x")
+        print(
+            f"prefill {n:>5} tok/s     {a['tokens_per_s']:12.1f}{b['tokens_per_s']:12.1f}"
+            f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x"
+        )
     a, b = s["decode"], t["decode"]
-    print(f"decode tok/s ({a['steps']} steps) {a['tokens_per_s']:9.1f}{b['tokens_per_s']:12.1f}"
-          f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x")
-    print(f"peak RSS MB             {s['peak_rss_mb']:12.0f}{t['peak_rss_mb']:12.0f}"
-          f"{s['peak_rss_mb'] / t['peak_rss_mb']:8.2f}x")
+    print(
+        f"decode tok/s ({a['steps']} steps) {a['tokens_per_s']:9.1f}{b['tokens_per_s']:12.1f}"
+        f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x"
+    )
+    print(
+        f"peak RSS MB             {s['peak_rss_mb']:12.0f}{t['peak_rss_mb']:12.0f}"
+        f"{s['peak_rss_mb'] / t['peak_rss_mb']:8.2f}x"
+    )
     if diff is not None:
         print(f"max |logit diff| / max |logit| at 128 tokens: {diff:.2e}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"socllm": s, "torch": t, "logit_rel_diff_128": diff,
-                                               "threads": args.threads}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {"socllm": s, "torch": t, "logit_rel_diff_128": diff, "threads": args.threads},
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -31,8 +31,9 @@ from socllm.registry import BUILTIN_MODELS  # noqa: E402
 def load_reference(model: str = "smollm2-135m"):
     gguf = BUILTIN_MODELS[model].path()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    ref = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                               dtype=torch.float32).eval()
+    ref = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
     return tok, ref
 
 
@@ -54,9 +55,15 @@ def perplexity(ref, ids: list[int], context: int, stride: int, progress: bool = 
         if end == len(ids):
             break
     nll = np.concatenate(nll_parts)
-    return {"perplexity": math.exp(nll.mean()), "nll_mean": float(nll.mean()),
-            "n_scored": int(nll.size), "n_tokens": len(ids), "n_windows": n_windows,
-            "context": context, "stride": stride}
+    return {
+        "perplexity": math.exp(nll.mean()),
+        "nll_mean": float(nll.mean()),
+        "n_scored": int(nll.size),
+        "n_tokens": len(ids),
+        "n_windows": n_windows,
+        "context": context,
+        "stride": stride,
+    }
 
 
 def main() -> int:
@@ -72,12 +79,16 @@ def main() -> int:
     tok, ref = load_reference(args.model)
     ids = tok(wikitext2_test_path().read_text(encoding="utf-8"))["input_ids"]
     if args.limit_tokens:
-        ids = ids[:args.limit_tokens]
+        ids = ids[: args.limit_tokens]
     t0 = time.perf_counter()
     r = perplexity(ref, ids, args.context, args.stride or args.context)
-    r.update(implementation=f"transformers {__import__('transformers').__version__} + torch "
-             f"{torch.__version__}", threads=args.threads, limit_tokens=args.limit_tokens,
-             seconds=round(time.perf_counter() - t0, 1))
+    r.update(
+        implementation=f"transformers {__import__('transformers').__version__} + torch "
+        f"{torch.__version__}",
+        threads=args.threads,
+        limit_tokens=args.limit_tokens,
+        seconds=round(time.perf_counter() - t0, 1),
+    )
     print(json.dumps(r, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

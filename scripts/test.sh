@@ -9,5 +9,8 @@ build_dir=$("$PY" -c "import glob,os; d=[p for p in glob.glob('build/*') if os.p
 if [ -z "$build_dir" ]; then echo "[test] no C++ build directory found" >&2; exit 1; fi
 echo "[test] ctest in $build_dir"
 ctest --test-dir "$build_dir" --output-on-failure -j2
+echo "[test] ruff"
+"$PY" -m ruff check python tests scripts calibration
+"$PY" -m ruff format --check python tests scripts calibration
 echo "[test] pytest"
 "$PY" -m pytest -q "$@"

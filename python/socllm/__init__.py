@@ -1,8 +1,8 @@
 """socllm: run real LLMs as a phone SoC would, with measured accuracy and simulated timing.
 
-    >>> import socllm
-    >>> m = socllm.load("smollm2-135m")
-    >>> m.generate("The capital of France is", max_new_tokens=8)
+>>> import socllm
+>>> m = socllm.load("smollm2-135m")
+>>> m.generate("The capital of France is", max_new_tokens=8)
 """
 
 __version__ = "0.1.0"
@@ -21,8 +21,21 @@ from .model import LanguageModel, PerplexityResult, load  # noqa: E402
 from .registry import BUILTIN_MODELS, DEFAULT_MODEL  # noqa: E402
 
 __all__ = [
-    "load", "LanguageModel", "PerplexityResult", "Plan", "BUILTIN_MODELS", "DEFAULT_MODEL",
-    "set_num_threads", "num_threads", "set_log_level", "log_level",
-    "SocllmError", "InvalidArgumentError", "ShapeError", "ContextOverflowError",
-    "MissingFileError", "FormatError", "UnsupportedError",
+    "load",
+    "LanguageModel",
+    "PerplexityResult",
+    "Plan",
+    "BUILTIN_MODELS",
+    "DEFAULT_MODEL",
+    "set_num_threads",
+    "num_threads",
+    "set_log_level",
+    "log_level",
+    "SocllmError",
+    "InvalidArgumentError",
+    "ShapeError",
+    "ContextOverflowError",
+    "MissingFileError",
+    "FormatError",
+    "UnsupportedError",
 ]

@@ -49,17 +49,37 @@ def cmd_convert(args) -> int:
     return 0
 
 
-def eval_wikitext2(model, plan: str, *, context: int, stride: int | None,
-                   limit_tokens: int | None, batch_size: int, progress: bool) -> dict:
+def eval_wikitext2(
+    model,
+    plan: str,
+    *,
+    context: int,
+    stride: int | None,
+    limit_tokens: int | None,
+    batch_size: int,
+    progress: bool,
+) -> dict:
     from .data import wikitext2_test_path
 
     path = wikitext2_test_path()
     t0 = time.perf_counter()
-    r = model.perplexity_eval(path.read_text(encoding="utf-8"), plan, context=context,
-                              stride=stride, limit_tokens=limit_tokens, batch_size=batch_size,
-                              progress=progress)
-    return {"task": "wikitext2", "file": str(path), "plan": plan, **r.to_dict(),
-            "limit_tokens": limit_tokens, "seconds": round(time.perf_counter() - t0, 2)}
+    r = model.perplexity_eval(
+        path.read_text(encoding="utf-8"),
+        plan,
+        context=context,
+        stride=stride,
+        limit_tokens=limit_tokens,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return {
+        "task": "wikitext2",
+        "file": str(path),
+        "plan": plan,
+        **r.to_dict(),
+        "limit_tokens": limit_tokens,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
 
 
 def cmd_eval(args) -> int:
@@ -77,14 +97,24 @@ def cmd_eval(args) -> int:
     results = []
     for plan in plans:
         for t in tasks:
-            r = eval_wikitext2(model, plan, context=args.context, stride=args.stride,
-                               limit_tokens=args.limit_tokens, batch_size=args.batch_size,
-                               progress=not args.quiet)
+            r = eval_wikitext2(
+                model,
+                plan,
+                context=args.context,
+                stride=args.stride,
+                limit_tokens=args.limit_tokens,
+                batch_size=args.batch_size,
+                progress=not args.quiet,
+            )
             results.append(r)
             if args.json != "-":
-                print(f"{t} plan={plan}: perplexity {r['perplexity']:.4f} over {r['n_scored']} "
-                      f"tokens ({r['n_windows']} windows of {r['context']}, {r['seconds']} s)")
-    _emit_json({"model": str(args.model), "model_file": str(model.path), "results": results}, args.json)
+                print(
+                    f"{t} plan={plan}: perplexity {r['perplexity']:.4f} over {r['n_scored']} "
+                    f"tokens ({r['n_windows']} windows of {r['context']}, {r['seconds']} s)"
+                )
+    _emit_json(
+        {"model": str(args.model), "model_file": str(model.path), "results": results}, args.json
+    )
     return 0
 
 
@@ -92,8 +122,13 @@ def cmd_run(args) -> int:
     from .report import run_main_job
 
     _setup(args)
-    run_main_job(args.model, Path(args.out), limit_tokens=args.limit_tokens,
-                 progress=not args.quiet, json_dest=args.json)
+    run_main_job(
+        args.model,
+        Path(args.out),
+        limit_tokens=args.limit_tokens,
+        progress=not args.quiet,
+        json_dest=args.json,
+    )
     return 0
 
 
@@ -122,8 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")
     r.add_argument("--out", default="socllm-out", help="report directory")
-    r.add_argument("--limit-tokens", type=int, default=16384,
-                   help="WikiText-2 tokens to evaluate (0 = the whole file)")
+    r.add_argument(
+        "--limit-tokens",
+        type=int,
+        default=16384,
+        help="WikiText-2 tokens to evaluate (0 = the whole file)",
+    )
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)

@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from socllm.io_utils import atomic_path
 from socllm.errors import FormatError, MissingFileError, UnsupportedError
+from socllm.io_utils import atomic_path
 from socllm.tokenizer import load_tokenizer_json, tokenizer_from_gguf_vocab
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "convert"]

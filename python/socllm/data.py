@@ -33,12 +33,13 @@ def data_dir() -> Path:
             return c
     raise MissingFileError(
         "no datasets folder found; set SOCLLM_DATA_DIR (looked in "
-        + ", ".join(str(c) for c in candidates) + ")"
+        + ", ".join(str(c) for c in candidates)
+        + ")"
     )
 
 
 def wikitext2_test_path(verify: bool = True) -> Path:
-    """Path of WikiText-2 raw test; with ``verify`` its SHA-256 is checked against the published one."""
+    """Path of WikiText-2 raw test; ``verify`` checks its SHA-256 against the published one."""
     p = data_dir() / "wikitext-2-raw" / "wiki.test.raw"
     if not p.is_file():
         raise MissingFileError(f"WikiText-2 test file not found at {p}")

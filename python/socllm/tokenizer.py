@@ -93,7 +93,7 @@ def bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, map(chr, cs)))
+    return dict(zip(bs, map(chr, cs), strict=False))
 
 
 def tokenizer_from_gguf_vocab(
@@ -155,14 +155,14 @@ def tokenizer_from_gguf_vocab(
     types = list(token_type or ())
     control = [
         AddedToken(t, normalized=False, special=True)
-        for t, ty in zip(tokens, types)
+        for t, ty in zip(tokens, types, strict=False)
         if ty == TOKEN_TYPE_CONTROL and set(t) <= alphabet
     ]
     if control:
         tok.add_special_tokens(control)
     user_defined = [
         AddedToken(t, normalized=False, special=False)
-        for t, ty in zip(tokens, types)
+        for t, ty in zip(tokens, types, strict=False)
         if ty == TOKEN_TYPE_USER_DEFINED and t in vocab
     ]
     if user_defined:

@@ -36,8 +36,9 @@ def smollm():
 @pytest.fixture(scope="session")
 def reference_script():
     """scripts/reference_transformers.py as a module (the reference protocol lives there)."""
-    spec = importlib.util.spec_from_file_location("reference_transformers",
-                                                  REPO / "scripts" / "reference_transformers.py")
+    spec = importlib.util.spec_from_file_location(
+        "reference_transformers", REPO / "scripts" / "reference_transformers.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules["reference_transformers"] = mod
     spec.loader.exec_module(mod)

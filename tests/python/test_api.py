@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import socllm
 
 
@@ -101,13 +100,28 @@ def test_log_level_round_trip():
 
 
 def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "socllm.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "socllm.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cli_eval_json(smollm):
-    r = _cli("eval", "--model", "smollm2-135m", "--plan", "fp32", "--task", "wikitext2",
-             "--limit-tokens", "600", "--context", "300", "--json", "-", "--quiet")
+    r = _cli(
+        "eval",
+        "--model",
+        "smollm2-135m",
+        "--plan",
+        "fp32",
+        "--task",
+        "wikitext2",
+        "--limit-tokens",
+        "600",
+        "--context",
+        "300",
+        "--json",
+        "-",
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)["results"][0]
     assert res["plan"] == "fp32" and res["n_tokens"] == 600 and res["n_windows"] == 2

@@ -596,7 +596,9 @@ def test_failure_while_writing_leaves_nothing(tmp_path: Path, monkeypatch):
     def flaky(self, name):
         calls.append(name)
         if len(calls) == 5:
-            assert any(p.name.startswith(".model.h5.") and p.suffix == ".tmp" for p in out_dir.iterdir())
+            assert any(
+                p.name.startswith(".model.h5.") and p.suffix == ".tmp" for p in out_dir.iterdir()
+            )
             raise KeyboardInterrupt  # not an Exception: cleanup must still happen
         return real(self, name)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import socllm
+import torch
 
 LENGTHS = [1, 17, 128, 511, 1024]
 
@@ -28,7 +27,7 @@ def test_tokenizer_ids_equal_transformers(smollm, hf_reference, wikitext_text):
 def test_logits_match_transformers(smollm, hf_reference, wiki_ids, n):
     _, ref = hf_reference
     # Different offsets so the five prompts are different texts, not prefixes of one.
-    ids = wiki_ids[3 * n: 3 * n + n]
+    ids = wiki_ids[3 * n : 3 * n + n]
     ours = smollm.logits(ids)
     with torch.no_grad():
         theirs = ref(torch.tensor([ids])).logits[0].numpy()
@@ -43,9 +42,14 @@ def test_greedy_generation_identical(smollm, hf_reference, prompt):
     tok, ref = hf_reference
     ids = tok(prompt)["input_ids"]
     with torch.no_grad():
-        out = ref.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
-                           min_new_tokens=64, pad_token_id=tok.eos_token_id)
-    theirs = out[0, len(ids):].tolist()
+        out = ref.generate(
+            torch.tensor([ids]),
+            max_new_tokens=64,
+            do_sample=False,
+            min_new_tokens=64,
+            pad_token_id=tok.eos_token_id,
+        )
+    theirs = out[0, len(ids) :].tolist()
     ours = smollm.generate_ids(prompt, max_new_tokens=64, stop_at_eos=False)
     assert len(ours) == 64
     assert ours == theirs
@@ -63,7 +67,7 @@ def test_perplexity_matches_transformers(smollm, hf_reference, reference_script,
 def test_batched_sequences_equal_single(smollm, wiki_ids):
     seqs = [wiki_ids[:5], wiki_ids[100:140], wiki_ids[7:8]]
     batched = smollm.logits_batch(seqs)
-    for s, b in zip(seqs, batched):
+    for s, b in zip(seqs, batched, strict=False):
         np.testing.assert_allclose(b, smollm.logits(s), rtol=0, atol=2e-4)
 
 
@@ -74,7 +78,7 @@ def test_incremental_decode_equals_full_prefill(smollm, wiki_ids):
     cache = smollm.new_cache(len(ids))
     parts, pos = [], 0
     for size in [1, 130, 1, 1, 167]:
-        parts.append(smollm.step(cache, ids[pos:pos + size], all_positions=True))
+        parts.append(smollm.step(cache, ids[pos : pos + size], all_positions=True))
         pos += size
     assert cache.length == len(ids)
     np.testing.assert_allclose(np.concatenate(parts), full, rtol=0, atol=1e-4 * np.abs(full).max())
@@ -94,14 +98,24 @@ def test_threads_do_not_change_results(smollm, wiki_ids):
 
 # -- tiny random checkpoints through the HF directory path ------------------------------------
 
+
 def _tiny_checkpoint(tmp_path, arch: str, tied: bool):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    common = dict(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
-                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-                  tie_word_embeddings=tied, rope_theta=5000.0, rms_norm_eps=1e-5)
+    common = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=tied,
+        rope_theta=5000.0,
+        rms_norm_eps=1e-5,
+    )
     if arch == "llama":
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     else:

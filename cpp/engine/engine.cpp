@@ -103,7 +103,8 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
   for (size_t s = 0; s < seqs.size(); ++s)
     scratch = std::max(scratch, k::attention_scratch_floats(
                                     static_cast<int64_t>(seqs[s].size()),
-                                    caches[s]->length() + static_cast<int64_t>(seqs[s].size())));
+                                    caches[s]->length() + static_cast<int64_t>(seqs[s].size()),
+                                    c.n_heads, c.n_kv_heads, c.head_dim));
   std::vector<float> S(static_cast<size_t>(scratch));
 
   for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -95,10 +96,29 @@ namespace {
 // Query rows per block: keys past the block's last row are skipped, which halves the
 // work of a causal prefill, and the score block stays in cache.
 constexpr int64_t kQueryBlock = 128;
+
+// In-place softmax over s[0, visible), zeroing s[visible, n).
+void softmax_prefix(float* s, int64_t visible, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < visible; ++j) {
+    s[j] = exp_nonpositive(s[j] - mx);
+    sum += s[j];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
+  for (int64_t j = visible; j < n; ++j) s[j] = 0.0f;
+}
 }  // namespace
 
-int64_t attention_scratch_floats(int64_t T, int64_t L) {
-  return static_cast<int64_t>(omp_get_max_threads()) * std::min(T, kQueryBlock) * L;
+int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim) {
+  const int64_t rows = (n_heads / n_kv_heads) * std::min(T, kQueryBlock);
+  return static_cast<int64_t>(omp_get_max_threads()) * rows * (L + 2 * head_dim);
 }
 
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
@@ -107,37 +127,37 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
-  const int64_t block_floats = std::min(T, kQueryBlock) * (past + T);
-  // One (head, query block) per task; OpenBLAS (OpenMP build) runs single-threaded inside a
-  // parallel region, so the threads split heads instead of synchronizing inside tiny GEMMs.
+  const int64_t max_rows = group * std::min(T, kQueryBlock);
+  const int64_t per_thread = max_rows * (past + T + 2 * head_dim);
+  // One task per (kv group, query block). The group's heads share K and V, so their query
+  // rows are stacked into one [group*rows, head_dim] matrix: one larger GEMM per task instead
+  // of `group` small ones, each packing the same K. OpenBLAS (OpenMP build) runs
+  // single-threaded inside the parallel region, so threads split tasks, not tiny GEMMs.
 #pragma omp parallel for schedule(dynamic) collapse(2) \
     if (n_heads * T * (past + T) * head_dim >= kMinParallelElems)
-  for (int64_t h = 0; h < n_heads; ++h) {
+  for (int64_t g = 0; g < n_kv_heads; ++g) {
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t r0 = blk * kQueryBlock;
       const int64_t rows = std::min(kQueryBlock, T - r0);
       const int64_t keys = past + r0 + rows;  // keys visible to the block's last row
-      const int64_t g = h / group;
-      const float* qh = q + r0 * ldq + h * head_dim;
-      float* S = scratch + omp_get_thread_num() * block_floats;  // [rows, keys]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale, qh, ldq,
-                  k + g * head_dim, ldkv, 0.0f, S, keys);
-      for (int64_t i = 0; i < rows; ++i) {
-        float* s = S + i * keys;
-        const int64_t visible = past + r0 + i + 1;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
-        for (int64_t j = visible; j < keys; ++j) s[j] = 0.0f;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, S, keys,
-                  v + g * head_dim, ldkv, 0.0f, out + r0 * ldo + h * head_dim, ldo);
+      float* S = scratch + omp_get_thread_num() * per_thread;  // [group*rows, keys]
+      float* Qs = S + max_rows * keys;                         // [group*rows, head_dim]
+      float* Os = Qs + max_rows * head_dim;                    // [group*rows, head_dim]
+      for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(Qs + (hh * rows + i) * head_dim,
+                      q + (r0 + i) * ldq + (g * group + hh) * head_dim, head_dim * sizeof(float));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * rows, keys, head_dim, scale,
+                  Qs, head_dim, k + g * head_dim, ldkv, 0.0f, S, keys);
+      for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t i = 0; i < rows; ++i)
+          softmax_prefix(S + (hh * rows + i) * keys, past + r0 + i + 1, keys);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group * rows, head_dim, keys, 1.0f,
+                  S, keys, v + g * head_dim, ldkv, 0.0f, Os, head_dim);
+      for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(out + (r0 + i) * ldo + (g * group + hh) * head_dim,
+                      Os + (hh * rows + i) * head_dim, head_dim * sizeof(float));
     }
   }
 }

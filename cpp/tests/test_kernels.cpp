@@ -111,7 +111,7 @@ TEST(Attention, MatchesNaiveWithGqaAndPast) {
     auto kk = randn(static_cast<size_t>(L * Hkv * hd), 6);
     auto vv = randn(static_cast<size_t>(L * Hkv * hd), 7);
     std::vector<float> out(static_cast<size_t>(T * H * hd)),
-        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L)));
+        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
     k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
                         out.data(), H * hd, scratch.data());
     auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
@@ -125,7 +125,7 @@ TEST(Attention, ChunkedEqualsFull) {
   auto q = randn(static_cast<size_t>(T * H * hd), 8);
   auto kk = randn(static_cast<size_t>(T * Hkv * hd), 9);
   auto vv = randn(static_cast<size_t>(T * Hkv * hd), 10);
-  std::vector<float> full(q.size()), part(q.size()), s(static_cast<size_t>(k::attention_scratch_floats(T, T)));
+  std::vector<float> full(q.size()), part(q.size()), s(static_cast<size_t>(k::attention_scratch_floats(T, T, H, Hkv, hd)));
   k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, 0, H, Hkv, hd, full.data(), H * hd, s.data());
   k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, split, 0, H, Hkv, hd, part.data(), H * hd, s.data());
   k::attention_causal(q.data() + split * H * hd, H * hd, kk.data(), vv.data(), Hkv * hd, T - split, split, H, Hkv, hd,
@@ -146,4 +146,15 @@ TEST(LogSoftmax, MatchesScalarAndIsShiftInvariant) {
 TEST(Argmax, FirstOnTies) {
   std::vector<float> x{1, 3, 3, 2};
   EXPECT_EQ(k::argmax(x.data(), 4), 1);
+}
+
+TEST(ExpNonpositive, RelativeErrorBelow3e7) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.0013f) {
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(k::exp_nonpositive(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(k::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_LT(k::exp_nonpositive(-1000.0f), 1e-37f);  // clamped, finite, ~0
 }

@@ -2,7 +2,10 @@
 // Matrices are row-major; a "[rows, cols] (ld)" argument has row stride `ld` floats.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace socllm::kernels {
 
@@ -30,15 +33,36 @@ void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
 //   q   [T, n_heads*head_dim] (ldq)
 //   k,v [L, n_kv_heads*head_dim] (ldkv)
 //   out [T, n_heads*head_dim] (ldo)
-// `scratch` holds at least attention_scratch_floats(T, L) floats.
+// `scratch` holds at least attention_scratch_floats(T, L, n_heads, n_kv_heads, head_dim) floats.
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                       int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,
                       int64_t head_dim, float* out, int64_t ldo, float* scratch);
-int64_t attention_scratch_floats(int64_t T, int64_t L);
+int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim);
 
 // logprob[t] = log_softmax(logits[t, :])[target[t]] for t < T; logits [T, V] (ld).
 void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
                         const int32_t* target, float* logprob);
+
+// exp(x) for x <= 0 (softmax after subtracting the max): Cephes expf, x = k ln2 + r with a
+// degree-6 polynomial for exp(r); relative error < 2e-7. Branch-free so the softmax loops
+// vectorize (std::exp does not: it is a libm call per element).
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);  // exp(-87) ~ 1.6e-38: below it the term is 0 for softmax purposes
+  const float k = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
 
 // Index of the largest value of x[n] (first one on ties).
 int64_t argmax(const float* x, int64_t n);

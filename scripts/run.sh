@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec socllm run "$@"
+exec "${PYTHON:-python3}" -m socllm run "$@"

@@ -15,7 +15,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-pipq() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+pipq() { "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
 # torch first and pinned: a bare torch requirement pulls a multi-GB CUDA build.
 "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
   || pipq torch==2.13.0

@@ -134,24 +134,11 @@ class LanguageModel:
         prompt: str | Sequence[int],
         max_new_tokens: int = 64,
         plan: PlanLike = "fp32",
-        *,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        seed: int | None = None,
-        stop_at_eos: bool = True,
+        **sampling,
     ) -> str:
-        """Continue ``prompt``; greedy unless ``temperature`` > 0. Returns the new text only."""
-        return self.detokenize(
-            self.generate_ids(
-                prompt,
-                max_new_tokens,
-                plan,
-                temperature=temperature,
-                top_k=top_k,
-                seed=seed,
-                stop_at_eos=stop_at_eos,
-            )
-        )
+        """Continue ``prompt`` and return the new text only; ``sampling`` keywords as in
+        :meth:`generate_ids` (greedy unless ``temperature`` > 0)."""
+        return self.detokenize(self.generate_ids(prompt, max_new_tokens, plan, **sampling))
 
     def generate_ids(
         self,
@@ -164,6 +151,10 @@ class LanguageModel:
         seed: int | None = None,
         stop_at_eos: bool = True,
     ) -> list[int]:
+        """New token ids after ``prompt`` (text or ids). Greedy when ``temperature`` is 0;
+        otherwise sampled from softmax(logits / temperature), restricted to the ``top_k`` most
+        likely tokens if given, with a numpy generator seeded by ``seed``. Stops after the EOS
+        token unless ``stop_at_eos`` is False."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else _token_ids(prompt, "generate")
         if not ids:
             raise InvalidArgumentError("generate: the prompt is empty")

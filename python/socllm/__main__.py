@@ -1,0 +1,7 @@
+"""``python -m socllm ...`` is the ``socllm`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

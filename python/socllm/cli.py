@@ -58,7 +58,8 @@ def eval_wikitext2(
     limit_tokens: int | None,
     batch_size: int,
     progress: bool,
-) -> dict:
+):
+    """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL)."""
     from .data import wikitext2_test_path
 
     path = wikitext2_test_path()
@@ -72,7 +73,7 @@ def eval_wikitext2(
         batch_size=batch_size,
         progress=progress,
     )
-    return {
+    summary = {
         "task": "wikitext2",
         "file": str(path),
         "plan": plan,
@@ -80,6 +81,7 @@ def eval_wikitext2(
         "limit_tokens": limit_tokens,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+    return summary, r
 
 
 def cmd_eval(args) -> int:
@@ -97,7 +99,7 @@ def cmd_eval(args) -> int:
     results = []
     for plan in plans:
         for t in tasks:
-            r = eval_wikitext2(
+            r, _ = eval_wikitext2(
                 model,
                 plan,
                 context=args.context,

@@ -97,8 +97,9 @@ namespace {
 // work of a causal prefill, and the score block stays in cache.
 constexpr int64_t kQueryBlock = 128;
 
-// In-place softmax over s[0, visible), zeroing s[visible, n).
-void softmax_prefix(float* s, int64_t visible, int64_t n) {
+// s[0, visible) <- exp(s - max), s[visible, n) <- 0; returns 1 / sum. The caller applies the
+// normalization to the (much narrower) P.V output rows instead of to s, saving a pass over s.
+float softmax_prefix_unnormalized(float* s, int64_t visible, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, s[j]);
@@ -108,17 +109,15 @@ void softmax_prefix(float* s, int64_t visible, int64_t n) {
     s[j] = exp_nonpositive(s[j] - mx);
     sum += s[j];
   }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < visible; ++j) s[j] *= inv;
   for (int64_t j = visible; j < n; ++j) s[j] = 0.0f;
+  return 1.0f / sum;
 }
 }  // namespace
 
 int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim) {
   const int64_t rows = (n_heads / n_kv_heads) * std::min(T, kQueryBlock);
-  return static_cast<int64_t>(omp_get_max_threads()) * rows * (L + 2 * head_dim);
+  return static_cast<int64_t>(omp_get_max_threads()) * rows * (L + 2 * head_dim + 1);
 }
 
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
@@ -128,7 +127,7 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const int64_t max_rows = group * std::min(T, kQueryBlock);
-  const int64_t per_thread = max_rows * (past + T + 2 * head_dim);
+  const int64_t per_thread = max_rows * (past + T + 2 * head_dim + 1);
   // One task per (kv group, query block). The group's heads share K and V, so their query
   // rows are stacked into one [group*rows, head_dim] matrix: one larger GEMM per task instead
   // of `group` small ones, each packing the same K. OpenBLAS (OpenMP build) runs
@@ -143,6 +142,7 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
       float* S = scratch + omp_get_thread_num() * per_thread;  // [group*rows, keys]
       float* Qs = S + max_rows * keys;                         // [group*rows, head_dim]
       float* Os = Qs + max_rows * head_dim;                    // [group*rows, head_dim]
+      float* inv_sum = Os + max_rows * head_dim;               // [group*rows]
       for (int64_t hh = 0; hh < group; ++hh)
         for (int64_t i = 0; i < rows; ++i)
           std::memcpy(Qs + (hh * rows + i) * head_dim,
@@ -151,13 +151,17 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
                   Qs, head_dim, k + g * head_dim, ldkv, 0.0f, S, keys);
       for (int64_t hh = 0; hh < group; ++hh)
         for (int64_t i = 0; i < rows; ++i)
-          softmax_prefix(S + (hh * rows + i) * keys, past + r0 + i + 1, keys);
+          inv_sum[hh * rows + i] =
+              softmax_prefix_unnormalized(S + (hh * rows + i) * keys, past + r0 + i + 1, keys);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group * rows, head_dim, keys, 1.0f,
                   S, keys, v + g * head_dim, ldkv, 0.0f, Os, head_dim);
       for (int64_t hh = 0; hh < group; ++hh)
-        for (int64_t i = 0; i < rows; ++i)
-          std::memcpy(out + (r0 + i) * ldo + (g * group + hh) * head_dim,
-                      Os + (hh * rows + i) * head_dim, head_dim * sizeof(float));
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* o = Os + (hh * rows + i) * head_dim;
+          float* dst = out + (r0 + i) * ldo + (g * group + hh) * head_dim;
+          const float inv = inv_sum[hh * rows + i];
+          for (int64_t c = 0; c < head_dim; ++c) dst[c] = o[c] * inv;
+        }
     }
   }
 }
@@ -168,9 +172,11 @@ void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
   for (int64_t t = 0; t < T; ++t) {
     const float* x = logits + t * ld;
     float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
-    double sum = 0.0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(x[j] - mx));
+    double sum = 0.0;  // fp64 accumulation over the ~50k-term vocabulary
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += static_cast<double>(exp_nonpositive(x[j] - mx));
     logprob[t] = static_cast<float>(static_cast<double>(x[target[t]] - mx) - std::log(sum));
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <bit>
 #include <cstring>
 
 namespace socllm::kernels {
@@ -45,11 +46,15 @@ void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
                         const int32_t* target, float* logprob);
 
 // exp(x) for x <= 0 (softmax after subtracting the max): Cephes expf, x = k ln2 + r with a
-// degree-6 polynomial for exp(r); relative error < 2e-7. Branch-free so the softmax loops
-// vectorize (std::exp does not: it is a libm call per element).
+// degree-6 polynomial for exp(r); relative error < 2e-7. Pure arithmetic (k by the
+// 1.5 * 2^23 rounding trick, 2^k by building the float's exponent bits) so that loops calling
+// it vectorize; std::exp is a libm call per element, and floor/int conversions kept GCC 12
+// from vectorizing.
 inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);  // exp(-87) ~ 1.6e-38: below it the term is 0 for softmax purposes
-  const float k = std::floor(x * 1.44269504088896341f + 0.5f);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  x = x < -87.0f ? -87.0f : x;           // exp(-87) ~ 1.6e-38: below it, 0 for softmax
+  const float shifted = x * 1.44269504088896341f + kRound;
+  const float k = shifted - kRound;
   const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -58,10 +63,8 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
+  const int32_t k_int = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
+  return y * std::bit_cast<float>((k_int + 127) << 23);
 }
 
 // Index of the largest value of x[n] (first one on ties).

@@ -30,5 +30,6 @@ std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn);
 void init_core(py::module_& m);
 void init_io(py::module_& m);
 void init_engine(py::module_& m);
+void init_ops(py::module_& m);
 
 }  // namespace socllm::py_bind

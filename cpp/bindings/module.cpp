@@ -5,4 +5,5 @@ PYBIND11_MODULE(_core, m) {
   socllm::py_bind::init_core(m);
   socllm::py_bind::init_io(m);
   socllm::py_bind::init_engine(m);
+  socllm::py_bind::init_ops(m);
 }

@@ -1,0 +1,90 @@
+// Mirrors cpp/include/socllm/gemm_s8.h as socllm._core.ops (numpy semantics: C = A @ B).
+#include <pybind11/stl.h>
+
+#include "common.h"
+#include "socllm/gemm_s8.h"
+#include "socllm/kernels.h"
+
+namespace socllm::py_bind {
+
+namespace {
+
+kernels::Isa isa_arg(const std::optional<std::string>& isa) {
+  return isa ? kernels::isa_from_name(*isa) : kernels::best_isa();
+}
+
+// C[M, N] = A[M, K] @ B[K, N]; B is copied once into the kernels' [N, K] weight layout.
+template <typename TA>
+py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::array& b_obj,
+                          const std::optional<std::string>& isa,
+                          void (*kernel)(const TA*, int64_t, const int8_t*, int64_t, int32_t*,
+                                         int64_t, int64_t, int64_t, int64_t, kernels::Isa)) {
+  const char* want_a = std::is_same_v<TA, int8_t> ? "int8" : "uint8";
+  if (!py::isinstance<py::array_t<TA>>(a_obj))
+    throw InvalidArgument(std::string("[") + fn + "] A must be a " + want_a + " array, got " +
+                          std::string(py::str(a_obj.dtype())));
+  if (!py::isinstance<py::array_t<int8_t>>(b_obj))
+    throw InvalidArgument(std::string("[") + fn + "] B must be an int8 array, got " +
+                          std::string(py::str(b_obj.dtype())));
+  auto A = py::array_t<TA, py::array::c_style | py::array::forcecast>::ensure(a_obj);
+  auto B = py::array_t<int8_t, py::array::f_style | py::array::forcecast>::ensure(b_obj);
+  if (A.ndim() != 2 || B.ndim() != 2)
+    throw ShapeError(std::string("[") + fn + "] A and B must be 2-D, got " +
+                     std::to_string(A.ndim()) + "-D and " + std::to_string(B.ndim()) + "-D");
+  const int64_t M = A.shape(0), K = A.shape(1), N = B.shape(1);
+  if (B.shape(0) != K)
+    throw ShapeError(std::string("[") + fn + "] A is [" + std::to_string(M) + ", " +
+                     std::to_string(K) + "] but B is [" + std::to_string(B.shape(0)) + ", " +
+                     std::to_string(N) + "]");
+  py::array_t<int32_t> C({M, N});
+  const kernels::Isa path = isa_arg(isa);
+  {
+    py::gil_scoped_release nogil;
+    // Fortran-ordered B[K, N] is row-major B^T[N, K]: the weight layout, with ldb = K.
+    kernel(A.data(), K, B.data(), K, C.mutable_data(), N, M, N, K, path);
+  }
+  return C;
+}
+
+}  // namespace
+
+void init_ops(py::module_& m) {
+  py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM).");
+  ops.def("isa", [] { return kernels::isa_name(kernels::best_isa()); },
+          "The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.");
+  ops.def("supported_isas", [] {
+    std::vector<std::string> out;
+    for (auto i : kernels::supported_isas()) out.push_back(kernels::isa_name(i));
+    return out;
+  });
+  ops.def("gemm_s8s8s32",
+          [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
+            return gemm<int8_t>("gemm_s8s8s32", A, B, isa, &kernels::gemm_s8s8s32);
+          },
+          py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
+          "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation).");
+  ops.def(
+      "linear_f32",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> x,
+         py::array_t<float, py::array::c_style | py::array::forcecast> W) {
+        if (x.ndim() != 2 || W.ndim() != 2 || x.shape(1) != W.shape(1))
+          throw ShapeError("[linear_f32] need x [T, in] and W [out, in], got " +
+                           shape_str({x.shape(), x.shape() + x.ndim()}) + " and " +
+                           shape_str({W.shape(), W.shape() + W.ndim()}));
+        const int64_t T = x.shape(0), in = x.shape(1), out = W.shape(0);
+        py::array_t<float> y({T, out});
+        py::gil_scoped_release nogil;
+        kernels::linear(x.data(), T, in, in, W.data(), out, nullptr, y.mutable_data(), out);
+        return y;
+      },
+      py::arg("x"), py::arg("W"),
+      "y = x @ W.T in fp32 with the engine's OpenBLAS sgemm (the peer for INT8 benchmarks).");
+  ops.def("gemm_u8s8s32",
+          [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
+            return gemm<uint8_t>("gemm_u8s8s32", A, B, isa, &kernels::gemm_u8s8s32);
+          },
+          py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
+          "int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form).");
+}
+
+}  // namespace socllm::py_bind

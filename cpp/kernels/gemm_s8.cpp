@@ -1,0 +1,291 @@
+// Exact INT8 GEMM with runtime dispatch: AVX-512 VNNI (vpdpbusd), AVX2 (widen to int16 and
+// vpmaddwd, exact: no saturating vpmaddubsw), scalar reference. All paths are bit-identical.
+#include "socllm/gemm_s8.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "socllm/core.h"
+
+namespace socllm::kernels {
+
+namespace {
+
+template <typename TA>
+void gemm_scalar(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+                 int64_t M, int64_t N, int64_t K) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      uint32_t acc = 0;  // unsigned: wraps modulo 2^32 like the hardware, without UB
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<uint32_t>(static_cast<int32_t>(A[m * lda + k]) * B[n * ldb + k]);
+      C[m * ldc + n] = static_cast<int32_t>(acc);
+    }
+}
+
+// ---- AVX2: 16 elements per step, widened to int16; vpmaddwd sums pairs into int32 ----------
+
+template <typename TA>
+__attribute__((target("avx2"))) inline __m256i widen16(const TA* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<TA, uint8_t>) return _mm256_cvtepu8_epi16(v);
+  else return _mm256_cvtepi8_epi16(v);
+}
+
+__attribute__((target("avx2"))) inline int32_t hsum256(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+template <typename TA, int MR, int NR>
+__attribute__((target("avx2"))) void tile_avx2(const TA* A, int64_t lda, const int8_t* B,
+                                               int64_t ldb, int32_t* C, int64_t ldc, int64_t K) {
+  __m256i acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m256i a[MR];
+    for (int i = 0; i < MR; ++i) a[i] = widen16(A + i * lda + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m256i b = widen16(B + j * ldb + k);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a[i], b));
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      uint32_t s = static_cast<uint32_t>(hsum256(acc[i][j]));
+      for (int64_t kk = k; kk < K; ++kk)
+        s += static_cast<uint32_t>(static_cast<int32_t>(A[i * lda + kk]) * B[j * ldb + kk]);
+      C[i * ldc + j] = static_cast<int32_t>(s);
+    }
+}
+
+// ---- AVX-512 VNNI: 64 bytes per step, vpdpbusd (u8 x s8, 4 products per int32 lane) --------
+
+#define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+template <typename TA, int MR, int NR>
+struct Avx2Tile {
+  static void run(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
+                  int64_t ldc, int64_t K) {
+    tile_avx2<TA, MR, NR>(A, lda, B, ldb, C, ldc, K);
+  }
+};
+// Walks C in MR x NR tiles (edge tiles of one row and/or one column). Columns outside, rows
+// inside: a tile's NR rows of B (NR * K bytes) stay in L1 while A's rows stream from L2.
+// Threads split the column blocks.
+template <template <typename, int, int> class Tile, int MR, int NR, typename TA>
+void walk_tiles(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+                int64_t M, int64_t N, int64_t K) {
+  const int64_t n_full = N / NR, n_blocks = n_full + (N % NR);  // full blocks, then 1-wide
+#pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb) {
+    const bool full = nb < n_full;
+    const int64_t n = full ? nb * NR : n_full * NR + (nb - n_full);
+    const int8_t* b = B + n * ldb;
+    int64_t m = 0;
+    for (; m + MR <= M; m += MR) {
+      if (full) Tile<TA, MR, NR>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      else Tile<TA, MR, 1>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+    }
+    for (; m < M; ++m) {
+      if (full) Tile<TA, 1, NR>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      else Tile<TA, 1, 1>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+    }
+  }
+}
+
+template <typename TA>
+void gemm_avx2(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+               int64_t M, int64_t N, int64_t K) {
+  // 2 x 4 tiles: 8 accumulators + operands fit AVX2's 16 ymm registers.
+  walk_tiles<Avx2Tile, 2, 4>(A, lda, B, ldb, C, ldc, M, N, K);
+}
+
+// ---- AVX-512 VNNI: vpdpbusd on B packed so that one instruction yields 16 output columns ---
+//
+// Packed B: for each group of 4 k, for each column n, the 4 bytes B[n, 4g .. 4g+3] form one
+// int32 lane; 16 consecutive columns fill a zmm. One broadcast int32 of A (4 k-values of one
+// row) against it accumulates 4 products into each of 16 columns: no horizontal sums. K and
+// N are zero-padded to multiples of 4 and 16 (zero B bytes contribute nothing, whatever A is).
+constexpr int64_t kVnniCols = 16;           // int32 lanes per zmm
+constexpr int kVnniRows = 6, kVnniVecs = 4;  // 6 x 64 tile: 24 accumulators of 32 zmm
+
+struct PackedB {
+  int64_t groups = 0, cols = 0;  // ceil(K / 4), N rounded up to 16
+  std::vector<int32_t> data;     // [groups][cols] int32, each 4 bytes of B
+  std::vector<int32_t> shift;    // [cols] 128 * sum_k B[n, k] (wrapping): undoes A + 128
+};
+
+PackedB pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
+  PackedB p;
+  p.groups = (K + 3) / 4;
+  p.cols = (N + kVnniCols - 1) / kVnniCols * kVnniCols;
+  p.data.assign(static_cast<size_t>(p.groups * p.cols), 0);
+  const int64_t full = K / 4;
+  // Blocks of 64 columns: the 64 source rows are read forward, the packed rows written whole.
+#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t n1 = std::min(N, n0 + 64);
+    for (int64_t g = 0; g < p.groups; ++g)
+      for (int64_t n = n0; n < n1; ++n) {
+        int32_t q = 0;
+        if (g < full) std::memcpy(&q, B + n * ldb + 4 * g, 4);
+        else std::memcpy(&q, B + n * ldb + 4 * g, static_cast<size_t>(K - 4 * g));
+        p.data[static_cast<size_t>(g * p.cols + n)] = q;
+      }
+  }
+  p.shift.assign(static_cast<size_t>(p.cols), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    uint32_t sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += static_cast<uint32_t>(int32_t{B[n * ldb + k]});
+    p.shift[static_cast<size_t>(n)] = static_cast<int32_t>(sum * 128u);
+  }
+  return p;
+}
+
+// 4 bytes of row `a` starting at k (zero beyond K) as one int32; int8 A gets +128 per byte
+// (bit 7 flipped): the zero-point shift that the column sums of B undo afterwards.
+template <typename TA>
+inline int32_t a_quad(const TA* a, int64_t k, int64_t K) {
+  uint8_t q[4] = {0, 0, 0, 0};
+  const int64_t n = std::min<int64_t>(4, K - k);
+  std::memcpy(q, a + k, static_cast<size_t>(n));
+  uint32_t v;
+  std::memcpy(&v, q, 4);
+  if constexpr (std::is_same_v<TA, int8_t>) v ^= 0x80808080u;
+  return static_cast<int32_t>(v);
+}
+
+template <typename TA, int MR>
+SOCLLM_VNNI_TARGET void tile_vnni(const TA* A, int64_t lda, const PackedB& pb, int64_t n0,
+                                  int vecs, int32_t* C, int64_t ldc, int64_t N, int64_t K) {
+  __m512i acc[MR][kVnniVecs];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < kVnniVecs; ++j) acc[i][j] = _mm512_setzero_si512();
+  const int32_t* bp = pb.data.data() + n0;
+  const int64_t full_groups = K / 4;
+  for (int64_t g = 0; g < pb.groups; ++g, bp += pb.cols) {
+    __m512i b[kVnniVecs];
+    for (int j = 0; j < vecs; ++j) b[j] = _mm512_loadu_si512(bp + j * kVnniCols);
+    for (int i = 0; i < MR; ++i) {
+      int32_t q;
+      if (g < full_groups) {
+        std::memcpy(&q, A + i * lda + 4 * g, 4);
+        if constexpr (std::is_same_v<TA, int8_t>) q ^= static_cast<int32_t>(0x80808080u);
+      } else {
+        q = a_quad(A + i * lda, 4 * g, K);
+      }
+      const __m512i a = _mm512_set1_epi32(q);
+      for (int j = 0; j < vecs; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, b[j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < vecs; ++j) {
+      const int64_t n = n0 + j * kVnniCols;
+      const int64_t valid = std::min<int64_t>(kVnniCols, N - n);
+      const __mmask16 m = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
+      __m512i v = acc[i][j];
+      if constexpr (std::is_same_v<TA, int8_t>)  // undo the +128 on A (wrapping, hence exact)
+        v = _mm512_sub_epi32(v, _mm512_loadu_si512(pb.shift.data() + n));
+      _mm512_mask_storeu_epi32(C + i * ldc + n, m, v);
+    }
+}
+
+template <typename TA>
+void gemm_vnni(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+               int64_t M, int64_t N, int64_t K) {
+  const PackedB pb = pack_b_vnni(B, ldb, N, K);
+  constexpr int64_t block_cols = kVnniCols * kVnniVecs;
+  const int64_t n_blocks = (N + block_cols - 1) / block_cols;
+  // Column blocks outside (their packed B, K * 64 bytes, stays in L2), rows inside.
+#pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb) {
+    const int64_t n0 = nb * block_cols;
+    const int vecs = static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
+    int64_t m = 0;
+    for (; m + kVnniRows <= M; m += kVnniRows)
+      tile_vnni<TA, kVnniRows>(A + m * lda, lda, pb, n0, vecs, C + m * ldc, ldc, N, K);
+    for (; m < M; ++m) tile_vnni<TA, 1>(A + m * lda, lda, pb, n0, vecs, C + m * ldc, ldc, N, K);
+  }
+}
+
+void check_args(const char* fn, const void* A, int64_t lda, const void* B, int64_t ldb,
+                const void* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+  if (M < 0 || N < 0 || K < 0)
+    throw ShapeError(std::string("[") + fn + "] negative size M=" + std::to_string(M) +
+                     " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  if (lda < K || ldb < K || ldc < N)
+    throw ShapeError(std::string("[") + fn + "] leading dimensions lda=" + std::to_string(lda) +
+                     " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc) +
+                     " too small for K=" + std::to_string(K) + " N=" + std::to_string(N));
+  if ((M && K && !A) || (N && K && !B) || (M && N && !C))
+    throw InvalidArgument(std::string("[") + fn + "] null operand");
+  bool ok = false;
+  for (Isa s : supported_isas()) ok |= s == isa;
+  if (!ok)
+    throw Unsupported(std::string("[") + fn + "] this CPU does not support the " +
+                      isa_name(isa) + " path");
+}
+
+template <typename TA>
+void gemm_dispatch(const char* fn, const TA* A, int64_t lda, const int8_t* B, int64_t ldb,
+                   int32_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+  check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa);
+  if (M == 0 || N == 0) return;
+  switch (isa) {
+    case Isa::Avx512Vnni: return gemm_vnni(A, lda, B, ldb, C, ldc, M, N, K);
+    case Isa::Avx2: return gemm_avx2(A, lda, B, ldb, C, ldc, M, N, K);
+    case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
+  }
+}
+
+}  // namespace
+
+std::string isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512Vnni: return "avx512-vnni";
+  }
+  return "?";
+}
+
+Isa isa_from_name(const std::string& name) {
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+    if (isa_name(i) == name) return i;
+  throw InvalidArgument("[isa] unknown instruction set '" + name +
+                        "' (scalar, avx2, avx512-vnni)");
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out{Isa::Scalar};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) out.push_back(Isa::Avx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni"))
+    out.push_back(Isa::Avx512Vnni);
+  return out;
+}
+
+Isa best_isa() { return supported_isas().back(); }
+
+void gemm_s8s8s32(const int8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
+                  int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+  gemm_dispatch("gemm_s8s8s32", A, lda, B, ldb, C, ldc, M, N, K, isa);
+}
+
+void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
+                  int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+  gemm_dispatch("gemm_u8s8s32", A, lda, B, ldb, C, ldc, M, N, K, isa);
+}
+
+}  // namespace socllm::kernels

@@ -1,0 +1,13 @@
+"""Exact kernels of the C++ core, for tests and experiments.
+
+- ``gemm_s8s8s32(A, B, isa=None)``: int32 ``A @ B`` for int8 ``A [M, K]``, int8 ``B [K, N]``.
+- ``gemm_u8s8s32(A, B, isa=None)``: the same with uint8 ``A`` (the form VNNI computes).
+- ``isa()``: the path used by default on this CPU (``avx512-vnni``, ``avx2`` or ``scalar``);
+  ``supported_isas()``: every path this CPU can run (``isa=`` forces one).
+- ``linear_f32(x, W)``: fp32 ``x @ W.T`` with the engine's OpenBLAS sgemm (the benchmarks' peer).
+
+Inputs are not modified; A is used in place when C-contiguous (else copied), B is copied once
+into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
+"""
+
+from ._core.ops import gemm_s8s8s32, gemm_u8s8s32, isa, linear_f32, supported_isas  # noqa: F401

@@ -144,6 +144,7 @@ PackedB pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
       }
   }
   p.shift.assign(static_cast<size_t>(p.cols), 0);
+#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
   for (int64_t n = 0; n < N; ++n) {
     uint32_t sum = 0;
     for (int64_t k = 0; k < K; ++k) sum += static_cast<uint32_t>(int32_t{B[n * ldb + k]});
@@ -152,38 +153,33 @@ PackedB pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
   return p;
 }
 
-// 4 bytes of row `a` starting at k (zero beyond K) as one int32; int8 A gets +128 per byte
-// (bit 7 flipped): the zero-point shift that the column sums of B undo afterwards.
+// A as uint8 rows padded to a multiple of 4 bytes, ready for 4-byte broadcasts; int8 A gets
+// + 128 per byte (bit 7 flipped), the zero-point shift that PackedB::shift undoes. Padding
+// bytes meet zero B bytes, so their value does not matter.
 template <typename TA>
-inline int32_t a_quad(const TA* a, int64_t k, int64_t K) {
-  uint8_t q[4] = {0, 0, 0, 0};
-  const int64_t n = std::min<int64_t>(4, K - k);
-  std::memcpy(q, a + k, static_cast<size_t>(n));
-  uint32_t v;
-  std::memcpy(&v, q, 4);
-  if constexpr (std::is_same_v<TA, int8_t>) v ^= 0x80808080u;
-  return static_cast<int32_t>(v);
+std::vector<uint8_t> shift_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
+  std::vector<uint8_t> out(static_cast<size_t>(M * ld), 0);
+  const uint8_t flip = std::is_same_v<TA, int8_t> ? 0x80 : 0x00;
+#pragma omp parallel for schedule(static) if (M * K >= (int64_t{1} << 20))
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      out[static_cast<size_t>(m * ld + k)] = static_cast<uint8_t>(A[m * lda + k]) ^ flip;
+  return out;
 }
 
-template <typename TA, int MR>
-SOCLLM_VNNI_TARGET void tile_vnni(const TA* A, int64_t lda, const PackedB& pb, int64_t n0,
-                                  int vecs, int32_t* C, int64_t ldc, int64_t N, int64_t K) {
+template <bool kShift, int MR>
+SOCLLM_VNNI_TARGET void tile_vnni(const uint8_t* A, int64_t lda, const PackedB& pb, int64_t n0,
+                                  int vecs, int32_t* C, int64_t ldc, int64_t N) {
   __m512i acc[MR][kVnniVecs];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < kVnniVecs; ++j) acc[i][j] = _mm512_setzero_si512();
   const int32_t* bp = pb.data.data() + n0;
-  const int64_t full_groups = K / 4;
   for (int64_t g = 0; g < pb.groups; ++g, bp += pb.cols) {
     __m512i b[kVnniVecs];
     for (int j = 0; j < vecs; ++j) b[j] = _mm512_loadu_si512(bp + j * kVnniCols);
     for (int i = 0; i < MR; ++i) {
       int32_t q;
-      if (g < full_groups) {
-        std::memcpy(&q, A + i * lda + 4 * g, 4);
-        if constexpr (std::is_same_v<TA, int8_t>) q ^= static_cast<int32_t>(0x80808080u);
-      } else {
-        q = a_quad(A + i * lda, 4 * g, K);
-      }
+      std::memcpy(&q, A + i * lda + 4 * g, 4);
       const __m512i a = _mm512_set1_epi32(q);
       for (int j = 0; j < vecs; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, b[j]);
     }
@@ -194,7 +190,7 @@ SOCLLM_VNNI_TARGET void tile_vnni(const TA* A, int64_t lda, const PackedB& pb, i
       const int64_t valid = std::min<int64_t>(kVnniCols, N - n);
       const __mmask16 m = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
       __m512i v = acc[i][j];
-      if constexpr (std::is_same_v<TA, int8_t>)  // undo the +128 on A (wrapping, hence exact)
+      if constexpr (kShift)  // undo the +128 on int8 A (wrapping, hence exact)
         v = _mm512_sub_epi32(v, _mm512_loadu_si512(pb.shift.data() + n));
       _mm512_mask_storeu_epi32(C + i * ldc + n, m, v);
     }
@@ -204,6 +200,9 @@ template <typename TA>
 void gemm_vnni(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
                int64_t M, int64_t N, int64_t K) {
   const PackedB pb = pack_b_vnni(B, ldb, N, K);
+  const int64_t lda4 = pb.groups * 4;
+  const std::vector<uint8_t> a_u8 = shift_pad_a(A, lda, M, K, lda4);
+  constexpr bool kShift = std::is_same_v<TA, int8_t>;
   constexpr int64_t block_cols = kVnniCols * kVnniVecs;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
   // Column blocks outside (their packed B, K * 64 bytes, stays in L2), rows inside.
@@ -213,8 +212,9 @@ void gemm_vnni(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* 
     const int vecs = static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
     int64_t m = 0;
     for (; m + kVnniRows <= M; m += kVnniRows)
-      tile_vnni<TA, kVnniRows>(A + m * lda, lda, pb, n0, vecs, C + m * ldc, ldc, N, K);
-    for (; m < M; ++m) tile_vnni<TA, 1>(A + m * lda, lda, pb, n0, vecs, C + m * ldc, ldc, N, K);
+      tile_vnni<kShift, kVnniRows>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
+    for (; m < M; ++m)
+      tile_vnni<kShift, 1>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
   }
 }
 

@@ -68,23 +68,13 @@ __attribute__((target("avx2"))) void tile_avx2(const TA* A, int64_t lda, const i
     }
 }
 
-// ---- AVX-512 VNNI: 64 bytes per step, vpdpbusd (u8 x s8, 4 products per int32 lane) --------
-
-#define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
-
-template <typename TA, int MR, int NR>
-struct Avx2Tile {
-  static void run(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
-                  int64_t ldc, int64_t K) {
-    tile_avx2<TA, MR, NR>(A, lda, B, ldb, C, ldc, K);
-  }
-};
-// Walks C in MR x NR tiles (edge tiles of one row and/or one column). Columns outside, rows
-// inside: a tile's NR rows of B (NR * K bytes) stay in L1 while A's rows stream from L2.
-// Threads split the column blocks.
-template <template <typename, int, int> class Tile, int MR, int NR, typename TA>
-void walk_tiles(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
-                int64_t M, int64_t N, int64_t K) {
+// Walks C in 2 x 4 tiles (8 accumulators + operands fit AVX2's 16 ymm registers), with edge
+// tiles of one row and/or one column. Columns outside, rows inside: a tile's rows of B stay in
+// L1 while A's rows stream from L2. Threads split the column blocks.
+template <typename TA>
+void gemm_avx2(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+               int64_t M, int64_t N, int64_t K) {
+  constexpr int MR = 2, NR = 4;
   const int64_t n_full = N / NR, n_blocks = n_full + (N % NR);  // full blocks, then 1-wide
 #pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
   for (int64_t nb = 0; nb < n_blocks; ++nb) {
@@ -93,21 +83,14 @@ void walk_tiles(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t*
     const int8_t* b = B + n * ldb;
     int64_t m = 0;
     for (; m + MR <= M; m += MR) {
-      if (full) Tile<TA, MR, NR>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-      else Tile<TA, MR, 1>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      if (full) tile_avx2<TA, MR, NR>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      else tile_avx2<TA, MR, 1>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
     }
     for (; m < M; ++m) {
-      if (full) Tile<TA, 1, NR>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-      else Tile<TA, 1, 1>::run(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      if (full) tile_avx2<TA, 1, NR>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
+      else tile_avx2<TA, 1, 1>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
     }
   }
-}
-
-template <typename TA>
-void gemm_avx2(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
-               int64_t M, int64_t N, int64_t K) {
-  // 2 x 4 tiles: 8 accumulators + operands fit AVX2's 16 ymm registers.
-  walk_tiles<Avx2Tile, 2, 4>(A, lda, B, ldb, C, ldc, M, N, K);
 }
 
 // ---- AVX-512 VNNI: vpdpbusd on B packed so that one instruction yields 16 output columns ---
@@ -118,6 +101,8 @@ void gemm_avx2(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* 
 // N are zero-padded to multiples of 4 and 16 (zero B bytes contribute nothing, whatever A is).
 constexpr int64_t kVnniCols = 16;           // int32 lanes per zmm
 constexpr int kVnniRows = 6, kVnniVecs = 4;  // 6 x 64 tile: 24 accumulators of 32 zmm
+
+#define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 struct PackedB {
   int64_t groups = 0, cols = 0;  // ceil(K / 4), N rounded up to 16

@@ -6,4 +6,5 @@ PYBIND11_MODULE(_core, m) {
   socllm::py_bind::init_io(m);
   socllm::py_bind::init_engine(m);
   socllm::py_bind::init_ops(m);
+  socllm::py_bind::init_quant(m);
 }

@@ -7,7 +7,7 @@
 
 __version__ = "0.1.0"
 
-from . import ops  # noqa: E402
+from . import ops, quant  # noqa: E402
 from ._core import Plan, log_level, num_threads, set_log_level, set_num_threads  # noqa: E402
 from .errors import (  # noqa: E402
     ContextOverflowError,
@@ -23,6 +23,7 @@ from .registry import BUILTIN_MODELS, DEFAULT_MODEL  # noqa: E402
 
 __all__ = [
     "ops",
+    "quant",
     "load",
     "LanguageModel",
     "PerplexityResult",

@@ -1,0 +1,48 @@
+// Quant layer: symmetric integer quantizers (the NPU baselines of seed 001 §2.3 / Table 4 and
+// the K-quant-like per-group schemes of seed 001 Fig. 3).
+//
+// Rules, identical on every path and documented for users:
+//   scale  = max|x| over the tensor / output channel / group, divided by qmax
+//            (qmax = 127 for 8 bits, 7 for 4 bits); an all-zero block gets scale 0 and q = 0.
+//   q      = saturate(round_half_to_even(x / scale)) into [-qmax - 1, qmax]
+//            (true division, as numpy's np.round(x / scale); saturation matters for static
+//            activation scales calibrated on other data).
+//   x_hat  = q * scale.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace socllm::quant {
+
+enum class Granularity { PerTensor, PerChannel, PerGroup };
+
+Granularity granularity_from_name(const std::string& name);  // per-tensor|per-channel|per-group
+std::string granularity_name(Granularity g);
+
+struct QuantSpec {
+  int bits = 8;  // 8 or 4
+  Granularity granularity = Granularity::PerChannel;
+  int64_t group_size = 32;  // per-group only; must divide the row length
+  void validate(int64_t cols) const;
+  int32_t qmax() const { return bits == 8 ? 127 : 7; }
+};
+
+// Weights W[rows, cols] (rows = output channels). q is one int8 per element (4-bit values
+// stored unpacked in [-8, 7]); scales has 1 (per-tensor), rows (per-channel) or
+// rows * cols / group_size (per-group, row-major) entries.
+struct QuantizedWeights {
+  int64_t rows = 0, cols = 0;
+  QuantSpec spec;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+};
+
+QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols, const QuantSpec& spec);
+void dequantize_weights(const QuantizedWeights& w, float* out);  // out[rows * cols]
+
+// Activations with a static (calibrated) scale: out[i] = saturate(rne(x[i] / scale)).
+void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* out);
+
+}  // namespace socllm::quant

@@ -1,0 +1,99 @@
+#include <algorithm>
+#include <cmath>
+
+#include "socllm/core.h"
+#include "socllm/quant.h"
+
+namespace socllm::quant {
+
+namespace {
+inline int8_t quantize_one(float x, float scale, int32_t qmax) {
+  if (scale == 0.0f) return 0;
+  // nearbyint rounds half to even under the default rounding mode, like np.round.
+  const float r = std::nearbyint(x / scale);
+  return static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax - 1), static_cast<float>(qmax)));
+}
+
+float absmax(const float* x, int64_t n, int64_t stride) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(x[i * stride]));
+  return m;
+}
+}  // namespace
+
+Granularity granularity_from_name(const std::string& name) {
+  for (Granularity g : {Granularity::PerTensor, Granularity::PerChannel, Granularity::PerGroup})
+    if (granularity_name(g) == name) return g;
+  throw InvalidArgument("[quantize] unknown granularity '" + name +
+                        "' (per-tensor, per-channel, per-group)");
+}
+
+std::string granularity_name(Granularity g) {
+  switch (g) {
+    case Granularity::PerTensor: return "per-tensor";
+    case Granularity::PerChannel: return "per-channel";
+    case Granularity::PerGroup: return "per-group";
+  }
+  return "?";
+}
+
+void QuantSpec::validate(int64_t cols) const {
+  if (bits != 8 && bits != 4)
+    throw InvalidArgument("[quantize] bits must be 8 or 4, got " + std::to_string(bits));
+  if (granularity == Granularity::PerGroup && (group_size <= 0 || cols % group_size != 0))
+    throw InvalidArgument("[quantize] group_size " + std::to_string(group_size) +
+                          " must be > 0 and divide the row length " + std::to_string(cols));
+}
+
+QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols, const QuantSpec& spec) {
+  if (rows < 0 || cols < 0)
+    throw ShapeError("[quantize] negative shape [" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + "]");
+  spec.validate(cols);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (!std::isfinite(W[i]))
+      throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(i));
+  QuantizedWeights out;
+  out.rows = rows;
+  out.cols = cols;
+  out.spec = spec;
+  out.q.resize(static_cast<size_t>(rows * cols));
+  const int64_t block = spec.granularity == Granularity::PerTensor    ? rows * cols
+                        : spec.granularity == Granularity::PerChannel ? cols
+                                                                      : spec.group_size;
+  const int64_t n_blocks = block ? rows * cols / block : 0;
+  out.scales.resize(static_cast<size_t>(std::max<int64_t>(n_blocks, rows * cols ? 1 : 0)));
+  const float qmax = static_cast<float>(spec.qmax());
+  // Row-major blocks of `block` consecutive elements: the whole tensor, a row, or a group.
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16))
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* x = W + b * block;
+    const float scale = absmax(x, block, 1) / qmax;
+    out.scales[static_cast<size_t>(b)] = scale;
+    for (int64_t i = 0; i < block; ++i)
+      out.q[static_cast<size_t>(b * block + i)] = quantize_one(x[i], scale, spec.qmax());
+  }
+  return out;
+}
+
+void dequantize_weights(const QuantizedWeights& w, float* out) {
+  const int64_t n = w.rows * w.cols;
+  if (n == 0) return;
+  const int64_t block = n / static_cast<int64_t>(w.scales.size());
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>(w.q[static_cast<size_t>(i)]) * w.scales[static_cast<size_t>(i / block)];
+}
+
+void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* out) {
+  QuantSpec{bits, Granularity::PerTensor, 0}.validate(n);
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    throw InvalidArgument("[quantize_static] scale must be finite and > 0, got " + std::to_string(scale));
+  const int32_t qmax = bits == 8 ? 127 : 7;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i]))
+      throw InvalidArgument("[quantize_static] NaN at index " + std::to_string(i));
+    out[i] = quantize_one(x[i], scale, qmax);  // +-inf saturate
+  }
+}
+
+}  // namespace socllm::quant

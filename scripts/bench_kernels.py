@@ -4,6 +4,8 @@
 Shapes: the default model's prefill linears (SmolLM2-135M at --tokens, default 512) and a
 2048x2048 and a 2048x8192 layer. Both sides use the same threads (default 2) and the same
 [tokens, in] x [out, in]^T layout; INT8 counts 2*M*N*K integer ops, sgemm 2*M*N*K flops.
+The "prepacked" column packs the weights once (ops.PackedWeightsS8), as a static graph does;
+the other INT8 columns pack them on every call.
 
     python scripts/bench_kernels.py [--tokens 512] [--threads 2] [--isa all] [--json PATH]
 """
@@ -57,6 +59,7 @@ def main() -> int:
     print(f"M={M} tokens, {args.threads} threads, OpenBLAS {socllm._core.blas_info()['corename']}")
     header = f"{'shape':18}{'K':>6}{'N':>6}{'sgemm GFLOPS':>14}"
     header += "".join(f"{i + ' GOPS':>18}{'ratio':>7}" for i in isas)
+    header += f"{'prepacked ' + ops.isa():>24}{'ratio':>7}"
     print(header)
     for name, k, n in SHAPES:
         x = rng.standard_normal((M, k), dtype=np.float32)
@@ -75,6 +78,11 @@ def main() -> int:
             )
             row[f"{isa}_gops"] = g
             line += f"{g:>18.1f}{g / sg:>6.2f}x"
+        # Weights packed once, as a static graph holds them; only the activations vary.
+        packed = ops.PackedWeightsS8(b)
+        g = ops_count / best_time(lambda a=a, p=packed: ops.gemm_s8s8s32(a, p)) / 1e9
+        row[f"prepacked_{ops.isa()}_gops"] = g
+        line += f"{g:>24.1f}{g / sg:>6.2f}x"
         rows.append(row)
         print(line)
     if args.json:

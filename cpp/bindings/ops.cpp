@@ -57,6 +57,45 @@ void init_ops(py::module_& m) {
     for (auto i : kernels::supported_isas()) out.push_back(kernels::isa_name(i));
     return out;
   });
+  py::class_<kernels::PackedWeightsS8>(
+      ops, "PackedWeightsS8",
+      "int8 weights B [K, N] prepared once for many GEMMs (a static graph's weights).")
+      .def(py::init([](const py::array& b_obj) {
+             if (!py::isinstance<py::array_t<int8_t>>(b_obj))
+               throw InvalidArgument("[PackedWeightsS8] B must be an int8 array, got " +
+                                     std::string(py::str(b_obj.dtype())));
+             auto B = py::array_t<int8_t, py::array::f_style | py::array::forcecast>::ensure(b_obj);
+             if (B.ndim() != 2)
+               throw ShapeError("[PackedWeightsS8] B must be 2-D [K, N], got " +
+                                std::to_string(B.ndim()) + "-D");
+             // Fortran-ordered B[K, N] is row-major [N, K], the kernels' weight layout.
+             return std::make_unique<kernels::PackedWeightsS8>(B.data(), B.shape(0), B.shape(1),
+                                                               B.shape(0));
+           }),
+           py::arg("B"))
+      .def_property_readonly("shape", [](const kernels::PackedWeightsS8& w) {
+        return py::make_tuple(w.k(), w.n());
+      })
+      .def_property_readonly("bytes", &kernels::PackedWeightsS8::bytes);
+  ops.def("gemm_s8s8s32",
+          [](const py::array& A, const kernels::PackedWeightsS8& W,
+             const std::optional<std::string>& isa) {
+            if (!py::isinstance<py::array_t<int8_t>>(A))
+              throw InvalidArgument("[gemm_s8s8s32] A must be an int8 array, got " +
+                                    std::string(py::str(A.dtype())));
+            auto a = py::array_t<int8_t, py::array::c_style | py::array::forcecast>::ensure(A);
+            if (a.ndim() != 2 || a.shape(1) != W.k())
+              throw ShapeError("[gemm_s8s8s32] A must be [M, " + std::to_string(W.k()) +
+                               "] for these weights, got " + std::to_string(a.ndim()) + "-D with " +
+                               std::to_string(a.ndim() == 2 ? a.shape(1) : -1) + " columns");
+            const int64_t M = a.shape(0), N = W.n();
+            py::array_t<int32_t> C({M, N});
+            const kernels::Isa path = isa_arg(isa);
+            py::gil_scoped_release nogil;
+            kernels::gemm_s8s8s32_packed(a.data(), W.k(), W, C.mutable_data(), N, M, path);
+            return C;
+          },
+          py::arg("A"), py::arg("B"), py::arg("isa") = py::none());
   ops.def("gemm_s8s8s32",
           [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
             return gemm<int8_t>("gemm_s8s8s32", A, B, isa, &kernels::gemm_s8s8s32);

@@ -104,14 +104,10 @@ constexpr int kVnniRows = 6, kVnniVecs = 4;  // 6 x 64 tile: 24 accumulators of 
 
 #define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-struct PackedB {
-  int64_t groups = 0, cols = 0;  // ceil(K / 4), N rounded up to 16
-  std::vector<int32_t> data;     // [groups][cols] int32, each 4 bytes of B
-  std::vector<int32_t> shift;    // [cols] 128 * sum_k B[n, k] (wrapping): undoes A + 128
-};
+using detail::VnniPack;
 
-PackedB pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
-  PackedB p;
+VnniPack pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
+  VnniPack p;
   p.groups = (K + 3) / 4;
   p.cols = (N + kVnniCols - 1) / kVnniCols * kVnniCols;
   p.data.assign(static_cast<size_t>(p.groups * p.cols), 0);
@@ -139,7 +135,7 @@ PackedB pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
 }
 
 // A as uint8 rows padded to a multiple of 4 bytes, ready for 4-byte broadcasts; int8 A gets
-// + 128 per byte (bit 7 flipped), the zero-point shift that PackedB::shift undoes. Padding
+// + 128 per byte (bit 7 flipped), the zero-point shift that VnniPack::shift undoes. Padding
 // bytes meet zero B bytes, so their value does not matter.
 template <typename TA>
 std::vector<uint8_t> shift_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
@@ -153,7 +149,7 @@ std::vector<uint8_t> shift_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K,
 }
 
 template <bool kShift, int MR>
-SOCLLM_VNNI_TARGET void tile_vnni(const uint8_t* A, int64_t lda, const PackedB& pb, int64_t n0,
+SOCLLM_VNNI_TARGET void tile_vnni(const uint8_t* A, int64_t lda, const VnniPack& pb, int64_t n0,
                                   int vecs, int32_t* C, int64_t ldc, int64_t N) {
   __m512i acc[MR][kVnniVecs];
   for (int i = 0; i < MR; ++i)
@@ -182,9 +178,8 @@ SOCLLM_VNNI_TARGET void tile_vnni(const uint8_t* A, int64_t lda, const PackedB& 
 }
 
 template <typename TA>
-void gemm_vnni(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
-               int64_t M, int64_t N, int64_t K) {
-  const PackedB pb = pack_b_vnni(B, ldb, N, K);
+void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t ldc, int64_t M,
+               int64_t N, int64_t K) {
   const int64_t lda4 = pb.groups * 4;
   const std::vector<uint8_t> a_u8 = shift_pad_a(A, lda, M, K, lda4);
   constexpr bool kShift = std::is_same_v<TA, int8_t>;
@@ -227,7 +222,7 @@ void gemm_dispatch(const char* fn, const TA* A, int64_t lda, const int8_t* B, in
   check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa);
   if (M == 0 || N == 0) return;
   switch (isa) {
-    case Isa::Avx512Vnni: return gemm_vnni(A, lda, B, ldb, C, ldc, M, N, K);
+    case Isa::Avx512Vnni: return gemm_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx2: return gemm_avx2(A, lda, B, ldb, C, ldc, M, N, K);
     case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
   }
@@ -266,6 +261,33 @@ Isa best_isa() { return supported_isas().back(); }
 void gemm_s8s8s32(const int8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
   gemm_dispatch("gemm_s8s8s32", A, lda, B, ldb, C, ldc, M, N, K, isa);
+}
+
+PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K)
+    : n_(N), k_(K) {
+  if (N < 0 || K < 0 || ldb < K || (N && K && !B))
+    throw ShapeError("[PackedWeightsS8] bad weights N=" + std::to_string(N) +
+                     " K=" + std::to_string(K) + " ldb=" + std::to_string(ldb));
+  rows_.resize(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(rows_.data() + n * K, B + n * ldb, static_cast<size_t>(K));
+  const auto isas = supported_isas();
+  has_vnni_ = std::find(isas.begin(), isas.end(), Isa::Avx512Vnni) != isas.end();
+  if (has_vnni_) vnni_ = pack_b_vnni(rows_.data(), K, N, K);
+}
+
+int64_t PackedWeightsS8::bytes() const {
+  return static_cast<int64_t>(rows_.size() +
+                              (vnni_.data.size() + vnni_.shift.size()) * sizeof(int32_t));
+}
+
+void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
+                         int64_t ldc, int64_t M, Isa isa) {
+  const int64_t N = W.n(), K = W.k();
+  check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
+  if (M == 0 || N == 0) return;
+  if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
+  gemm_dispatch("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
 }
 
 void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,

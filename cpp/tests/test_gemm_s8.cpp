@@ -1,6 +1,7 @@
 // Exact INT8 GEMM: every dispatch path equals an int64 reference, bit for bit.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <vector>
 
@@ -79,4 +80,22 @@ TEST(GemmS8, BadArguments) {
                socllm::ShapeError);
   EXPECT_THROW(k::gemm_s8s8s32(a.data(), 4, b.data(), 4, c.data(), 4, -1, 2, 4, k::Isa::Scalar),
                socllm::ShapeError);
+}
+
+TEST(GemmS8, PrepackedWeightsEqualUnpacked) {
+  std::mt19937 g(11);
+  std::uniform_int_distribution<int> d(-128, 127);
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 19, 65}, {13, 70, 300}}) {
+    std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * (K + 2)));
+    for (auto& x : A) x = static_cast<int8_t>(d(g));
+    for (auto& x : B) x = static_cast<int8_t>(d(g));
+    k::PackedWeightsS8 W(B.data(), K + 2, N, K);
+    EXPECT_EQ(W.n(), N);
+    for (k::Isa isa : k::supported_isas()) {
+      std::vector<int32_t> c1(static_cast<size_t>(M * N)), c2(c1.size());
+      k::gemm_s8s8s32(A.data(), K, B.data(), K + 2, c1.data(), N, M, N, K, isa);
+      k::gemm_s8s8s32_packed(A.data(), K, W, c2.data(), N, M, isa);
+      EXPECT_EQ(c1, c2) << k::isa_name(isa);
+    }
+  }
 }

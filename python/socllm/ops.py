@@ -1,6 +1,7 @@
 """Exact kernels of the C++ core, for tests and experiments.
 
 - ``gemm_s8s8s32(A, B, isa=None)``: int32 ``A @ B`` for int8 ``A [M, K]``, int8 ``B [K, N]``.
+  ``B`` may also be a ``PackedWeightsS8(B)``: weights prepared once for many calls.
 - ``gemm_u8s8s32(A, B, isa=None)``: the same with uint8 ``A`` (the form VNNI computes).
 - ``isa()``: the path used by default on this CPU (``avx512-vnni``, ``avx2`` or ``scalar``);
   ``supported_isas()``: every path this CPU can run (``isa=`` forces one).
@@ -10,4 +11,11 @@ Inputs are not modified; A is used in place when C-contiguous (else copied), B i
 into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
 """
 
-from ._core.ops import gemm_s8s8s32, gemm_u8s8s32, isa, linear_f32, supported_isas  # noqa: F401
+from ._core.ops import (  # noqa: F401
+    PackedWeightsS8,
+    gemm_s8s8s32,
+    gemm_u8s8s32,
+    isa,
+    linear_f32,
+    supported_isas,
+)

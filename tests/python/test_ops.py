@@ -91,3 +91,18 @@ def test_threaded_large_problem(isa):
     A = rng.integers(-128, 128, (70, 515), dtype=np.int8)
     B = rng.integers(-128, 128, (515, 203), dtype=np.int8)
     np.testing.assert_array_equal(ops.gemm_s8s8s32(A, B, isa=isa), ref(A, B))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_prepacked_weights(isa):
+    rng = np.random.default_rng(12)
+    B = rng.integers(-128, 128, (300, 70), dtype=np.int8)
+    W = ops.PackedWeightsS8(B)
+    assert W.shape == (300, 70) and W.bytes >= B.nbytes
+    for m in (1, 13):
+        A = rng.integers(-128, 128, (m, 300), dtype=np.int8)
+        np.testing.assert_array_equal(ops.gemm_s8s8s32(A, W, isa=isa), ref(A, B))
+    with pytest.raises(socllm.ShapeError, match="300"):
+        ops.gemm_s8s8s32(np.zeros((2, 299), np.int8), W)
+    with pytest.raises(socllm.InvalidArgumentError, match="int8"):
+        ops.PackedWeightsS8(B.astype(np.int16))

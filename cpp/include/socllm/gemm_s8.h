@@ -26,6 +26,38 @@ std::vector<Isa> supported_isas();
 // (the zero-point correction), which is exact in wrapping int32 arithmetic.
 void gemm_s8s8s32(const int8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa);
+namespace detail {
+// B in vpdpbusd layout: per group of 4 k, per column, one int32 of 4 bytes; columns padded
+// to 16, k to 4 (with zeros). shift[n] = 128 * sum_k B[n, k] undoes the +128 on int8 A.
+struct VnniPack {
+  int64_t groups = 0, cols = 0;
+  std::vector<int32_t> data;   // [groups][cols]
+  std::vector<int32_t> shift;  // [cols]
+};
+}  // namespace detail
+
+// int8 weights B[N, K] prepared once for many GEMMs, as a static graph's weights are: the
+// rows as given (AVX2/scalar paths) and, on CPUs with VNNI, the vpdpbusd layout.
+class PackedWeightsS8 {
+ public:
+  PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t bytes() const;
+  const std::vector<int8_t>& rows() const { return rows_; }
+  const detail::VnniPack* vnni() const { return has_vnni_ ? &vnni_ : nullptr; }
+
+ private:
+  int64_t n_ = 0, k_ = 0;
+  std::vector<int8_t> rows_;  // [N, K]
+  bool has_vnni_ = false;
+  detail::VnniPack vnni_;
+};
+
+// C[M, N] = A[M, K] · W^T with prepacked weights; same results as gemm_s8s8s32.
+void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
+                         int64_t ldc, int64_t M, Isa isa);
+
 // u8 x s8 -> s32: the form VNNI's vpdpbusd computes natively.
 void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa);

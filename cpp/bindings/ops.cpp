@@ -13,21 +13,27 @@ kernels::Isa isa_arg(const std::optional<std::string>& isa) {
   return isa ? kernels::isa_from_name(*isa) : kernels::best_isa();
 }
 
+// `obj` as an array of exactly T (no silent casts between integer types), in `Flags` order.
+template <typename T, int Flags>
+py::array_t<T, Flags> exact_array(const py::array& obj, const char* fn, const char* name) {
+  if (!py::isinstance<py::array_t<T>>(obj))
+    throw InvalidArgument(std::string("[") + fn + "] " + name + " must be a" +
+                          (std::is_same_v<T, int8_t> ? "n int8" : " uint8") + " array, got " +
+                          std::string(py::str(obj.dtype())));
+  return py::array_t<T, Flags>::ensure(obj);
+}
+constexpr int kRowMajor = py::array::c_style | py::array::forcecast;
+// A Fortran-ordered B[K, N] is row-major [N, K]: the kernels' weight layout, with ldb = K.
+constexpr int kColMajor = py::array::f_style | py::array::forcecast;
+
 // C[M, N] = A[M, K] @ B[K, N]; B is copied once into the kernels' [N, K] weight layout.
 template <typename TA>
 py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::array& b_obj,
                           const std::optional<std::string>& isa,
                           void (*kernel)(const TA*, int64_t, const int8_t*, int64_t, int32_t*,
                                          int64_t, int64_t, int64_t, int64_t, kernels::Isa)) {
-  const char* want_a = std::is_same_v<TA, int8_t> ? "int8" : "uint8";
-  if (!py::isinstance<py::array_t<TA>>(a_obj))
-    throw InvalidArgument(std::string("[") + fn + "] A must be a " + want_a + " array, got " +
-                          std::string(py::str(a_obj.dtype())));
-  if (!py::isinstance<py::array_t<int8_t>>(b_obj))
-    throw InvalidArgument(std::string("[") + fn + "] B must be an int8 array, got " +
-                          std::string(py::str(b_obj.dtype())));
-  auto A = py::array_t<TA, py::array::c_style | py::array::forcecast>::ensure(a_obj);
-  auto B = py::array_t<int8_t, py::array::f_style | py::array::forcecast>::ensure(b_obj);
+  auto A = exact_array<TA, kRowMajor>(a_obj, fn, "A");
+  auto B = exact_array<int8_t, kColMajor>(b_obj, fn, "B");
   if (A.ndim() != 2 || B.ndim() != 2)
     throw ShapeError(std::string("[") + fn + "] A and B must be 2-D, got " +
                      std::to_string(A.ndim()) + "-D and " + std::to_string(B.ndim()) + "-D");
@@ -40,7 +46,6 @@ py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::arra
   const kernels::Isa path = isa_arg(isa);
   {
     py::gil_scoped_release nogil;
-    // Fortran-ordered B[K, N] is row-major B^T[N, K]: the weight layout, with ldb = K.
     kernel(A.data(), K, B.data(), K, C.mutable_data(), N, M, N, K, path);
   }
   return C;
@@ -61,14 +66,10 @@ void init_ops(py::module_& m) {
       ops, "PackedWeightsS8",
       "int8 weights B [K, N] prepared once for many GEMMs (a static graph's weights).")
       .def(py::init([](const py::array& b_obj) {
-             if (!py::isinstance<py::array_t<int8_t>>(b_obj))
-               throw InvalidArgument("[PackedWeightsS8] B must be an int8 array, got " +
-                                     std::string(py::str(b_obj.dtype())));
-             auto B = py::array_t<int8_t, py::array::f_style | py::array::forcecast>::ensure(b_obj);
+             auto B = exact_array<int8_t, kColMajor>(b_obj, "PackedWeightsS8", "B");
              if (B.ndim() != 2)
                throw ShapeError("[PackedWeightsS8] B must be 2-D [K, N], got " +
                                 std::to_string(B.ndim()) + "-D");
-             // Fortran-ordered B[K, N] is row-major [N, K], the kernels' weight layout.
              return std::make_unique<kernels::PackedWeightsS8>(B.data(), B.shape(0), B.shape(1),
                                                                B.shape(0));
            }),
@@ -80,10 +81,7 @@ void init_ops(py::module_& m) {
   ops.def("gemm_s8s8s32",
           [](const py::array& A, const kernels::PackedWeightsS8& W,
              const std::optional<std::string>& isa) {
-            if (!py::isinstance<py::array_t<int8_t>>(A))
-              throw InvalidArgument("[gemm_s8s8s32] A must be an int8 array, got " +
-                                    std::string(py::str(A.dtype())));
-            auto a = py::array_t<int8_t, py::array::c_style | py::array::forcecast>::ensure(A);
+            auto a = exact_array<int8_t, kRowMajor>(A, "gemm_s8s8s32", "A");
             if (a.ndim() != 2 || a.shape(1) != W.k())
               throw ShapeError("[gemm_s8s8s32] A must be [M, " + std::to_string(W.k()) +
                                "] for these weights, got " + std::to_string(a.ndim()) + "-D with " +

@@ -216,16 +216,23 @@ void check_args(const char* fn, const void* A, int64_t lda, const void* B, int64
                       isa_name(isa) + " path");
 }
 
+// The kernel of one path on unpacked B; arguments already checked.
 template <typename TA>
-void gemm_dispatch(const char* fn, const TA* A, int64_t lda, const int8_t* B, int64_t ldb,
-                   int32_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
-  check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa);
-  if (M == 0 || N == 0) return;
+void run_path(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+              int64_t M, int64_t N, int64_t K, Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return gemm_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx2: return gemm_avx2(A, lda, B, ldb, C, ldc, M, N, K);
     case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
   }
+}
+
+template <typename TA>
+void gemm_dispatch(const char* fn, const TA* A, int64_t lda, const int8_t* B, int64_t ldb,
+                   int32_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+  check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa);
+  if (M == 0 || N == 0) return;
+  run_path(A, lda, B, ldb, C, ldc, M, N, K, isa);
 }
 
 }  // namespace
@@ -247,13 +254,17 @@ Isa isa_from_name(const std::string& name) {
 }
 
 std::vector<Isa> supported_isas() {
-  std::vector<Isa> out{Isa::Scalar};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) out.push_back(Isa::Avx2);
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vnni"))
-    out.push_back(Isa::Avx512Vnni);
-  return out;
+  // The CPU does not change while the process runs: detect once (this is on every GEMM call).
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> out{Isa::Scalar};
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) out.push_back(Isa::Avx2);
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
+      out.push_back(Isa::Avx512Vnni);
+    return out;
+  }();
+  return isas;
 }
 
 Isa best_isa() { return supported_isas().back(); }
@@ -287,7 +298,7 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
   if (M == 0 || N == 0) return;
   if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
-  gemm_dispatch("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
+  run_path(A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
 }
 
 void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,

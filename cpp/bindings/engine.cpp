@@ -4,14 +4,33 @@
 #include "common.h"
 #include "socllm/engine.h"
 #include "socllm/model.h"
+#include "socllm/static_graph.h"
 
 namespace socllm::py_bind {
 
 namespace {
 
+py::dict graph_stats_to_py(const npu::GraphCacheStats& s) {
+  py::dict d;
+  d["requests"] = s.requests;
+  d["built"] = s.built;
+  d["reused"] = s.reused;
+  d["built_shared"] = s.built_shared;
+  d["built_per_chunk"] = s.built_per_chunk;
+  d["weight_bytes"] = s.weight_bytes;
+  d["activation_bytes"] = s.activation_bytes;
+  return d;
+}
+
+std::string shape_str(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
 Plan plan_from_py(const py::handle& p) {
   if (py::isinstance<Plan>(p)) return p.cast<Plan>();
-  if (py::isinstance<py::str>(p)) return Plan::from_name(p.cast<std::string>());
+  if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
   if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
   throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
                         std::string(py::str(py::type::of(p).attr("__name__"))) +
@@ -40,10 +59,73 @@ void init_engine(py::module_& m) {
   py::class_<Plan>(m, "Plan", "How each operator class runs. Build from a name or a dict.")
       .def(py::init([](const py::handle& p) { return plan_from_py(p); }), py::arg("plan"))
       .def_readonly("name", &Plan::name)
+      .def_readonly("chunk_len", &Plan::chunk_len)
+      .def_property_readonly("needs_calibration", &Plan::needs_calibration)
       .def("to_json", [](const Plan& p) { return json_to_py(p.to_json()); })
       .def_static("known", &Plan::known)
       .def_static("describe", &Plan::describe, py::arg("name"))
-      .def("__repr__", [](const Plan& p) { return "Plan('" + p.name + "')"; });
+      .def("__repr__", [](const Plan& p) { return "Plan(" + p.to_json().dump() + ")"; });
+
+  py::class_<Calibration, std::shared_ptr<Calibration>>(
+      m, "Calibration", "Per-channel absmax of every linear input, per layer (calibration.h).")
+      .def_static("empty_for", [](const Model& mdl) {
+        return std::make_shared<Calibration>(Calibration::empty_for(mdl.config()));
+      }, py::arg("model"))
+      .def_readwrite("tokens", &Calibration::tokens)
+      .def_static("sites", [] {
+        std::vector<std::string> out;
+        for (int s = 0; s < kNumLinearSites; ++s) out.push_back(linear_site_name(static_cast<LinearSite>(s)));
+        return out;
+      })
+      .def("get", [](const Calibration& c, const std::string& site) {
+        for (int s = 0; s < kNumLinearSites; ++s)
+          if (site == linear_site_name(static_cast<LinearSite>(s))) {
+            TensorF32 t({c.n_layers, c.width[s]});
+            t.data = c.channel_absmax[s];
+            return to_numpy(std::move(t));
+          }
+        throw InvalidArgument("[Calibration] unknown site '" + site + "'");
+      }, py::arg("site"), "[n_layers, width] float32 per-channel absmax of a site.")
+      .def("set", [](Calibration& c, const std::string& site,
+                     py::array_t<float, py::array::c_style | py::array::forcecast> a) {
+        for (int s = 0; s < kNumLinearSites; ++s)
+          if (site == linear_site_name(static_cast<LinearSite>(s))) {
+            if (a.ndim() != 2 || a.shape(0) != c.n_layers || a.shape(1) != c.width[s])
+              throw ShapeError("[Calibration] site '" + site + "' needs shape [" +
+                               std::to_string(c.n_layers) + ", " + std::to_string(c.width[s]) +
+                               "], got " + shape_str(a));
+            c.channel_absmax[s].assign(a.data(), a.data() + a.size());
+            return;
+          }
+        throw InvalidArgument("[Calibration] unknown site '" + site + "'");
+      }, py::arg("site"), py::arg("absmax"));
+
+  py::class_<LinearGraph>(m, "LinearGraph", "One linear subgraph built for a fixed row count.")
+      .def_property_readonly("rows", [](const LinearGraph& g) { return g.graph.key.rows; })
+      .def_property_readonly("in_cols", [](const LinearGraph& g) { return g.graph.in_cols; })
+      .def_property_readonly("out_cols", [](const LinearGraph& g) { return g.graph.out_cols; })
+      .def_property_readonly("scales", [](const LinearGraph& g) { return g.graph.scales; })
+      .def_property_readonly("weight_bytes", [](const LinearGraph& g) { return g.graph.weight_bytes; })
+      .def("run", [](const LinearGraph& g, py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+        if (x.ndim() != 2)
+          throw ShapeError("[StaticGraph] input must be 2-D, got " + shape_str(x));
+        TensorF32 y;
+        {
+          py::gil_scoped_release nogil;
+          y = g.run(x.data(), x.shape(0), x.shape(1));
+        }
+        return to_numpy(std::move(y));
+      }, py::arg("x"));
+
+  m.def("chunk_graph_census", [](const py::dict& config, int64_t prompt_len, int64_t chunk_len,
+                                 bool sharing, double weight_bytes_per_param, int64_t act_bytes) {
+        ModelConfig c = ModelConfig::from_json(py_to_json(config));
+        c.validate();
+        return graph_stats_to_py(npu::chunk_graph_census(c, prompt_len, chunk_len, sharing,
+                                                         weight_bytes_per_param, act_bytes));
+      }, py::arg("config"), py::arg("prompt_len"), py::arg("chunk_len"), py::arg("sharing") = true,
+      py::arg("weight_bytes_per_param") = 1.0, py::arg("activation_bytes_per_value") = 1,
+      "Static graphs one chunked prefill builds, from a model config alone (seed 001 §3.2).");
 
   py::class_<KVCache>(m, "KVCache", "Key/value cache of one sequence.")
       .def_property_readonly("length", &KVCache::length)
@@ -55,6 +137,48 @@ void init_engine(py::module_& m) {
       .def(py::init([](std::shared_ptr<Model> mdl) { return std::make_unique<Engine>(mdl); }),
            py::arg("model"))
       .def("new_cache", &Engine::new_cache, py::arg("capacity") = 0)
+      .def("set_calibration", [](Engine& e, std::shared_ptr<Calibration> c) { e.set_calibration(c); },
+           py::arg("calibration").none(true))
+      .def("calibration", [](const Engine& e) {
+        auto c = e.calibration();
+        return c ? std::make_shared<Calibration>(*c) : std::shared_ptr<Calibration>();
+      })
+      .def("observe_activations", [](const Engine& e, const py::handle& seqs, Calibration& into) {
+        auto batch = to_batch(seqs, "Engine.observe_activations");
+        py::gil_scoped_release nogil;
+        e.observe_activations(batch, into);
+      }, py::arg("seqs"), py::arg("into"))
+      .def("prepare", [](const Engine& e, const py::handle& plan) {
+        Plan p = plan_from_py(plan);
+        py::gil_scoped_release nogil;
+        auto prep = e.prepare(p);
+        return prep ? prep->weight_bytes() : int64_t{0};
+      }, py::arg("plan"), "Prepare (quantize/pack) the plan's linears; returns their weight bytes.")
+      .def("linear_graph", [](const Engine& e, const py::handle& plan, int64_t layer,
+                              const std::string& site, int64_t rows) {
+        Plan p = plan_from_py(plan);
+        for (int s = 0; s < kNumLinearSites; ++s)
+          if (site == linear_site_name(static_cast<LinearSite>(s)))
+            return e.linear_graph(p, layer, static_cast<LinearSite>(s), rows);
+        throw InvalidArgument("[Engine.linear_graph] unknown site '" + site +
+                              "' (attn_in, attn_out, mlp_in, mlp_act)");
+      }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"))
+      .def("graph_stats", [](const Engine& e) { return graph_stats_to_py(e.graph_stats()); })
+      .def("graph_events", [](const Engine& e) {
+        py::list l;
+        for (const auto& ev : e.graph_events()) {
+          py::dict d;
+          d["kind"] = npu::subgraph_kind_name(ev.key.kind);
+          d["layer"] = ev.key.layer;
+          d["rows"] = ev.key.rows;
+          d["chunk_index"] = ev.key.chunk_index;
+          d["weight_bytes"] = ev.weight_bytes;
+          d["activation_bytes"] = ev.activation_bytes;
+          l.append(d);
+        }
+        return l;
+      })
+      .def("clear_graphs", &Engine::clear_graphs)
       .def("logits",
            [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
              auto batch = to_batch(seqs, "Engine.logits");

@@ -52,17 +52,289 @@ void Engine::check_tokens(std::span<const int32_t> tokens, const char* fn) const
                             std::to_string(V) + ")");
 }
 
+struct Engine::Batch {
+  int64_t N = 0;               // rows, padding included
+  std::vector<int64_t> pos;    // absolute position of every row
+  struct Seq {
+    KVCache* cache;
+    int64_t row0;
+    int64_t T;  // real (non-padding) rows, the first T of the sequence's rows
+  };
+  std::vector<Seq> seqs;
+  std::vector<quant::RowSegment> segments;  // real rows of each sequence
+};
+
+namespace {
+
+const float* site_weights(const LayerWeights& L, LinearSite s) {
+  switch (s) {
+    case LinearSite::AttnIn: return L.wqkv.ptr();
+    case LinearSite::AttnOut: return L.wo.ptr();
+    case LinearSite::MlpIn: return L.w_gate_up.ptr();
+    case LinearSite::MlpAct: return L.w_down.ptr();
+  }
+  return nullptr;
+}
+
+const float* site_bias(const LayerWeights& L, LinearSite s) {
+  return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
+}
+
+int64_t site_out(const ModelConfig& c, LinearSite s) {
+  switch (s) {
+    case LinearSite::AttnIn: return c.q_dim() + 2 * c.kv_dim();
+    case LinearSite::AttnOut: return c.d_model;
+    case LinearSite::MlpIn: return 2 * c.d_ff;
+    case LinearSite::MlpAct: return c.d_model;
+  }
+  return 0;
+}
+
+// Storage widths of the plan's graphs, for their memory accounting.
+double weight_bytes_per_param(const quant::LinearScheme& s) {
+  switch (s.weights) {
+    case quant::WeightFormat::F32: return 4.0;
+    case quant::WeightFormat::Int8: return 1.0;
+    case quant::WeightFormat::Int4: return 0.5;
+  }
+  return 4.0;
+}
+
+int64_t activation_bytes_per_value(const quant::LinearScheme& s) {
+  return s.activations == quant::ActFormat::Int8StaticPerTensor ? 1
+         : s.activations == quant::ActFormat::F16              ? 2
+                                                                : 4;
+}
+
+}  // namespace
+
+int64_t PreparedLinears::weight_bytes() const {
+  int64_t b = 0;
+  for (const auto& l : layers)
+    for (const auto& p : l) b += p->weight_bytes();
+  return b;
+}
+
+TensorF32 LinearGraph::run(const float* x, int64_t rows, int64_t cols) const {
+  graph.check_input(rows, cols);
+  TensorF32 y({rows, graph.out_cols});
+  if (linear) {
+    const quant::RowSegment all{0, rows};
+    linear->forward(x, rows, y.ptr(), graph.out_cols, false, {&all, 1});
+  } else {
+    kernels::linear(x, rows, cols, cols, fp32_weights, graph.out_cols, fp32_bias, y.ptr(),
+                    graph.out_cols);
+  }
+  return y;
+}
+
+void Engine::set_calibration(std::shared_ptr<const Calibration> calib) {
+  if (calib) calib->check_matches(model_->config());
+  std::lock_guard lock(mu_);
+  calib_ = std::move(calib);
+  prepared_.clear();
+  graphs_.clear();
+}
+
+std::shared_ptr<const Calibration> Engine::calibration() const {
+  std::lock_guard lock(mu_);
+  return calib_;
+}
+
+std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
+  if (plan.linear.is_fp32()) return nullptr;
+  std::lock_guard lock(mu_);
+  const std::string key = plan.linear.to_json().dump();
+  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
+  if (plan.needs_calibration() && !calib_)
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "' fixes static activation scales or smoothing factors from "
+                          "calibration, and none is loaded (socllm calibrate --steps act-scales, "
+                          "then --calib PATH / calib=PATH)");
+  const auto& c = model_->config();
+  auto prep = std::make_shared<PreparedLinears>();
+  prep->layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      const auto site = static_cast<LinearSite>(s);
+      const LayerWeights& L = model_->layer(l);
+      std::span<const float> absmax;
+      if (calib_) absmax = calib_->absmax(l, site);
+      prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(
+          site_weights(L, site), site_out(c, site), linear_site_width(c, site), site_bias(L, site),
+          plan.linear, absmax);
+    }
+  spdlog::debug("prepared linears for plan '{}': {} weight bytes", plan.name, prep->weight_bytes());
+  prepared_.emplace(key, prep);
+  return prep;
+}
+
+npu::StaticGraph Engine::describe_graph(const Plan& plan, const PreparedLinears* prep,
+                                        npu::SubgraphKind kind, int64_t layer, int64_t rows,
+                                        int64_t chunk_index) const {
+  npu::StaticGraph g =
+      npu::describe_subgraph(model_->config(), kind, layer, rows, chunk_index,
+                             weight_bytes_per_param(plan.linear), activation_bytes_per_value(plan.linear));
+  const LinearSite* site = nullptr;
+  static constexpr LinearSite kSiteOf[] = {LinearSite::AttnIn, LinearSite::AttnIn,
+                                           LinearSite::AttnOut, LinearSite::MlpIn,
+                                           LinearSite::MlpAct, LinearSite::MlpAct};
+  if (kind != npu::SubgraphKind::Attention && kind != npu::SubgraphKind::MlpAct)
+    site = &kSiteOf[static_cast<int>(kind)];
+  if (prep && site) g.scales = {prep->at(layer, *site).static_act_scale()};
+  return g;
+}
+
+LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite site,
+                                 int64_t rows) const {
+  const auto& c = model_->config();
+  if (layer < 0 || layer >= c.n_layers)
+    throw InvalidArgument("[Engine.linear_graph] layer " + std::to_string(layer) + " outside [0, " +
+                          std::to_string(c.n_layers) + ")");
+  constexpr npu::SubgraphKind kKindOf[] = {npu::SubgraphKind::AttnIn, npu::SubgraphKind::OProj,
+                                           npu::SubgraphKind::MlpIn, npu::SubgraphKind::Down};
+  LinearGraph g;
+  g.owner = prepare(plan);
+  g.graph = describe_graph(plan, g.owner.get(), kKindOf[static_cast<int>(site)], layer, rows, -1);
+  // The graph's input is the linear's input (the norms of attn_in/mlp_in run before it).
+  g.graph.in_cols = linear_site_width(c, site);
+  g.graph.out_cols = site_out(c, site);
+  if (g.owner) {
+    g.linear = &g.owner->at(layer, site);
+  } else {
+    g.fp32_weights = site_weights(model_->layer(layer), site);
+    g.fp32_bias = site_bias(model_->layer(layer), site);
+  }
+  return g;
+}
+
+void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLinears* prep,
+                        int64_t chunk_index, Calibration* observe) const {
+  const auto& c = model_->config();
+  const int64_t N = b.N;
+  const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), dff = c.d_ff;
+  const int64_t qkv_w = qd + 2 * kvd;
+  std::vector<float> h(static_cast<size_t>(N * d)), qkv(static_cast<size_t>(N * qkv_w)),
+      att(static_cast<size_t>(N * qd)), gu(static_cast<size_t>(N * 2 * dff)),
+      act(static_cast<size_t>(N * dff));
+  int64_t scratch = 0;
+  for (const auto& s : b.seqs)
+    scratch = std::max(scratch, k::attention_scratch_floats(s.T, s.cache->length() + s.T,
+                                                            c.n_heads, c.n_kv_heads, c.head_dim));
+  std::vector<float> S(static_cast<size_t>(scratch));
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = model_->layer(l);
+    // In chunked prefill every subgraph is a static graph of the chunk length: acquire it
+    // (built once, or per chunk for attention) and check the input has its shape.
+    auto graph = [&](npu::SubgraphKind kind) {
+      if (chunk_index < 0) return;
+      const npu::StaticGraph& g =
+          graphs_.acquire(describe_graph(plan, prep, kind, l, plan.chunk_len, chunk_index));
+      g.check_input(N, g.in_cols);
+    };
+    auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo, bool acc) {
+      const int64_t w = linear_site_width(c, site);
+      if (observe)
+        for (const auto& s : b.seqs) observe->observe(l, site, in + s.row0 * w, s.T, w);
+      if (prep)
+        prep->at(l, site).forward(in, N, out, ldo, acc, b.segments);
+      else
+        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out,
+                  ldo, acc);
+    };
+
+    graph(npu::SubgraphKind::AttnIn);
+    k::rms_norm(x, L.attn_norm.ptr(), N, d, c.rms_eps, h.data());
+    lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w, false);
+    graph(npu::SubgraphKind::Attention);
+    k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv_freq_.data());
+    k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(),
+                 inv_freq_.data());
+    // Only real rows enter the KV cache and attention; padding rows come after them, so causal
+    // attention never lets a real row see one (their attention output stays 0).
+    for (const auto& s : b.seqs) {
+      KVCache& cache = *s.cache;
+      const int64_t past = cache.length();
+      float* K = cache.k(l);
+      float* Vc = cache.v(l);
+      for (int64_t t = 0; t < s.T; ++t) {
+        const float* src = qkv.data() + (s.row0 + t) * qkv_w;
+        std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
+        std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
+      }
+      k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past, c.n_heads,
+                          c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd, S.data());
+    }
+    graph(npu::SubgraphKind::OProj);
+    lin(LinearSite::AttnOut, att.data(), x, d, /*acc=*/true);
+    graph(npu::SubgraphKind::MlpIn);
+    k::rms_norm(x, L.ffn_norm.ptr(), N, d, c.rms_eps, h.data());
+    lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff, false);
+    graph(npu::SubgraphKind::MlpAct);
+    k::silu_mul(gu.data(), N, dff, act.data());
+    graph(npu::SubgraphKind::Down);
+    lin(LinearSite::MlpAct, act.data(), x, d, true);
+  }
+  for (auto& s : b.seqs) s.cache->length_ += s.T;
+  if (observe) observe->tokens += [&] {
+    int64_t n = 0;
+    for (const auto& s : b.seqs) n += s.T;
+    return n;
+  }();
+}
+
+TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
+                                  const std::vector<std::span<const int32_t>>& seqs,
+                                  const Plan& plan, const PreparedLinears* prep) const {
+  const auto& c = model_->config();
+  const int64_t d = c.d_model, C = plan.chunk_len;
+  int64_t total = 0;
+  for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
+  TensorF32 out({total, d});
+  const float* E = model_->embed_tokens().ptr();
+  std::vector<float> x(static_cast<size_t>(C * d)), normed(static_cast<size_t>(C * d));
+  int64_t out_row = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const auto& seq = seqs[si];
+    const int64_t T = static_cast<int64_t>(seq.size());
+    for (int64_t c0 = 0; c0 < T; c0 += C) {
+      const int64_t valid = std::min(C, T - c0);
+      Batch b;
+      b.N = C;
+      b.pos.resize(static_cast<size_t>(C));
+      const int64_t past = caches[si]->length();
+      // Padding rows are zero vectors after the real rows (any value would do: every
+      // operator but attention is row-wise, and attention skips them).
+      std::fill(x.begin(), x.end(), 0.0f);
+      for (int64_t t = 0; t < C; ++t) {
+        if (t < valid)
+          std::memcpy(x.data() + t * d, E + static_cast<int64_t>(seq[c0 + t]) * d, d * sizeof(float));
+        b.pos[static_cast<size_t>(t)] = past + t;
+      }
+      b.seqs = {{caches[si], 0, valid}};
+      b.segments = {{0, valid}};
+      // The attention graph is fixed by the KV length it sees: chunk index = past / C.
+      run_blocks(b, x.data(), plan, prep, past / C, nullptr);
+      k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
+                  out.ptr() + out_row * d);
+      out_row += valid;
+    }
+  }
+  return out;
+}
+
 TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
                                  const std::vector<std::span<const int32_t>>& seqs,
                                  const Plan& plan) const {
-  Plan::from_name(plan.name);  // validates
   const auto& c = model_->config();
   if (seqs.empty()) throw InvalidArgument("[Engine.forward] no sequences given");
   if (caches.size() != seqs.size())
     throw ShapeError("[Engine.forward] " + std::to_string(seqs.size()) + " sequences but " +
                      std::to_string(caches.size()) + " caches");
   int64_t N = 0;
-  std::vector<int64_t> row0(seqs.size());
+  bool prefill = false;
+  Batch b;
   for (size_t s = 0; s < seqs.size(); ++s) {
     check_tokens(seqs[s], "Engine.forward");
     if (!caches[s]) throw InvalidArgument("[Engine.forward] null cache");
@@ -71,7 +343,8 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
                             std::to_string(caches[s]->n_layers_) + " layers x kv_dim " +
                             std::to_string(caches[s]->kv_dim_) + "; this model has " +
                             std::to_string(c.n_layers) + " x " + std::to_string(c.kv_dim()) + ")");
-    const int64_t need = caches[s]->length() + static_cast<int64_t>(seqs[s].size());
+    const int64_t T = static_cast<int64_t>(seqs[s].size());
+    const int64_t need = caches[s]->length() + T;
     if (need > c.context_length)
       throw ContextOverflow("[Engine.forward] sequence of " + std::to_string(need) +
                             " tokens exceeds the model's context length " +
@@ -80,65 +353,54 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
       throw ContextOverflow("[Engine.forward] sequence of " + std::to_string(need) +
                             " tokens exceeds the cache capacity " +
                             std::to_string(caches[s]->capacity()));
-    row0[s] = N;
-    N += static_cast<int64_t>(seqs[s].size());
+    b.seqs.push_back({caches[s], N, T});
+    b.segments.push_back({N, N + T});
+    N += T;
+    prefill = prefill || T > 1;
   }
+  const auto prep = prepare(plan);
+  // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
+  // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.
+  if (plan.chunk_len > 0 && prefill) return forward_chunked(caches, seqs, plan, prep.get());
 
-  const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), dff = c.d_ff;
-  const int64_t qkv_w = qd + 2 * kvd;
+  const int64_t d = c.d_model;
   TensorF32 x({N, d});
-  std::vector<int64_t> pos(static_cast<size_t>(N));
+  b.N = N;
+  b.pos.resize(static_cast<size_t>(N));
   const float* E = model_->embed_tokens().ptr();
-  for (size_t s = 0; s < seqs.size(); ++s)
-    for (size_t t = 0; t < seqs[s].size(); ++t) {
-      const int64_t r = row0[s] + static_cast<int64_t>(t);
-      std::memcpy(x.ptr() + r * d, E + static_cast<int64_t>(seqs[s][t]) * d, d * sizeof(float));
-      pos[static_cast<size_t>(r)] = caches[s]->length() + static_cast<int64_t>(t);
+  for (const auto& s : b.seqs)
+    for (int64_t t = 0; t < s.T; ++t) {
+      const int64_t r = s.row0 + t;
+      const int32_t tok = seqs[static_cast<size_t>(&s - b.seqs.data())][static_cast<size_t>(t)];
+      std::memcpy(x.ptr() + r * d, E + static_cast<int64_t>(tok) * d, d * sizeof(float));
+      b.pos[static_cast<size_t>(r)] = s.cache->length() + t;
     }
-
-  std::vector<float> h(static_cast<size_t>(N * d)), qkv(static_cast<size_t>(N * qkv_w)),
-      att(static_cast<size_t>(N * qd)), gu(static_cast<size_t>(N * 2 * dff)),
-      act(static_cast<size_t>(N * dff));
-  int64_t scratch = 0;
-  for (size_t s = 0; s < seqs.size(); ++s)
-    scratch = std::max(scratch, k::attention_scratch_floats(
-                                    static_cast<int64_t>(seqs[s].size()),
-                                    caches[s]->length() + static_cast<int64_t>(seqs[s].size()),
-                                    c.n_heads, c.n_kv_heads, c.head_dim));
-  std::vector<float> S(static_cast<size_t>(scratch));
-
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = model_->layer(l);
-    k::rms_norm(x.ptr(), L.attn_norm.ptr(), N, d, c.rms_eps, h.data());
-    k::linear(h.data(), N, d, d, L.wqkv.ptr(), qkv_w, L.bqkv.numel() ? L.bqkv.ptr() : nullptr,
-              qkv.data(), qkv_w);
-    k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, pos.data(), inv_freq_.data());
-    k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, pos.data(),
-                 inv_freq_.data());
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      KVCache& cache = *caches[s];
-      const int64_t T = static_cast<int64_t>(seqs[s].size()), past = cache.length();
-      float* K = cache.k(l);
-      float* Vc = cache.v(l);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* src = qkv.data() + (row0[s] + t) * qkv_w;
-        std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
-        std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
-      }
-      k::attention_causal(qkv.data() + row0[s] * qkv_w, qkv_w, K, Vc, kvd, T, past, c.n_heads,
-                          c.n_kv_heads, c.head_dim, att.data() + row0[s] * qd, qd, S.data());
-    }
-    k::linear(att.data(), N, qd, qd, L.wo.ptr(), d, nullptr, x.ptr(), d, /*accumulate=*/true);
-    k::rms_norm(x.ptr(), L.ffn_norm.ptr(), N, d, c.rms_eps, h.data());
-    k::linear(h.data(), N, d, d, L.w_gate_up.ptr(), 2 * dff, nullptr, gu.data(), 2 * dff);
-    k::silu_mul(gu.data(), N, dff, act.data());
-    k::linear(act.data(), N, dff, dff, L.w_down.ptr(), d, nullptr, x.ptr(), d, true);
-  }
-  for (size_t s = 0; s < seqs.size(); ++s)
-    caches[s]->length_ += static_cast<int64_t>(seqs[s].size());
+  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr);
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
   return out;
+}
+
+void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
+                                 Calibration& into) const {
+  into.check_matches(model_->config());
+  for (const auto& s : seqs) {
+    check_tokens(s, "Engine.observe_activations");
+    KVCache cache = new_cache(static_cast<int64_t>(s.size()));
+    Batch b;
+    const int64_t T = static_cast<int64_t>(s.size()), d = model_->config().d_model;
+    b.N = T;
+    b.seqs = {{&cache, 0, T}};
+    b.segments = {{0, T}};
+    b.pos.resize(static_cast<size_t>(T));
+    TensorF32 x({T, d});
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(x.ptr() + t * d, model_->embed_tokens().ptr() + static_cast<int64_t>(s[t]) * d,
+                  d * sizeof(float));
+      b.pos[static_cast<size_t>(t)] = t;
+    }
+    run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into);
+  }
 }
 
 TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows) const {

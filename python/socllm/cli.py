@@ -1,4 +1,4 @@
-"""The ``socllm`` command: convert, eval, run.
+"""The ``socllm`` command: convert, calibrate, eval, run.
 
 Every command that produces numbers can print them as JSON (``--json PATH`` or ``--json -``).
 ``--quiet`` silences progress bars and C++ info logs.
@@ -14,7 +14,31 @@ from pathlib import Path
 
 from . import _core
 
-TASKS = ("wikitext2",)
+PERPLEXITY_TASKS = ("wikitext2", "wikitext2-heldout")
+# lm-eval tasks (socllm.lmeval, local data); "lambada" is lambada_openai
+LMEVAL_TASKS = (
+    "hellaswag",
+    "winogrande",
+    "openbookqa",
+    "arc_easy",
+    "arc_challenge",
+    "piqa",
+    "mmlu",
+    "lambada",
+)
+TASKS = PERPLEXITY_TASKS + LMEVAL_TASKS
+
+
+def _plans(specs: list[str] | None) -> list[str]:
+    """Plans from repeated --plan options; a comma list is split unless it carries options
+    ("smoothquant:alpha=0.8")."""
+    out: list[str] = []
+    for spec in specs or ["fp32"]:
+        out.extend([spec] if ":" in spec or spec.startswith("{") else spec.split(","))
+    out = [p.strip() for p in out if p.strip()]
+    for plan in out:
+        _core.Plan(plan)  # fail before any work on an unknown plan
+    return out
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -58,15 +82,23 @@ def eval_wikitext2(
     limit_tokens: int | None,
     batch_size: int,
     progress: bool,
+    heldout: bool = False,
 ):
-    """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL)."""
+    """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL).
+    ``heldout``: only the tokens after the calibration slice (socllm.calibrate)."""
     from .data import wikitext2_test_path
 
     path = wikitext2_test_path()
     t0 = time.perf_counter()
+    text = path.read_text(encoding="utf-8")
+    kw = {"text": text}
+    if heldout:
+        from .calibrate import held_out_tokens
+
+        kw = {"ids": held_out_tokens(model.tokenize(text))}
     r = model.perplexity_eval(
-        path.read_text(encoding="utf-8"),
-        plan,
+        plan=plan,
+        **kw,
         context=context,
         stride=stride,
         limit_tokens=limit_tokens,
@@ -74,7 +106,7 @@ def eval_wikitext2(
         progress=progress,
     )
     summary = {
-        "task": "wikitext2",
+        "task": "wikitext2-heldout" if heldout else "wikitext2",
         "file": str(path),
         "plan": plan,
         **r.to_dict(),
@@ -92,31 +124,85 @@ def cmd_eval(args) -> int:
     for t in tasks:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
-    plans = [p.strip() for p in args.plan.split(",")]
-    for plan in plans:
-        _core.Plan(plan)  # fail before any work on an unknown plan
-    model = load(args.model, progress=not args.quiet)
+    plans = _plans(args.plan)
+    model = load(args.model, calib=args.calib, progress=not args.quiet)
     results = []
     for plan in plans:
         for t in tasks:
-            r, _ = eval_wikitext2(
-                model,
-                plan,
-                context=args.context,
-                stride=args.stride,
-                limit_tokens=args.limit_tokens,
-                batch_size=args.batch_size,
-                progress=not args.quiet,
-            )
-            results.append(r)
-            if args.json != "-":
-                print(
+            if t in PERPLEXITY_TASKS:
+                r, _ = eval_wikitext2(
+                    model,
+                    plan,
+                    context=args.context,
+                    stride=args.stride,
+                    limit_tokens=args.limit_tokens,
+                    batch_size=args.batch_size,
+                    progress=not args.quiet,
+                    heldout=t == "wikitext2-heldout",
+                )
+                line = (
                     f"{t} plan={plan}: perplexity {r['perplexity']:.4f} over {r['n_scored']} "
                     f"tokens ({r['n_windows']} windows of {r['context']}, {r['seconds']} s)"
                 )
+            else:
+                from .lmeval import evaluate
+
+                t0 = time.perf_counter()
+                out = evaluate(
+                    model=model,
+                    tasks=[t],
+                    plan=plan,
+                    limit=args.limit,
+                    batch_size=max(args.batch_size, 8),
+                    quiet=args.quiet,
+                )
+                r = {"task": t, "plan": plan, "limit": args.limit, **out[t]}
+                r["seconds"] = round(time.perf_counter() - t0, 2)
+                line = f"{t} plan={plan}: acc {r['acc']}, acc_norm {r['acc_norm']} (n={r['n']})"
+            results.append(r)
+            if args.json != "-":
+                print(line)
     _emit_json(
-        {"model": str(args.model), "model_file": str(model.path), "results": results}, args.json
+        {
+            "model": str(args.model),
+            "model_file": str(model.path),
+            "calib": args.calib,
+            "results": results,
+        },
+        args.json,
     )
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from .calibrate import calibrate_act_scales, save_calibration
+    from .model import load
+
+    _setup(args)
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    for s in steps:
+        if s != "act-scales":
+            raise SystemExit(f"socllm calibrate: unknown step {s!r} (known: act-scales)")
+    model = load(args.model, progress=not args.quiet)
+    t0 = time.perf_counter()
+    cal = calibrate_act_scales(
+        model,
+        corpus=args.corpus,
+        samples=args.samples,
+        seqlen=args.seqlen,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
+    save_calibration(args.out, cal, model)
+    summary = {
+        "out": str(args.out),
+        "tokens": int(cal.tokens),
+        "seconds": round(time.perf_counter() - t0, 2),
+        **cal.provenance,
+    }
+    if args.json != "-":
+        print(f"wrote {args.out}: {cal.tokens} tokens observed ({summary['seconds']} s)")
+    _emit_json(summary, args.json)
     return 0
 
 
@@ -128,6 +214,7 @@ def cmd_run(args) -> int:
         args.model,
         Path(args.out),
         limit_tokens=args.limit_tokens,
+        calib_samples=args.calib_samples,
         progress=not args.quiet,
         json_dest=args.json,
     )
@@ -146,7 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a model under one or more plans")
     e.add_argument("--model", default="smollm2-135m", help="built-in name, .gguf, HF dir or .h5")
-    e.add_argument("--plan", default="fp32", help="comma-separated plans (see socllm.Plan.known())")
+    e.add_argument(
+        "--plan",
+        action="append",
+        help="plan name, name:key=value,... or JSON; repeat or comma-separate for several "
+        "(default fp32; see socllm.Plan.known())",
+    )
+    e.add_argument("--calib", default=None, help="calibration file (socllm calibrate)")
+    e.add_argument("--limit", type=int, default=None, help="lm-eval tasks: documents per task")
     e.add_argument("--task", default="wikitext2", help=f"comma-separated tasks: {', '.join(TASKS)}")
     e.add_argument("--limit-tokens", type=int, default=None, help="use only the first N tokens")
     e.add_argument("--context", type=int, default=2048, help="perplexity window (tokens)")
@@ -155,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", default=None, metavar="PATH|-", help="write results as JSON")
     _common(e)
     e.set_defaults(fn=cmd_eval)
+
+    k = sub.add_parser("calibrate", help="offline calibration statistics -> HDF5")
+    k.add_argument("--model", default="smollm2-135m")
+    k.add_argument("--corpus", default="wikitext2")
+    k.add_argument("--samples", type=int, default=128, help="calibration windows")
+    k.add_argument("--seqlen", type=int, default=512, help="tokens per window")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--steps", default="act-scales", help="comma-separated: act-scales")
+    k.add_argument("--out", required=True, help="calibration HDF5 file")
+    k.add_argument("--json", default=None, metavar="PATH|-")
+    _common(k)
+    k.set_defaults(fn=cmd_calibrate)
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")
@@ -165,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=16384,
         help="WikiText-2 tokens to evaluate (0 = the whole file)",
     )
+    r.add_argument("--calib-samples", type=int, default=32, help="calibration windows of 512")
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)

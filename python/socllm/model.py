@@ -64,7 +64,13 @@ class PerplexityResult:
 class LanguageModel:
     """A model loaded into the socllm engine. Create with :func:`socllm.load`."""
 
-    def __init__(self, model_file: str | os.PathLike, *, threads: int | None = None):
+    def __init__(
+        self,
+        model_file: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        calib: str | os.PathLike | None = None,
+    ):
         self.path = Path(model_file)
         if threads is not None:
             _core.set_num_threads(threads)
@@ -82,6 +88,22 @@ class LanguageModel:
             )
         except Exception as e:  # tokenizers raises a bare Exception on bad JSON
             raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
+        self.calibration_path: Path | None = None
+        if calib is not None:
+            self.load_calibration(calib)
+
+    # -- calibration ------------------------------------------------------------------------
+    def load_calibration(self, path: str | os.PathLike) -> None:
+        """Use the activation statistics in ``path`` (``socllm calibrate``) for the plans that
+        fix static scales or smoothing factors from calibration."""
+        from .calibrate import load_calibration
+
+        self._engine.set_calibration(load_calibration(path, self).stats)
+        self.calibration_path = Path(path)
+
+    def prepare(self, plan: PlanLike) -> int:
+        """Quantize/pack the plan's linears now (else on first use); returns their bytes."""
+        return self._engine.prepare(plan)
 
     # -- text <-> ids -------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -296,8 +318,12 @@ def load(
     name_or_path: str | os.PathLike = "smollm2-135m",
     *,
     threads: int | None = None,
+    calib: str | os.PathLike | None = None,
     progress: bool = True,
 ) -> LanguageModel:
     """Load a built-in model by name, a GGUF file, a Hugging Face model directory, or a
-    socllm ``.h5`` model. Sources other than ``.h5`` are converted once into the cache."""
-    return LanguageModel(resolve_model_file(name_or_path, progress=progress), threads=threads)
+    socllm ``.h5`` model. Sources other than ``.h5`` are converted once into the cache.
+    ``calib``: a calibration file (``socllm calibrate``) for plans with static scales."""
+    return LanguageModel(
+        resolve_model_file(name_or_path, progress=progress), threads=threads, calib=calib
+    )

@@ -49,6 +49,7 @@ def run_main_job(
     out_dir: Path,
     *,
     limit_tokens: int | None = 16384,
+    calib_samples: int = 32,
     progress: bool = True,
     json_dest: str | None = None,
 ) -> dict:
@@ -65,6 +66,16 @@ def run_main_job(
     gen_s = time.perf_counter() - t0
     limit = None if not limit_tokens else limit_tokens
 
+    # Static-scale plans need calibration: windows from the calibration slice of WikiText-2,
+    # evaluation on the held-out rest only.
+    from .calibrate import calibrate_act_scales, save_calibration
+
+    t0 = time.perf_counter()
+    cal = calibrate_act_scales(model, samples=calib_samples, seqlen=512, progress=progress)
+    calib_path = save_calibration(out_dir / "calib.h5", cal, model)
+    model.load_calibration(calib_path)
+    calib_s = time.perf_counter() - t0
+
     evals, token_nll = [], {}
     for plan in _core.Plan.known():
         summary, result = eval_wikitext2(
@@ -75,6 +86,7 @@ def run_main_job(
             limit_tokens=limit,
             batch_size=1,
             progress=progress,
+            heldout=True,
         )
         evals.append(summary)
         token_nll[plan] = result.token_nll
@@ -100,6 +112,12 @@ def run_main_job(
             "new_tokens": len(gen_ids),
             "text": model.detokenize(gen_ids),
             "tokens_per_s": round(len(gen_ids) / gen_s, 1),
+        },
+        "calibration": {
+            "file": calib_path.name,
+            "tokens": cal.tokens,
+            "seconds": round(calib_s, 2),
+            **cal.provenance,
         },
         "wikitext2": evals,
         "plots": {"token_loss": "token_loss.png"},
@@ -127,7 +145,11 @@ def render_markdown(r: dict) -> str:
         "",
         f"{r['generation']['new_tokens']} tokens at {r['generation']['tokens_per_s']} tokens/s.",
         "",
-        "## WikiText-2 perplexity",
+        "## WikiText-2 perplexity (held-out part)",
+        "",
+        f"Calibration: {r['calibration']['samples']} windows of {r['calibration']['seqlen']} "
+        f"tokens from the {r['calibration']['slice']} (seed {r['calibration']['seed']}); "
+        "perplexity on the tokens after that slice.",
         "",
         "| plan | perplexity | scored tokens | windows x context | seconds |",
         "| --- | ---: | ---: | --- | ---: |",

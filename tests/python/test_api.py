@@ -87,7 +87,9 @@ def test_plans_are_named_and_described():
     assert "fp32" in socllm.Plan.known()
     assert "reference" in socllm.Plan.describe("fp32")
     assert socllm.Plan("fp32").name == "fp32"
-    assert socllm.Plan({"name": "fp32"}).to_json() == {"name": "fp32"}
+    j = socllm.Plan({"name": "fp32"}).to_json()
+    assert j["name"] == "fp32" and j["chunk_len"] == 0
+    assert j["ops"]["linear"]["weights"] == {"format": "fp32"} and j["ops"]["attention"] == "fp32"
 
 
 def test_log_level_round_trip():
@@ -133,7 +135,7 @@ def test_cli_eval_json(smollm):
 
 def test_cli_run_writes_report(tmp_path):
     out = tmp_path / "report"
-    r = _cli("run", "--out", str(out), "--limit-tokens", "1024", "--quiet")
+    r = _cli("run", "--out", str(out), "--limit-tokens", "1024", "--calib-samples", "4", "--quiet")
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["generation"]["new_tokens"] > 0 and rep["generation"]["text"]
@@ -141,6 +143,7 @@ def test_cli_run_writes_report(tmp_path):
     assert 5 < rep["wikitext2"][0]["perplexity"] < 100
     assert (out / "token_loss.png").stat().st_size > 1000
     assert "WikiText-2 perplexity" in (out / "report.md").read_text()
+    assert rep["calibration"]["samples"] == 4 and (out / "calib.h5").exists()
 
 
 def test_cli_convert(tmp_path):

@@ -516,7 +516,7 @@ def test_unknown_plan(m):
             with pytest.raises(socllm.InvalidArgumentError, match="'int3'") as e:
                 call(plan)
             assert all(k in str(e.value) for k in known), (where, str(e.value))
-        with pytest.raises(socllm.InvalidArgumentError, match="unknown plan field 'bits'"):
+        with pytest.raises(socllm.InvalidArgumentError, match="plan 'fp32' has no option 'bits'"):
             call({"name": "fp32", "bits": 3})
         with pytest.raises(socllm.InvalidArgumentError, match="got int"):
             call(3)

@@ -1,0 +1,334 @@
+#include "socllm/linear_scheme.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "socllm/core.h"
+#include "socllm/kernels.h"
+
+namespace socllm::quant {
+
+namespace {
+
+constexpr WeightFormat kWeightFormats[] = {WeightFormat::F32, WeightFormat::Int8, WeightFormat::Int4};
+constexpr ActFormat kActFormats[] = {ActFormat::F32, ActFormat::F16, ActFormat::Int8StaticPerTensor,
+                                     ActFormat::Int8DynamicPerRow, ActFormat::Int8DynamicPerGroup};
+// SmoothQuant's clamp on both statistics and on the factor (its smooth_lm).
+constexpr float kSmoothClamp = 1e-5f;
+
+template <typename E, size_t N>
+std::string names_of(const E (&all)[N], std::string (*name)(E)) {
+  std::string s;
+  for (E e : all) s += (s.empty() ? "" : ", ") + name(e);
+  return s;
+}
+
+template <typename E, size_t N>
+E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N], std::string (*name)(E)) {
+  if (!v.is_string())
+    throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a string, got " +
+                          v.dump() + " (known: " + names_of(all, name) + ")");
+  for (E e : all)
+    if (name(e) == v.get<std::string>()) return e;
+  throw InvalidArgument(std::string("[LinearScheme] unknown ") + field + " mode '" +
+                        v.get<std::string>() + "' (known: " + names_of(all, name) + ")");
+}
+
+double number_field(const nlohmann::json& v, const char* field) {
+  if (!v.is_number())
+    throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+bool integer_activations(ActFormat a) {
+  return a == ActFormat::Int8StaticPerTensor || a == ActFormat::Int8DynamicPerRow;
+}
+
+}  // namespace
+
+std::string weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::F32: return "fp32";
+    case WeightFormat::Int8: return "int8";
+    case WeightFormat::Int4: return "int4";
+  }
+  return "?";
+}
+
+std::string act_format_name(ActFormat f) {
+  switch (f) {
+    case ActFormat::F32: return "fp32";
+    case ActFormat::F16: return "fp16";
+    case ActFormat::Int8StaticPerTensor: return "int8-static-per-tensor";
+    case ActFormat::Int8DynamicPerRow: return "int8-dynamic-per-row";
+    case ActFormat::Int8DynamicPerGroup: return "int8-dynamic-per-group";
+  }
+  return "?";
+}
+
+bool LinearScheme::is_fp32() const {
+  return weights == WeightFormat::F32 && activations == ActFormat::F32 && !smooth_alpha &&
+         !outlier_threshold;
+}
+
+bool LinearScheme::needs_calibration() const {
+  return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value();
+}
+
+void LinearScheme::validate() const {
+  if (group_size <= 0)
+    throw InvalidArgument("[LinearScheme] group_size must be > 0, got " + std::to_string(group_size));
+  if (smooth_alpha && !(*smooth_alpha >= 0.0 && *smooth_alpha <= 1.0))
+    throw InvalidArgument("[LinearScheme] smoothing alpha must be in [0, 1], got " +
+                          std::to_string(*smooth_alpha));
+  if (outlier_threshold && !(*outlier_threshold > 0.0))
+    throw InvalidArgument("[LinearScheme] outlier threshold must be > 0, got " +
+                          std::to_string(*outlier_threshold));
+  if (weights == WeightFormat::F32 && weight_granularity != Granularity::PerChannel)
+    throw InvalidArgument("[LinearScheme] fp32 weights take no granularity (got " +
+                          granularity_name(weight_granularity) + ")");
+}
+
+nlohmann::json LinearScheme::to_json() const {
+  nlohmann::json w = {{"format", weight_format_name(weights)}};
+  if (weights != WeightFormat::F32) w["granularity"] = granularity_name(weight_granularity);
+  if (weight_granularity == Granularity::PerGroup || activations == ActFormat::Int8DynamicPerGroup)
+    w["group_size"] = group_size;
+  nlohmann::json j = {{"weights", w}, {"activations", act_format_name(activations)}};
+  j["smoothing_alpha"] = smooth_alpha ? nlohmann::json(*smooth_alpha) : nlohmann::json(nullptr);
+  j["outlier_threshold"] =
+      outlier_threshold ? nlohmann::json(*outlier_threshold) : nlohmann::json(nullptr);
+  return j;
+}
+
+LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
+  if (!j.is_object())
+    throw InvalidArgument("[LinearScheme] expected an object, got " + j.dump());
+  LinearScheme s;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "weights") {
+      if (!v.is_object())
+        throw InvalidArgument("[LinearScheme] 'weights' must be an object, got " + v.dump());
+      for (const auto& [wk, wv] : v.items()) {
+        if (wk == "format") {
+          s.weights = parse_enum(wv, "weights.format", kWeightFormats, weight_format_name);
+        } else if (wk == "granularity") {
+          if (!wv.is_string())
+            throw InvalidArgument("[LinearScheme] 'granularity' must be a string, got " + wv.dump());
+          s.weight_granularity = granularity_from_name(wv.get<std::string>());
+        } else if (wk == "group_size") {
+          if (!wv.is_number_integer())
+            throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " + wv.dump());
+          s.group_size = wv.get<int64_t>();
+        } else {
+          throw InvalidArgument("[LinearScheme] unknown weights field '" + wk +
+                                "' (known: format, granularity, group_size)");
+        }
+      }
+    } else if (key == "activations") {
+      s.activations = parse_enum(v, "activations", kActFormats, act_format_name);
+    } else if (key == "smoothing_alpha") {
+      if (!v.is_null()) s.smooth_alpha = number_field(v, "smoothing_alpha");
+    } else if (key == "outlier_threshold") {
+      if (!v.is_null()) s.outlier_threshold = number_field(v, "outlier_threshold");
+    } else {
+      throw InvalidArgument("[LinearScheme] unknown field '" + key +
+                            "' (known: weights, activations, smoothing_alpha, outlier_threshold)");
+    }
+  }
+  s.validate();
+  return s;
+}
+
+float round_to_f16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
+PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
+                               const LinearScheme& scheme, std::span<const float> act_absmax)
+    : out_(out), in_(in), scheme_(scheme) {
+  scheme_.validate();
+  if (out <= 0 || in <= 0)
+    throw ShapeError("[PreparedLinear] empty weight shape [" + std::to_string(out) + ", " +
+                     std::to_string(in) + "]");
+  if (bias) bias_.assign(bias, bias + out);
+  const bool per_group = scheme_.weight_granularity == Granularity::PerGroup ||
+                         scheme_.activations == ActFormat::Int8DynamicPerGroup;
+  if (per_group && in % scheme_.group_size != 0)
+    throw InvalidArgument("[PreparedLinear] group_size " + std::to_string(scheme_.group_size) +
+                          " does not divide the input width " + std::to_string(in));
+  if (scheme_.needs_calibration()) {
+    if (static_cast<int64_t>(act_absmax.size()) != in)
+      throw ShapeError("[PreparedLinear] calibration statistics have " +
+                       std::to_string(act_absmax.size()) + " channels, this linear's input has " +
+                       std::to_string(in));
+    for (size_t j = 0; j < act_absmax.size(); ++j)
+      if (!std::isfinite(act_absmax[j]) || act_absmax[j] < 0.0f)
+        throw InvalidArgument("[PreparedLinear] calibration absmax of channel " + std::to_string(j) +
+                              " is " + std::to_string(act_absmax[j]));
+  }
+
+  // Smoothed weights W·diag(s) (SmoothQuant Eq. 4); the input is divided by s at run time.
+  std::vector<float> ws(W, W + out * in);
+  std::vector<float> eff_absmax(act_absmax.begin(), act_absmax.end());
+  if (scheme_.smooth_alpha) {
+    const double a = *scheme_.smooth_alpha;
+    smooth_.resize(static_cast<size_t>(in));
+    for (int64_t j = 0; j < in; ++j) {
+      float wmax = 0.0f;
+      for (int64_t i = 0; i < out; ++i) wmax = std::max(wmax, std::abs(W[i * in + j]));
+      const double s = std::pow(std::max(act_absmax[j], kSmoothClamp), a) /
+                       std::pow(std::max(wmax, kSmoothClamp), 1.0 - a);
+      smooth_[j] = std::max(static_cast<float>(s), kSmoothClamp);
+      eff_absmax[j] = act_absmax[j] / smooth_[j];
+    }
+    for (int64_t i = 0; i < out; ++i)
+      for (int64_t j = 0; j < in; ++j) ws[i * in + j] *= smooth_[j];
+  }
+  if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
+    const float amax = *std::max_element(eff_absmax.begin(), eff_absmax.end());
+    if (!(amax > 0.0f))
+      throw InvalidArgument("[PreparedLinear] calibration absmax of this input is 0: no static scale");
+    act_scale_ = amax / 127.0f;
+  }
+  if (scheme_.outlier_threshold) w_float_ = ws;
+
+  if (scheme_.weights == WeightFormat::F32) {
+    w_hat_ = std::move(ws);
+    stored_weight_bytes_ = out * in * static_cast<int64_t>(sizeof(float));
+  } else {
+    const QuantSpec spec{scheme_.weights == WeightFormat::Int8 ? 8 : 4, scheme_.weight_granularity,
+                         scheme_.group_size};
+    const QuantizedWeights q = quantize_weights(ws.data(), out, in, spec);
+    stored_weight_bytes_ = (spec.bits == 8 ? out * in : (out * in + 1) / 2) +
+                           static_cast<int64_t>(q.scales.size() * sizeof(float));
+    if (integer_activations(scheme_.activations) &&
+        scheme_.weight_granularity != Granularity::PerGroup) {
+      w_scales_.resize(static_cast<size_t>(out));
+      for (int64_t i = 0; i < out; ++i)
+        w_scales_[i] = q.scales.size() == 1 ? q.scales[0] : q.scales[static_cast<size_t>(i)];
+      packed_ = std::make_unique<kernels::PackedWeightsS8>(q.q.data(), in, out, in);
+    } else {
+      w_hat_.resize(static_cast<size_t>(out * in));
+      dequantize_weights(q, w_hat_.data());
+    }
+  }
+  if (!bias_.empty()) stored_weight_bytes_ += out * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t PreparedLinear::weight_bytes() const { return stored_weight_bytes_; }
+
+void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64_t ldy,
+                                     bool accumulate) const {
+  std::vector<int8_t> A(static_cast<size_t>(N * in_));
+  std::vector<float> row_scale(static_cast<size_t>(N), act_scale_);
+  if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
+    quantize_static(xs, N * in_, act_scale_, 8, A.data());
+  } else {  // dynamic per row: LLM.int8's vector-wise activation scales
+    const QuantizedWeights qa = quantize_weights(xs, N, in_, {8, Granularity::PerChannel, 0});
+    std::memcpy(A.data(), qa.q.data(), A.size());
+    row_scale = qa.scales;
+  }
+  std::vector<int32_t> C(static_cast<size_t>(N * out_));
+  kernels::gemm_s8s8s32_packed(A.data(), in_, *packed_, C.data(), out_, N, kernels::best_isa());
+  // Float epilogue: dequantize the int32 accumulators (the NPU's requantize step).
+#pragma omp parallel for schedule(static) if (N * out_ >= (int64_t{1} << 15))
+  for (int64_t m = 0; m < N; ++m) {
+    float* yr = y + m * ldy;
+    const int32_t* cr = C.data() + m * out_;
+    const float sx = row_scale[static_cast<size_t>(m)];
+    for (int64_t n = 0; n < out_; ++n) {
+      float v = static_cast<float>(cr[n]) * (sx * w_scales_[static_cast<size_t>(n)]);
+      if (!bias_.empty()) v += bias_[static_cast<size_t>(n)];
+      yr[n] = accumulate ? yr[n] + v : v;
+    }
+  }
+}
+
+void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, bool accumulate,
+                             std::span<const RowSegment> segments) const {
+  if (N <= 0) return;
+  if (scheme_.is_fp32()) {
+    kernels::linear(x, N, in_, in_, w_hat_.data(), out_, bias_.empty() ? nullptr : bias_.data(), y,
+                    ldy, accumulate);
+    return;
+  }
+  std::vector<float> xs(x, x + N * in_);
+  if (!smooth_.empty())
+    for (int64_t m = 0; m < N; ++m)
+      for (int64_t j = 0; j < in_; ++j) xs[m * in_ + j] /= smooth_[j];
+
+  // LLM.int8 decomposition: per segment, the columns holding any |x| > threshold leave the
+  // quantized product and run in float (their float weights), added after the main product.
+  struct OutlierPart {
+    RowSegment rows;
+    std::vector<int64_t> cols;
+    std::vector<float> x;  // [rows, cols]
+  };
+  std::vector<OutlierPart> parts;
+  if (scheme_.outlier_threshold) {
+    const float thr = static_cast<float>(*scheme_.outlier_threshold);
+    const RowSegment whole{0, N};
+    for (const RowSegment& seg : segments.empty() ? std::span<const RowSegment>(&whole, 1) : segments) {
+      if (seg.begin < 0 || seg.end > N || seg.begin > seg.end)
+        throw ShapeError("[PreparedLinear] row segment [" + std::to_string(seg.begin) + ", " +
+                         std::to_string(seg.end) + ") outside [0, " + std::to_string(N) + ")");
+      OutlierPart p{seg, {}, {}};
+      for (int64_t j = 0; j < in_; ++j)
+        for (int64_t m = seg.begin; m < seg.end; ++m)
+          if (std::abs(xs[m * in_ + j]) > thr) {
+            p.cols.push_back(j);
+            break;
+          }
+      if (p.cols.empty()) continue;
+      const int64_t nc = static_cast<int64_t>(p.cols.size());
+      p.x.resize(static_cast<size_t>((seg.end - seg.begin) * nc));
+      for (int64_t m = seg.begin; m < seg.end; ++m)
+        for (int64_t c = 0; c < nc; ++c) {
+          float& v = xs[m * in_ + p.cols[c]];
+          p.x[(m - seg.begin) * nc + c] = v;
+          v = 0.0f;
+        }
+      parts.push_back(std::move(p));
+    }
+  }
+
+  if (packed_) {
+    forward_integer(xs.data(), N, y, ldy, accumulate);
+  } else {
+    switch (scheme_.activations) {
+      case ActFormat::F32: break;
+      case ActFormat::F16:
+        for (float& v : xs) v = round_to_f16(v);
+        break;
+      case ActFormat::Int8StaticPerTensor: {
+        std::vector<int8_t> q(xs.size());
+        quantize_static(xs.data(), N * in_, act_scale_, 8, q.data());
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(q[i]) * act_scale_;
+        break;
+      }
+      case ActFormat::Int8DynamicPerRow:
+      case ActFormat::Int8DynamicPerGroup: {
+        const QuantSpec spec{8,
+                             scheme_.activations == ActFormat::Int8DynamicPerRow
+                                 ? Granularity::PerChannel
+                                 : Granularity::PerGroup,
+                             scheme_.group_size};
+        dequantize_weights(quantize_weights(xs.data(), N, in_, spec), xs.data());
+        break;
+      }
+    }
+    kernels::linear(xs.data(), N, in_, in_, w_hat_.data(), out_,
+                    bias_.empty() ? nullptr : bias_.data(), y, ldy, accumulate);
+  }
+
+  for (const OutlierPart& p : parts) {
+    const int64_t nc = static_cast<int64_t>(p.cols.size());
+    std::vector<float> wo(static_cast<size_t>(out_ * nc));
+    for (int64_t i = 0; i < out_; ++i)
+      for (int64_t c = 0; c < nc; ++c) wo[i * nc + c] = w_float_[i * in_ + p.cols[c]];
+    kernels::linear(p.x.data(), p.rows.end - p.rows.begin, nc, nc, wo.data(), out_, nullptr,
+                    y + p.rows.begin * ldy, ldy, /*accumulate=*/true);
+  }
+}
+
+}  // namespace socllm::quant

@@ -1,0 +1,172 @@
+"""``socllm.lmeval.evaluate``: lm-eval's ``simple_evaluate`` on socllm's local tasks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .task_configs import resolve_task, task_manager
+
+# keys of evaluate()'s result that are not task names
+RAW_KEY = "lm_eval"
+PREDICTIONS_KEY = "predictions"
+
+
+def _metric(entry: Mapping, name: str) -> float | None:
+    v = entry.get(f"{name},none")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _leaf_tasks(raw: Mapping, name: str) -> list[str]:
+    """The evaluated tasks under ``name`` (itself if it is a task)."""
+    subs = raw.get("group_subtasks", {}).get(name)
+    if not subs:
+        return [name]
+    out: list[str] = []
+    for s in subs:
+        out.extend(_leaf_tasks(raw, s))
+    return out
+
+
+def summarize(raw: Mapping, names: Mapping[str, str]) -> dict[str, dict]:
+    """{short name: {"acc", "acc_norm", "n", other metrics...}} from lm-eval's results;
+    ``names`` maps the short names to lm-eval task/group names. ``n`` is the number of
+    documents evaluated (summed over subtasks for a group); a metric a task does not have is
+    None (acc_norm on MMLU, WinoGrande and LAMBADA)."""
+    out: dict[str, dict] = {}
+    results = raw.get("results", {})
+    nsamples = raw.get("n-samples", {})
+    for short, lm_name in names.items():
+        entry = results.get(lm_name) or raw.get("groups", {}).get(lm_name) or {}
+        row: dict[str, Any] = {"acc": _metric(entry, "acc"), "acc_norm": _metric(entry, "acc_norm")}
+        for k, v in entry.items():
+            metric, _, filt = k.partition(",")
+            if filt == "none" and metric not in row and isinstance(v, (int, float)):
+                row[metric] = float(v)
+        row["n"] = int(
+            sum(nsamples.get(t, {}).get("effective", 0) for t in _leaf_tasks(raw, lm_name))
+        )
+        row["task"] = lm_name
+        out[short] = row
+    return out
+
+
+def _leaf_predictions(raw: Mapping, task: str) -> list[dict]:
+    samples = raw.get("samples", {}).get(task)
+    if samples is None:
+        raise KeyError(
+            f"no samples for {task!r} (evaluate with log_samples=True; tasks with samples: "
+            f"{sorted(raw.get('samples', {}))})"
+        )
+    output_type = raw.get("configs", {}).get(task, {}).get("output_type")
+    out = []
+    for s in sorted(samples, key=lambda s: s["doc_id"]):
+        resps = s["filtered_resps"]
+        lls = [float(r[0]) for r in resps]
+        if output_type == "loglikelihood":  # LAMBADA: one (logprob, is_greedy)
+            pred: Any = bool(resps[0][1])
+        else:
+            pred = int(max(range(len(lls)), key=lls.__getitem__))
+        row = {"task": task, "doc_id": s["doc_id"], "target": s.get("target")}
+        row.update(loglikelihoods=lls, pred=pred)
+        for m in ("acc", "acc_norm"):
+            if m in s:
+                row[m] = float(s[m])
+        out.append(row)
+    return out
+
+
+def predictions(raw: Mapping, name: str) -> list[dict]:
+    """Per-document outcome of an evaluated lm-eval task or group (needs ``log_samples=True``),
+    by subtask then ``doc_id``: ``task`` (the lm-eval task), ``doc_id``, ``target``,
+    ``loglikelihoods`` (one per choice) and ``pred`` = their argmax, the choice ``acc`` scores;
+    for a ``loglikelihood`` task (LAMBADA) ``loglikelihoods`` has one entry and ``pred`` is
+    is_greedy. Also the document's ``acc`` (and ``acc_norm``)."""
+    rows: list[dict] = []
+    for t in _leaf_tasks(raw, name):
+        rows.extend(_leaf_predictions(raw, t))
+    return rows
+
+
+def evaluate(
+    model: Any = "smollm2-135m",
+    tasks: str | Sequence[str] = ("hellaswag",),
+    plan: str | Mapping = "fp32",
+    calib: str | os.PathLike | None = None,
+    limit: int | float | None = None,
+    batch_size: int = 8,
+    quiet: bool = False,
+    *,
+    num_fewshot: int | None = None,
+    log_samples: bool = False,
+    data_dir: str | os.PathLike | None = None,
+    threads: int | None = None,
+    max_length: int | None = None,
+    max_batch_tokens: int | None = None,
+    bootstrap_iters: int = 1000,
+    **plan_options: Any,
+) -> dict:
+    """Evaluate a socllm model on local lm-eval tasks.
+
+    ``tasks``: short names ("hellaswag", "winogrande", "openbookqa", "arc_easy",
+    "arc_challenge", "piqa", "mmlu", "lambada"/"lambada_openai"), ``socllm_*`` names, or a
+    comma-separated string. ``model`` is a name/path or a loaded ``socllm.LanguageModel``.
+    ``limit`` caps the documents per task (per subject for MMLU). Extra keywords are plan
+    options (``alpha=0.5``...).
+
+    Returns ``{task: {"acc", "acc_norm", "n", "task", other metrics}}`` keyed by the names
+    given, plus ``"lm_eval"``: the raw ``simple_evaluate`` result (serialize it with
+    ``json.dumps(..., default=lm_eval.utils.handle_non_serializable)``) and, when
+    ``log_samples`` is true, ``"predictions"``: {task: :func:`predictions` rows} (for a group
+    such as MMLU, the rows of all its subtasks).
+    """
+    import lm_eval
+
+    from .backend import SocllmLM
+
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("evaluate: no tasks given")
+    names = {t: resolve_task(t) for t in tasks}
+
+    lm_args: dict[str, Any] = {"batch_size": batch_size, "quiet": quiet}
+    if threads is not None:
+        lm_args["threads"] = threads
+    if max_length is not None:
+        lm_args["max_length"] = max_length
+    if max_batch_tokens is not None:
+        lm_args["max_batch_tokens"] = max_batch_tokens
+    lm = SocllmLM(
+        model=model,
+        plan=plan,
+        calib=str(calib) if calib else None,
+        **lm_args,
+        **plan_options,
+    )
+    tm = task_manager(data_dir)
+    raw = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=list(dict.fromkeys(names.values())),
+        num_fewshot=num_fewshot,
+        limit=limit,
+        task_manager=tm,
+        log_samples=log_samples,
+        bootstrap_iters=bootstrap_iters,
+    )
+    if raw is None:  # only on non-zero ranks of a distributed run
+        raise RuntimeError("lm_eval.simple_evaluate returned no results")
+    out: dict[str, Any] = summarize(raw, names)
+    out[RAW_KEY] = raw
+    if log_samples:
+        out[PREDICTIONS_KEY] = {s: predictions(raw, lm_name) for s, lm_name in names.items()}
+    return out
+
+
+def task_names(tasks: str | Iterable[str]) -> dict[str, str]:
+    """Short name -> lm-eval name for each of ``tasks`` (list or comma-separated string)."""
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    return {t: resolve_task(t) for t in tasks}

@@ -1,0 +1,329 @@
+"""Plans, calibration, static graphs and chunked prefill (issue 3), against independent numpy
+references of each quantization scheme."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+from socllm.calibrate import calibrate_act_scales, load_calibration, save_calibration
+from socllm.configs import graph_census
+
+PRESETS = [
+    "fp32",
+    "w8a8",
+    "w8a8-perchannel",
+    "smoothquant",
+    "llm-int8",
+    "w8-group",
+    "w4-group",
+    "w4a16",
+]
+
+
+@pytest.fixture(scope="module")
+def calib_file(smollm, tmp_path_factory):
+    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
+    path = save_calibration(tmp_path_factory.mktemp("cal") / "calib.h5", cal, smollm)
+    smollm.load_calibration(path)
+    yield path
+    smollm._engine.set_calibration(None)
+
+
+@pytest.fixture(scope="module")
+def prompt(smollm, wikitext_text):
+    return smollm.tokenize(wikitext_text[100000:120000])[:300]
+
+
+# -- plans as data ---------------------------------------------------------------------------
+def test_presets_round_trip_through_json():
+    assert socllm.Plan.known() == PRESETS
+    for name in PRESETS:
+        p = socllm.Plan(name)
+        j = p.to_json()
+        assert j["name"] == name and set(j["ops"]) == {
+            "linear",
+            "attention",
+            "norm",
+            "embedding",
+            "lm_head",
+        }
+        assert socllm.Plan(j).to_json() == j
+        assert socllm.Plan.describe(name)
+    sq = socllm.Plan("smoothquant:alpha=0.8,chunk_len=128").to_json()
+    assert sq["alpha"] == 0.8 and sq["chunk_len"] == 128
+    assert sq["ops"]["linear"]["smoothing_alpha"] == 0.8
+    assert socllm.Plan("llm-int8").to_json()["ops"]["linear"]["outlier_threshold"] == 6.0
+    assert socllm.Plan("w4-group").to_json()["ops"]["linear"]["weights"] == {
+        "format": "int4",
+        "granularity": "per-group",
+        "group_size": 32,
+    }
+    custom = {"name": "custom", "ops": socllm.Plan("w8a8").to_json()["ops"]}
+    assert socllm.Plan(custom).to_json()["ops"] == custom["ops"]
+
+
+@pytest.mark.parametrize(
+    "plan, match",
+    [
+        ("int3", "unknown plan 'int3'"),
+        ("smoothquant:beta=1", "has no option 'beta'"),
+        ("w8a8:alpha=0.5", "has no option 'alpha'"),
+        ("smoothquant:alpha=x", "needs a number"),
+        ("smoothquant:alpha=1.5", "alpha must be in"),
+        ("llm-int8:threshold=-1", "threshold must be > 0"),
+        ("w8-group:group_size=2.5", "must be an integer"),
+        ({"name": "custom"}, "needs 'ops'"),
+        ({"name": "custom", "ops": {"conv": "fp32"}}, "unknown operator class 'conv'"),
+        ({"name": "custom", "ops": {"attention": "int8"}}, "unknown mode"),
+        (
+            {"name": "custom", "ops": {"linear": {"activations": "int8-static-per-group"}}},
+            "unknown activations mode",
+        ),
+        (
+            {"name": "custom", "ops": {"linear": {"weights": {"format": "int3"}}}},
+            "unknown weights.format mode",
+        ),
+        ({"name": "w8a8", "ops": {"linear": {}}}, "differ from what plan 'w8a8' runs"),
+        ("{not json", "invalid plan JSON"),
+    ],
+)
+def test_bad_plans_are_clear_errors(plan, match):
+    with pytest.raises(socllm.InvalidArgumentError, match=match):
+        socllm.Plan(plan)
+
+
+def test_plan_needing_calibration_without_it(smollm):
+    fresh = socllm.LanguageModel(smollm.path)
+    for name in ["w8a8", "w8a8-perchannel", "smoothquant"]:
+        with pytest.raises(socllm.InvalidArgumentError, match="none is loaded"):
+            fresh.logits([1, 2, 3], name)
+    # plans with dynamic scales need none
+    assert fresh.logits([1, 2, 3], "llm-int8").shape == (3, fresh.config["vocab_size"])
+
+
+# -- calibration file ------------------------------------------------------------------------
+def test_calibration_round_trip_and_provenance(smollm, calib_file):
+    cal = load_calibration(calib_file, smollm)
+    assert cal.provenance["corpus"] == "wikitext2" and cal.provenance["seed"] == 1
+    assert cal.provenance["samples"] == 4 and cal.tokens == 4 * 64
+    again = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
+    for site in _core.Calibration.sites():
+        np.testing.assert_array_equal(cal.absmax(site), again.absmax(site))  # deterministic
+    a = cal.absmax("mlp_act")
+    assert a.shape == (30, 1536) and (a >= 0).all() and a.max() > 1
+
+
+def test_calibration_absmax_matches_a_numpy_observation(smollm):
+    """attn_in of layer 0 is RMSNorm(embedding) * w: recompute it in numpy from the weights."""
+    ids = [1, 504, 3, 900, 17]
+    cal = _core.Calibration.empty_for(smollm._model)
+    smollm._engine.observe_activations([ids], cal)
+    with h5py.File(smollm.path) as f:
+        emb = f["weights/embed_tokens"][()][ids]
+        w = f["weights/layers/0/attn_norm"][()]
+    x = emb / np.sqrt((emb.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(cal.get("attn_in")[0], np.abs(x).max(0), rtol=1e-5, atol=1e-6)
+
+
+def test_calibration_from_another_model_is_rejected(smollm, calib_file, tmp_path):
+    other = tmp_path / "other.h5"
+    other.write_bytes(calib_file.read_bytes())
+    with h5py.File(other, "a") as f:
+        f.attrs["model_fingerprint"] = "0123456789abcdef"
+        f.attrs["model_name"] = "Qwen1.5-1.8B"
+    with pytest.raises(socllm.InvalidArgumentError, match="calibrated on model 'Qwen1.5-1.8B'"):
+        load_calibration(other, smollm)
+    cal = _core.Calibration.empty_for(smollm._model)
+    with pytest.raises(socllm.ShapeError, match="needs shape"):
+        cal.set("attn_in", np.zeros((24, 2048), np.float32))
+    with pytest.raises(socllm.MissingFileError):
+        load_calibration(tmp_path / "missing.h5", smollm)
+    (tmp_path / "junk.h5").write_bytes(b"junk")
+    with pytest.raises(socllm.FormatError):
+        load_calibration(tmp_path / "junk.h5", smollm)
+
+
+# -- each scheme against an independent numpy reference -------------------------------------
+def _q(x, scale, qmax=127):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(scale > 0, np.round(x / scale), 0)
+    return np.clip(r, -qmax - 1, qmax)
+
+
+def _weights(smollm, layer, site):
+    name = {"attn_in": None, "attn_out": "wo", "mlp_in": None, "mlp_act": "w_down"}[site]
+    with h5py.File(smollm.path) as f:
+        g = f[f"weights/layers/{layer}"]
+        if site == "attn_in":
+            return np.concatenate([g["wq"][()], g["wk"][()], g["wv"][()]])
+        if site == "mlp_in":
+            return np.concatenate([g["w_gate"][()], g["w_up"][()]])
+        return g[name][()]
+
+
+@pytest.fixture(scope="module")
+def site_input(smollm):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((37, 576)).astype(np.float32)
+    x[:, 5] *= 20  # an outlier channel
+    return x
+
+
+def test_w8a8_graph_is_exact_int8_arithmetic(smollm, calib_file, site_input):
+    W = _weights(smollm, 3, "attn_in")
+    g = smollm._engine.linear_graph("w8a8", 3, "attn_in", 37)
+    y = g.run(site_input)
+    sx = np.float32(smollm._engine.calibration().get("attn_in")[3].max() / np.float32(127))
+    assert g.scales == [pytest.approx(float(sx), rel=1e-7)]
+    sw = np.float32(np.abs(W).max() / np.float32(127))
+    qx = _q(site_input, sx).astype(np.int64)
+    qw = _q(W, sw).astype(np.int64)
+    ref = (qx @ qw.T).astype(np.float32) * (sx * sw)
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+    with pytest.raises(socllm.ShapeError, match="built for input \\[37, 576\\], got \\[36, 576\\]"):
+        g.run(site_input[:36])
+
+
+def test_perchannel_and_smoothquant_graphs(smollm, calib_file, site_input):
+    W = _weights(smollm, 2, "mlp_in")
+    amax = smollm._engine.calibration().get("mlp_in")[2]
+    x = site_input
+    # per-channel weights, static per-tensor activations
+    sx = np.float32(amax.max() / np.float32(127))
+    sw = (np.abs(W).max(1) / np.float32(127)).astype(np.float32)
+    ref = (_q(x, sx).astype(np.int64) @ _q(W, sw[:, None]).astype(np.int64).T).astype(
+        np.float32
+    ) * (sx * sw)
+    y = smollm._engine.linear_graph("w8a8-perchannel", 2, "mlp_in", 37).run(x)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    # SmoothQuant, alpha 0.5: s = sqrt(amax) / sqrt(wmax) per input channel
+    s = (
+        np.maximum(amax, 1e-5).astype(np.float64) ** 0.5
+        / np.maximum(np.abs(W).max(0), 1e-5).astype(np.float64) ** 0.5
+    ).astype(np.float32)
+    Ws, xs = W * s, x / s
+    sx = np.float32((amax / s).max() / np.float32(127))
+    sw = np.float32(np.abs(Ws).max() / np.float32(127))
+    ref = (_q(xs, sx).astype(np.int64) @ _q(Ws, sw).astype(np.int64).T).astype(np.float32) * (
+        sx * sw
+    )
+    y = smollm._engine.linear_graph("smoothquant", 2, "mlp_in", 37).run(x)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_llm_int8_graph(smollm, site_input):
+    W = _weights(smollm, 1, "attn_in")
+    x = site_input.copy()
+    x[3, 100] = 9.0  # a column with one outlier
+    cols = np.abs(x).max(0) > 6.0
+    xi = np.where(cols, 0, x)
+    sx = (np.abs(xi).max(1) / np.float32(127)).astype(np.float32)
+    sw = (np.abs(W).max(1) / np.float32(127)).astype(np.float32)
+    ref = (_q(xi, sx[:, None]).astype(np.int64) @ _q(W, sw[:, None]).astype(np.int64).T).astype(
+        np.float32
+    ) * (sx[:, None] * sw)
+    ref += x[:, cols] @ W[:, cols].T
+    assert cols[5] and cols[100]
+    y = smollm._engine.linear_graph("llm-int8", 1, "attn_in", 37).run(x)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("plan, bits", [("w8-group", 8), ("w4-group", 4), ("w4a16", 4)])
+def test_group_graphs(smollm, site_input, plan, bits):
+    W = _weights(smollm, 0, "attn_out")
+    x = site_input
+    G, qmax = 32, 127 if bits == 8 else 7
+    Wg = W.reshape(W.shape[0], -1, G)
+    sw = (np.abs(Wg).max(2, keepdims=True) / np.float32(qmax)).astype(np.float32)
+    w_hat = (_q(Wg, sw, qmax) * sw).reshape(W.shape).astype(np.float32)
+    if plan == "w4a16":
+        x_hat = x.astype(np.float16).astype(np.float32)
+    else:
+        xg = x.reshape(x.shape[0], -1, G)
+        sx = (np.abs(xg).max(2, keepdims=True) / np.float32(127)).astype(np.float32)
+        x_hat = (_q(xg, sx) * sx).reshape(x.shape).astype(np.float32)
+    ref = x_hat.astype(np.float64) @ w_hat.T.astype(np.float64)
+    y = smollm._engine.linear_graph(plan, 0, "attn_out", 37).run(x)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_fp32_graph_equals_the_weights(smollm, site_input):
+    W = _weights(smollm, 4, "attn_in")
+    y = smollm._engine.linear_graph("fp32", 4, "attn_in", 37).run(site_input)
+    np.testing.assert_allclose(y, site_input.astype(np.float64) @ W.T, rtol=1e-4, atol=1e-4)
+
+
+# -- whole model -----------------------------------------------------------------------------
+def test_every_plan_runs_and_the_quantized_ones_differ(smollm, calib_file, prompt):
+    ref = smollm.logits(prompt[:64])
+    for name in PRESETS[1:]:
+        lg = smollm.logits(prompt[:64], name)
+        assert np.isfinite(lg).all()
+        diff = np.abs(lg - ref).max()
+        assert 1e-3 < diff < 100, (name, diff)
+
+
+@pytest.mark.parametrize("chunk", [64, 100, 300, 512])
+def test_chunked_prefill_equals_full_prefill_fp32(smollm, prompt, chunk):
+    full = smollm.logits(prompt)
+    chunked = smollm.logits(prompt, {"name": "fp32", "chunk_len": chunk})
+    np.testing.assert_allclose(chunked, full, atol=1e-4 * np.abs(full).max(), rtol=0)
+
+
+@pytest.mark.parametrize("plan", PRESETS[1:])
+def test_padding_rows_never_reach_real_rows(smollm, calib_file, site_input, plan):
+    """Operator level, every plan: a graph's real rows are the same whatever its padding rows
+    hold (zeros or other values below llm-int8's threshold: a graph run alone treats all its
+    rows as one segment). Up to fp32 GEMM rounding for the float-path schemes."""
+    g = smollm._engine.linear_graph(plan, 5, "attn_in", 64)
+    a = np.zeros((64, 576), np.float32)
+    a[:37] = site_input
+    b = a.copy()
+    b[37:] = 5.0
+    ya, yb = g.run(a)[:37], g.run(b)[:37]
+    np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-5 * np.abs(ya).max())
+
+
+@pytest.mark.parametrize("plan", ["w8a8", "llm-int8"])
+def test_padding_never_changes_results(smollm, calib_file, prompt, plan):
+    """Whole model: 300 tokens in chunks of 128 (last chunk: 44 real rows + 84 padding) vs the
+    same chunks fed without padding (chunk 44 on the tail). For the integer-GEMM plans this is
+    exact up to attention rounding; float-GEMM plans (w4-group...) can differ by fp32 rounding
+    of differently shaped GEMMs, which later quantization steps amplify."""
+    padded = smollm.logits(prompt, {"name": plan, "chunk_len": 128})
+    cache = smollm.new_cache(300)
+    parts = [
+        smollm.step(cache, prompt[:256], all_positions=True, plan={"name": plan, "chunk_len": 128}),
+        smollm.step(cache, prompt[256:], all_positions=True, plan={"name": plan, "chunk_len": 44}),
+    ]
+    np.testing.assert_allclose(padded, np.concatenate(parts), atol=2e-4, rtol=0)
+
+
+def test_chunk_sharing_graph_counts(smollm, prompt):
+    e = smollm._engine
+    e.clear_graphs()
+    smollm.logits(prompt, {"name": "fp32", "chunk_len": 128})  # 3 chunks
+    s = e.graph_stats()
+    L = smollm.config["n_layers"]
+    assert s["built_shared"] == 5 * L and s["built_per_chunk"] == 3 * L
+    assert s["requests"] == 3 * 6 * L and s["reused"] == s["requests"] - s["built"]
+    kinds = {ev["kind"] for ev in e.graph_events()}
+    assert kinds == {"attn_in", "attention", "o_proj", "mlp_in", "mlp_act", "down"}
+    smollm.logits(prompt[:200], {"name": "fp32", "chunk_len": 128})  # nothing new to build
+    assert e.graph_stats()["built"] == s["built"]
+
+
+def test_qwen_census_matches_llm_npu():
+    """seed 001 §3.2: 120 of 144 subgraphs shared for Qwen1.5-1.8B, prompt 1024, chunk 256."""
+    shared = graph_census("qwen1.5-1.8b", 1024, 256)
+    naive = graph_census("qwen1.5-1.8b", 1024, 256, sharing=False)
+    assert shared["subgraphs_per_chunk"] == 144 and shared["shareable_per_chunk"] == 120
+    assert shared["built_shared"] == 120 and shared["built_per_chunk"] == 4 * 24
+    assert naive["built"] == 4 * 144
+    # weights held once instead of once per chunk: 4x less weight memory
+    assert naive["weight_bytes"] == 4 * shared["weight_bytes"]
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown model config"):
+        graph_census("qwen9", 1024, 256)

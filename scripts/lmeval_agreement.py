@@ -33,16 +33,7 @@ import socllm  # noqa: E402
 import socllm.lmeval as sl  # noqa: E402
 from reference_transformers import load_reference  # noqa: E402
 
-TASKS = [
-    "hellaswag",
-    "winogrande",
-    "openbookqa",
-    "arc_easy",
-    "arc_challenge",
-    "piqa",
-    "mmlu",
-    "lambada_openai",
-]
+TASKS = list(sl.TASKS)
 
 
 def run_hf(model: str, tasks: dict[str, str], limit, batch_size: int, tm) -> dict:

@@ -157,3 +157,32 @@ def test_cli_convert(tmp_path):
     with h5py.File(dst) as f:
         assert f.attrs["format"] == "socllm-model"
         assert f["weights/embed_tokens"].shape == (49152, 576)
+
+
+def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
+    cal = tmp_path / "c.h5"
+    r = _cli("calibrate", "--samples", "2", "--seqlen", "32", "--out", str(cal), "--quiet")
+    assert r.returncode == 0, r.stderr
+    import h5py
+
+    with h5py.File(cal) as f:
+        assert (
+            f.attrs["samples"] == 2
+            and f.attrs["seed"] == 0
+            and f["act_absmax/mlp_act"].shape
+            == (
+                30,
+                1536,
+            )
+        )
+    args = ["eval", "--task", "wikitext2-heldout,piqa", "--limit-tokens", "300", "--limit", "2"]
+    r = _cli(*args, "--context", "300", "--plan", "w8a8", "--calib", str(cal), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert [x["task"] for x in res] == ["wikitext2-heldout", "piqa"]
+    assert res[0]["plan"] == "w8a8" and res[0]["n_tokens"] == 300
+    assert res[1]["n"] == 2 and 0 <= res[1]["acc"] <= 1
+    r = _cli(*args, "--plan", "w8a8", "--quiet")  # no calibration: a clear error, exit code 2
+    assert r.returncode == 2 and "none is loaded" in r.stderr
+    r = _cli("calibrate", "--steps", "outliers", "--out", str(cal), "--quiet")
+    assert r.returncode != 0 and "unknown step" in r.stderr

@@ -162,7 +162,9 @@ void init_engine(py::module_& m) {
             return e.linear_graph(p, layer, static_cast<LinearSite>(s), rows);
         throw InvalidArgument("[Engine.linear_graph] unknown site '" + site +
                               "' (attn_in, attn_out, mlp_in, mlp_act)");
-      }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"))
+      }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
+      py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
+      "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
       .def("graph_stats", [](const Engine& e) { return graph_stats_to_py(e.graph_stats()); })
       .def("graph_events", [](const Engine& e) {
         py::list l;

@@ -156,7 +156,8 @@ def cmd_eval(args) -> int:
                     batch_size=max(args.batch_size, 8),
                     quiet=args.quiet,
                 )
-                r = {"task": t, "plan": plan, "limit": args.limit, **out[t]}
+                r = {**out[t], "task": t, "lm_eval_task": out[t]["task"]}
+                r.update(plan=plan, limit=args.limit)
                 r["seconds"] = round(time.perf_counter() - t0, 2)
                 line = f"{t} plan={plan}: acc {r['acc']}, acc_norm {r['acc_norm']} (n={r['n']})"
             results.append(r)

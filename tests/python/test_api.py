@@ -176,7 +176,9 @@ def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
             )
         )
     args = ["eval", "--task", "wikitext2-heldout,piqa", "--limit-tokens", "300", "--limit", "2"]
-    r = _cli(*args, "--context", "300", "--plan", "w8a8", "--calib", str(cal), "--json", "-")
+    r = _cli(
+        *args, "--context", "300", "--plan", "w8a8", "--calib", str(cal), "--json", "-", "--quiet"
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)["results"]
     assert [x["task"] for x in res] == ["wikitext2-heldout", "piqa"]

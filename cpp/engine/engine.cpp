@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "socllm/kernels.h"
 
@@ -128,6 +129,14 @@ TensorF32 LinearGraph::run(const float* x, int64_t rows, int64_t cols) const {
   return y;
 }
 
+void Engine::embed_rows(std::span<const int32_t> tokens, float* x) const {
+  const int64_t d = model_->config().d_model;
+  const float* E = model_->embed_tokens().ptr();
+  for (size_t t = 0; t < tokens.size(); ++t)
+    std::memcpy(x + static_cast<int64_t>(t) * d, E + static_cast<int64_t>(tokens[t]) * d,
+                d * sizeof(float));
+}
+
 void Engine::set_calibration(std::shared_ptr<const Calibration> calib) {
   if (calib) calib->check_matches(model_->config());
   std::lock_guard lock(mu_);
@@ -175,12 +184,16 @@ npu::StaticGraph Engine::describe_graph(const Plan& plan, const PreparedLinears*
   npu::StaticGraph g =
       npu::describe_subgraph(model_->config(), kind, layer, rows, chunk_index,
                              weight_bytes_per_param(plan.linear), activation_bytes_per_value(plan.linear));
-  const LinearSite* site = nullptr;
-  static constexpr LinearSite kSiteOf[] = {LinearSite::AttnIn, LinearSite::AttnIn,
-                                           LinearSite::AttnOut, LinearSite::MlpIn,
-                                           LinearSite::MlpAct, LinearSite::MlpAct};
-  if (kind != npu::SubgraphKind::Attention && kind != npu::SubgraphKind::MlpAct)
-    site = &kSiteOf[static_cast<int>(kind)];
+  // The linear a subgraph holds, whose static activation scale the graph bakes in.
+  std::optional<LinearSite> site;
+  switch (kind) {
+    case npu::SubgraphKind::AttnIn: site = LinearSite::AttnIn; break;
+    case npu::SubgraphKind::OProj: site = LinearSite::AttnOut; break;
+    case npu::SubgraphKind::MlpIn: site = LinearSite::MlpIn; break;
+    case npu::SubgraphKind::Down: site = LinearSite::MlpAct; break;
+    case npu::SubgraphKind::Attention:
+    case npu::SubgraphKind::MlpAct: break;
+  }
   if (prep && site) g.scales = {prep->at(layer, *site).static_act_scale()};
   return g;
 }
@@ -292,7 +305,6 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
   int64_t total = 0;
   for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
   TensorF32 out({total, d});
-  const float* E = model_->embed_tokens().ptr();
   std::vector<float> x(static_cast<size_t>(C * d)), normed(static_cast<size_t>(C * d));
   int64_t out_row = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
@@ -307,11 +319,8 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       // Padding rows are zero vectors after the real rows (any value would do: every
       // operator but attention is row-wise, and attention skips them).
       std::fill(x.begin(), x.end(), 0.0f);
-      for (int64_t t = 0; t < C; ++t) {
-        if (t < valid)
-          std::memcpy(x.data() + t * d, E + static_cast<int64_t>(seq[c0 + t]) * d, d * sizeof(float));
-        b.pos[static_cast<size_t>(t)] = past + t;
-      }
+      embed_rows(seq.subspan(static_cast<size_t>(c0), static_cast<size_t>(valid)), x.data());
+      for (int64_t t = 0; t < C; ++t) b.pos[static_cast<size_t>(t)] = past + t;
       b.seqs = {{caches[si], 0, valid}};
       b.segments = {{0, valid}};
       // The attention graph is fixed by the KV length it sees: chunk index = past / C.
@@ -367,14 +376,12 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
   TensorF32 x({N, d});
   b.N = N;
   b.pos.resize(static_cast<size_t>(N));
-  const float* E = model_->embed_tokens().ptr();
-  for (const auto& s : b.seqs)
-    for (int64_t t = 0; t < s.T; ++t) {
-      const int64_t r = s.row0 + t;
-      const int32_t tok = seqs[static_cast<size_t>(&s - b.seqs.data())][static_cast<size_t>(t)];
-      std::memcpy(x.ptr() + r * d, E + static_cast<int64_t>(tok) * d, d * sizeof(float));
-      b.pos[static_cast<size_t>(r)] = s.cache->length() + t;
-    }
+  for (size_t si = 0; si < b.seqs.size(); ++si) {
+    const auto& s = b.seqs[si];
+    embed_rows(seqs[si], x.ptr() + s.row0 * d);
+    for (int64_t t = 0; t < s.T; ++t)
+      b.pos[static_cast<size_t>(s.row0 + t)] = s.cache->length() + t;
+  }
   run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr);
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
@@ -394,11 +401,8 @@ void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
     b.segments = {{0, T}};
     b.pos.resize(static_cast<size_t>(T));
     TensorF32 x({T, d});
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(x.ptr() + t * d, model_->embed_tokens().ptr() + static_cast<int64_t>(s[t]) * d,
-                  d * sizeof(float));
-      b.pos[static_cast<size_t>(t)] = t;
-    }
+    embed_rows(s, x.ptr());
+    for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = t;
     run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into);
   }
 }

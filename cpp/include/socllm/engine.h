@@ -115,6 +115,8 @@ class Engine {
  private:
   struct Batch;
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
+  // x[t, :] = embedding of tokens[t] (rows of d_model floats).
+  void embed_rows(std::span<const int32_t> tokens, float* x) const;
   // All decoder blocks on x [batch.N, d_model] in place; chunk_rows > 0 runs them as the
   // static graphs of a chunk of that many rows at `chunk_index`.
   void run_blocks(Batch& batch, float* x, const Plan& plan, const PreparedLinears* prep,

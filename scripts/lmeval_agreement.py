@@ -2,7 +2,7 @@
 """Does socllm (plan fp32) choose the same answers as lm-eval's own `hf` backend?
 
 Runs the 8 local lm-eval tasks (socllm.lmeval; data from SOCLLM_DATA_DIR) with --limit N
-documents each (per subject for MMLU) through
+documents each (for MMLU, N spread over its 57 subjects: ceil(N / 57) per subject) through
 
 * lm-eval's `hf` backend (HFLM) on transformers' model for the same GGUF
   (scripts/reference_transformers.py `load_reference`: fp32, CPU), and
@@ -37,15 +37,14 @@ TASKS = list(sl.TASKS)
 
 
 def run_hf(model: str, tasks: dict[str, str], limit, batch_size: int, tm) -> dict:
-    import lm_eval
     from lm_eval.models.huggingface import HFLM
 
     tok, ref = load_reference(model)
     lm = HFLM(pretrained=ref, tokenizer=tok, batch_size=batch_size, device="cpu")
-    return lm_eval.simple_evaluate(
-        model=lm,
-        tasks=list(tasks.values()),
-        limit=limit,
+    return sl.simple_evaluate(
+        lm,
+        list(tasks.values()),
+        limit,
         task_manager=tm,
         log_samples=True,
         bootstrap_iters=0,
@@ -133,7 +132,7 @@ def main() -> int:
     print(
         f"\nlm-eval {__import__('lm_eval').__version__}: hf backend (transformers "
         f"{__import__('transformers').__version__}, torch {torch.__version__}) vs socllm fp32; "
-        f"limit {limit} documents per task (per subject for mmlu)"
+        f"limit {limit} documents per task (mmlu: spread over its 57 subjects)"
     )
     head = f"{'task':<16}{'n':>7}{'agree %':>10}{'acc(hf)':>10}{'acc(socllm)':>13}{'max|dLL|':>11}"
     print(head)

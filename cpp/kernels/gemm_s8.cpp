@@ -1,4 +1,4 @@
-// Exact INT8 GEMM with runtime dispatch: AVX-512 VNNI (vpdpbusd), AVX2 (widen to int16 and
+// Exact INT8 GEMM with runtime dispatch: AVX-512 VNNI (vpdpbusd), AVX2 (int16 pairs and
 // vpmaddwd, exact: no saturating vpmaddubsw), scalar reference. All paths are bit-identical.
 #include "socllm/gemm_s8.h"
 
@@ -28,68 +28,99 @@ void gemm_scalar(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t
     }
 }
 
-// ---- AVX2: 16 elements per step, widened to int16; vpmaddwd sums pairs into int32 ----------
+// ---- AVX2: vpmaddwd on int16 pairs, laid out so that one instruction yields 8 columns ------
+//
+// AVX2 has no exact 8-bit multiply-add (vpmaddubsw saturates), so operands are widened to
+// int16 once: packed B holds, for each pair of k, the two int16 B[n, 2p], B[n, 2p+1] of each
+// column n in one int32 lane (8 columns per ymm); A rows are widened to int16 and padded to an
+// even K. One broadcast int32 of A (a k-pair of one row) times a B vector gives 8 columns'
+// pair sums in int32 (exact: |sum| <= 2 * 128 * 128), accumulated with vpaddd. Like the VNNI
+// path there are no horizontal sums; K and N are zero-padded to multiples of 2 and 8.
+constexpr int64_t kAvx2Cols = 8;           // int32 lanes per ymm
+constexpr int kAvx2Rows = 6, kAvx2Vecs = 2;  // 6 x 16 tile: 12 accumulators of 16 ymm
 
+using detail::Avx2Pack;
+
+Avx2Pack pack_b_avx2(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
+  Avx2Pack p;
+  p.pairs = (K + 1) / 2;
+  p.cols = (N + kAvx2Cols - 1) / kAvx2Cols * kAvx2Cols;
+  p.data.assign(static_cast<size_t>(p.pairs * p.cols), 0);
+#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t n1 = std::min(N, n0 + 64);
+    for (int64_t q = 0; q < p.pairs; ++q)
+      for (int64_t n = n0; n < n1; ++n) {
+        const uint16_t lo = static_cast<uint16_t>(int16_t{B[n * ldb + 2 * q]});
+        const uint16_t hi = 2 * q + 1 < K ? static_cast<uint16_t>(int16_t{B[n * ldb + 2 * q + 1]}) : 0;
+        p.data[static_cast<size_t>(q * p.cols + n)] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+      }
+  }
+  return p;
+}
+
+// A rows widened to int16, each padded to `ld` (even) values with zeros.
 template <typename TA>
-__attribute__((target("avx2"))) inline __m256i widen16(const TA* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (std::is_same_v<TA, uint8_t>) return _mm256_cvtepu8_epi16(v);
-  else return _mm256_cvtepi8_epi16(v);
+std::vector<int16_t> widen_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
+  std::vector<int16_t> out(static_cast<size_t>(M * ld), 0);
+#pragma omp parallel for schedule(static) if (M * K >= (int64_t{1} << 20))
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) out[static_cast<size_t>(m * ld + k)] = A[m * lda + k];
+  return out;
 }
 
-__attribute__((target("avx2"))) inline int32_t hsum256(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
-template <typename TA, int MR, int NR>
-__attribute__((target("avx2"))) void tile_avx2(const TA* A, int64_t lda, const int8_t* B,
-                                               int64_t ldb, int32_t* C, int64_t ldc, int64_t K) {
-  __m256i acc[MR][NR];
+template <int MR>
+__attribute__((target("avx2"))) void tile_avx2(const int16_t* A, int64_t lda, const Avx2Pack& pb,
+                                               int64_t n0, int vecs, int32_t* C, int64_t ldc,
+                                               int64_t N) {
+  __m256i acc[MR][kAvx2Vecs];
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    __m256i a[MR];
-    for (int i = 0; i < MR; ++i) a[i] = widen16(A + i * lda + k);
-    for (int j = 0; j < NR; ++j) {
-      const __m256i b = widen16(B + j * ldb + k);
-      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a[i], b));
+    for (int j = 0; j < kAvx2Vecs; ++j) acc[i][j] = _mm256_setzero_si256();
+  const int32_t* bp = pb.data.data() + n0;
+  for (int64_t q = 0; q < pb.pairs; ++q, bp += pb.cols) {
+    __m256i b[kAvx2Vecs];
+    for (int j = 0; j < vecs; ++j)
+      b[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + j * kAvx2Cols));
+    for (int i = 0; i < MR; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, A + i * lda + 2 * q, 4);
+      const __m256i a = _mm256_set1_epi32(pair);
+      for (int j = 0; j < vecs; ++j)
+        acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a, b[j]));
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) {
-      uint32_t s = static_cast<uint32_t>(hsum256(acc[i][j]));
-      for (int64_t kk = k; kk < K; ++kk)
-        s += static_cast<uint32_t>(static_cast<int32_t>(A[i * lda + kk]) * B[j * ldb + kk]);
-      C[i * ldc + j] = static_cast<int32_t>(s);
+    for (int j = 0; j < vecs; ++j) {
+      const int64_t n = n0 + j * kAvx2Cols;
+      const int64_t valid = std::min<int64_t>(kAvx2Cols, N - n);
+      int32_t* c = C + i * ldc + n;
+      if (valid == kAvx2Cols) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), acc[i][j]);
+      } else {
+        alignas(32) int32_t tmp[kAvx2Cols];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[i][j]);
+        std::memcpy(c, tmp, static_cast<size_t>(valid) * sizeof(int32_t));
+      }
     }
 }
 
-// Walks C in 2 x 4 tiles (8 accumulators + operands fit AVX2's 16 ymm registers), with edge
-// tiles of one row and/or one column. Columns outside, rows inside: a tile's rows of B stay in
-// L1 while A's rows stream from L2. Threads split the column blocks.
 template <typename TA>
-void gemm_avx2(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
-               int64_t M, int64_t N, int64_t K) {
-  constexpr int MR = 2, NR = 4;
-  const int64_t n_full = N / NR, n_blocks = n_full + (N % NR);  // full blocks, then 1-wide
+void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t ldc, int64_t M,
+               int64_t N, int64_t K) {
+  const int64_t lda2 = pb.pairs * 2;
+  const std::vector<int16_t> a16 = widen_pad_a(A, lda, M, K, lda2);
+  constexpr int64_t block_cols = kAvx2Cols * kAvx2Vecs;
+  const int64_t n_blocks = (N + block_cols - 1) / block_cols;
+  // Column blocks outside (their packed B, 2 * K * 16 * 2 bytes, stays in L1/L2), rows inside.
 #pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
   for (int64_t nb = 0; nb < n_blocks; ++nb) {
-    const bool full = nb < n_full;
-    const int64_t n = full ? nb * NR : n_full * NR + (nb - n_full);
-    const int8_t* b = B + n * ldb;
+    const int64_t n0 = nb * block_cols;
+    const int vecs =
+        static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
     int64_t m = 0;
-    for (; m + MR <= M; m += MR) {
-      if (full) tile_avx2<TA, MR, NR>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-      else tile_avx2<TA, MR, 1>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-    }
-    for (; m < M; ++m) {
-      if (full) tile_avx2<TA, 1, NR>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-      else tile_avx2<TA, 1, 1>(A + m * lda, lda, b, ldb, C + m * ldc + n, ldc, K);
-    }
+    for (; m + kAvx2Rows <= M; m += kAvx2Rows)
+      tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, n0, vecs, C + m * ldc, ldc, N);
+    for (; m < M; ++m) tile_avx2<1>(a16.data() + m * lda2, lda2, pb, n0, vecs, C + m * ldc, ldc, N);
   }
 }
 
@@ -222,7 +253,7 @@ void run_path(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C
               int64_t M, int64_t N, int64_t K, Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return gemm_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
-    case Isa::Avx2: return gemm_avx2(A, lda, B, ldb, C, ldc, M, N, K);
+    case Isa::Avx2: return gemm_avx2(A, lda, pack_b_avx2(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
   }
 }
@@ -283,13 +314,16 @@ PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_
   for (int64_t n = 0; n < N; ++n)
     std::memcpy(rows_.data() + n * K, B + n * ldb, static_cast<size_t>(K));
   const auto isas = supported_isas();
-  has_vnni_ = std::find(isas.begin(), isas.end(), Isa::Avx512Vnni) != isas.end();
+  const auto has = [&](Isa i) { return std::find(isas.begin(), isas.end(), i) != isas.end(); };
+  has_vnni_ = has(Isa::Avx512Vnni);
   if (has_vnni_) vnni_ = pack_b_vnni(rows_.data(), K, N, K);
+  has_avx2_ = has(Isa::Avx2);
+  if (has_avx2_) avx2_ = pack_b_avx2(rows_.data(), K, N, K);
 }
 
 int64_t PackedWeightsS8::bytes() const {
-  return static_cast<int64_t>(rows_.size() +
-                              (vnni_.data.size() + vnni_.shift.size()) * sizeof(int32_t));
+  return static_cast<int64_t>(
+      rows_.size() + (vnni_.data.size() + vnni_.shift.size() + avx2_.data.size()) * sizeof(int32_t));
 }
 
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
@@ -298,6 +332,7 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
   if (M == 0 || N == 0) return;
   if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
+  if (isa == Isa::Avx2) return gemm_avx2(A, lda, *W.avx2(), C, ldc, M, N, K);
   run_path(A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
 }
 

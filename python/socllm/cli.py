@@ -241,7 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default fp32; see socllm.Plan.known())",
     )
     e.add_argument("--calib", default=None, help="calibration file (socllm calibrate)")
-    e.add_argument("--limit", type=int, default=None, help="lm-eval tasks: documents per task")
+    e.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="lm-eval tasks: documents per task (mmlu: spread over its 57 subjects)",
+    )
     e.add_argument("--task", default="wikitext2", help=f"comma-separated tasks: {', '.join(TASKS)}")
     e.add_argument("--limit-tokens", type=int, default=None, help="use only the first N tokens")
     e.add_argument("--context", type=int, default=2048, help="perplexity window (tokens)")

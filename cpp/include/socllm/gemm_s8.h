@@ -34,10 +34,16 @@ struct VnniPack {
   std::vector<int32_t> data;   // [groups][cols]
   std::vector<int32_t> shift;  // [cols]
 };
+// B for the AVX2 path: per pair of k, per column, one int32 holding the two int16 values
+// B[n, 2p], B[n, 2p + 1] (vpmaddwd's operand); columns padded to 8, k to 2 (with zeros).
+struct Avx2Pack {
+  int64_t pairs = 0, cols = 0;
+  std::vector<int32_t> data;  // [pairs][cols]
+};
 }  // namespace detail
 
 // int8 weights B[N, K] prepared once for many GEMMs, as a static graph's weights are: the
-// rows as given (AVX2/scalar paths) and, on CPUs with VNNI, the vpdpbusd layout.
+// rows as given (scalar path) and the layouts of the vector paths this CPU supports.
 class PackedWeightsS8 {
  public:
   PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K);
@@ -46,12 +52,15 @@ class PackedWeightsS8 {
   int64_t bytes() const;
   const std::vector<int8_t>& rows() const { return rows_; }
   const detail::VnniPack* vnni() const { return has_vnni_ ? &vnni_ : nullptr; }
+  const detail::Avx2Pack* avx2() const { return has_avx2_ ? &avx2_ : nullptr; }
 
  private:
   int64_t n_ = 0, k_ = 0;
   std::vector<int8_t> rows_;  // [N, K]
   bool has_vnni_ = false;
   detail::VnniPack vnni_;
+  bool has_avx2_ = false;
+  detail::Avx2Pack avx2_;
 };
 
 // C[M, N] = A[M, K] · W^T with prepacked weights; same results as gemm_s8s8s32.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .task_configs import resolve_task, task_manager
+from .task_configs import MMLU_SUBJECTS, resolve_task, task_manager
 
 # keys of evaluate()'s result that are not task names
 RAW_KEY = "lm_eval"
@@ -105,6 +106,7 @@ def evaluate(
     max_length: int | None = None,
     max_batch_tokens: int | None = None,
     bootstrap_iters: int = 1000,
+    limit_per_subject: bool = False,
     **plan_options: Any,
 ) -> dict:
     """Evaluate a socllm model on local lm-eval tasks.
@@ -112,7 +114,10 @@ def evaluate(
     ``tasks``: short names ("hellaswag", "winogrande", "openbookqa", "arc_easy",
     "arc_challenge", "piqa", "mmlu", "lambada"/"lambada_openai"), ``socllm_*`` names, or a
     comma-separated string. ``model`` is a name/path or a loaded ``socllm.LanguageModel``.
-    ``limit`` caps the documents per task (per subject for MMLU). Extra keywords are plan
+    ``limit`` caps the documents per task; for MMLU it is spread over the 57 subjects
+    (``ceil(limit / 57)`` each, so ``limit=200`` evaluates 228 questions) unless
+    ``limit_per_subject`` is true (lm-eval's own meaning: ``limit`` per subject). A float
+    ``limit`` < 1 is a fraction of every task (lm-eval's meaning). Extra keywords are plan
     options (``alpha=0.5``...).
 
     Returns ``{task: {"acc", "acc_norm", "n", "task", other metrics}}`` keyed by the names
@@ -121,8 +126,6 @@ def evaluate(
     ``log_samples`` is true, ``"predictions"``: {task: :func:`predictions` rows} (for a group
     such as MMLU, the rows of all its subtasks).
     """
-    import lm_eval
-
     from .backend import SocllmLM
 
     if isinstance(tasks, str):
@@ -147,21 +150,67 @@ def evaluate(
         **plan_options,
     )
     tm = task_manager(data_dir)
-    raw = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=list(dict.fromkeys(names.values())),
-        num_fewshot=num_fewshot,
+    raw = simple_evaluate(
+        lm,
+        list(dict.fromkeys(names.values())),
         limit=limit,
+        limit_per_subject=limit_per_subject,
         task_manager=tm,
+        num_fewshot=num_fewshot,
         log_samples=log_samples,
         bootstrap_iters=bootstrap_iters,
     )
-    if raw is None:  # only on non-zero ranks of a distributed run
-        raise RuntimeError("lm_eval.simple_evaluate returned no results")
     out: dict[str, Any] = summarize(raw, names)
     out[RAW_KEY] = raw
     if log_samples:
         out[PREDICTIONS_KEY] = {s: predictions(raw, lm_name) for s, lm_name in names.items()}
+    return out
+
+
+def simple_evaluate(
+    lm: Any,
+    lm_names: Sequence[str],
+    limit: int | float | None,
+    *,
+    limit_per_subject: bool = False,
+    **kwargs: Any,
+) -> dict:
+    """``lm_eval.simple_evaluate`` of any lm-eval model (socllm's, or lm-eval's ``hf``) on
+    lm-eval task names, with :func:`evaluate`'s meaning of ``limit`` (MMLU's shared among its
+    subjects). lm-eval applies one limit to every leaf task, so tasks whose per-leaf limit
+    differs run in separate calls whose results are merged."""
+    import lm_eval
+
+    by_limit: dict[Any, list[str]] = {}
+    for lm_name in lm_names:
+        by_limit.setdefault(_leaf_limit(lm_name, limit, limit_per_subject), []).append(lm_name)
+    raws = []
+    for leaf_limit, group in by_limit.items():
+        raw = lm_eval.simple_evaluate(model=lm, tasks=group, limit=leaf_limit, **kwargs)
+        if raw is None:  # only on non-zero ranks of a distributed run
+            raise RuntimeError("lm_eval.simple_evaluate returned no results")
+        raws.append(raw)
+    return _merge_raw(raws)
+
+
+def _leaf_limit(lm_name: str, limit: int | float | None, per_subject: bool) -> int | float | None:
+    """The limit lm-eval applies to each leaf of ``lm_name``: MMLU's subjects share an integer
+    ``limit`` unless ``per_subject``."""
+    if limit is None or per_subject or isinstance(limit, float) or lm_name != resolve_task("mmlu"):
+        return limit
+    return max(1, math.ceil(limit / len(MMLU_SUBJECTS)))
+
+
+def _merge_raw(raws: list[Mapping]) -> dict:
+    """One ``simple_evaluate``-shaped result from several: dict-valued entries (results,
+    groups, configs, n-samples, samples, ...) merged, the rest taken from the first."""
+    out = dict(raws[0])
+    for raw in raws[1:]:
+        for k, v in raw.items():
+            if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+                out[k] = {**out[k], **v}
+            elif k not in out:
+                out[k] = v
     return out
 
 

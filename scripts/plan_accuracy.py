@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Benchmark accuracy of a model under several plans: the 8 lm-eval tasks x every plan.
+
+Each (plan, task) is evaluated on the same documents (--limit per task; MMLU's limit spread
+over its 57 subjects), so a plan's difference to fp32 is paired: the table shows each plan's
+accuracy, its change from fp32 in points, and the standard error of that paired difference.
+Results go to --json after every (plan, task), written atomically; a rerun with the same file
+skips what is already there, so an interrupted run resumes.
+
+    python scripts/plan_accuracy.py --calib socllm-out/calib-smollm2-135m.h5 --limit 100 \\
+        --json docs/results/plan_accuracy.json
+    python scripts/plan_accuracy.py --json docs/results/plan_accuracy.json --table-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import socllm  # noqa: E402
+import socllm.lmeval as sl  # noqa: E402
+from socllm.io_utils import atomic_write_text  # noqa: E402
+
+PLANS = [
+    "fp32",
+    "w8a8",
+    "w8a8-perchannel",
+    "smoothquant",
+    "llm-int8",
+    "w8-group",
+    "w4-group",
+    "w4a16",
+]
+# the metric each task is reported with (lm-eval's usual choice for these tasks)
+METRIC = {
+    "hellaswag": "acc_norm",
+    "winogrande": "acc",
+    "openbookqa": "acc_norm",
+    "arc_easy": "acc",
+    "arc_challenge": "acc_norm",
+    "piqa": "acc",
+    "mmlu": "acc",
+    "lambada": "acc",
+}
+
+
+def doc_scores(rows: list[dict], metric: str) -> dict[str, float]:
+    """{"task/doc_id": 0/1} for one task's predictions."""
+    return {f"{r['task']}/{r['doc_id']}": float(r[metric]) for r in rows}
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """(mean(b - a), standard error of that mean) over the documents both scored."""
+    keys = sorted(a.keys() & b.keys())
+    if not keys:
+        return float("nan"), float("nan")
+    d = [b[k] - a[k] for k in keys]
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)
+    return mean, math.sqrt(var / len(d))
+
+
+def evaluate_pair(model, plan: str, task: str, limit: int | None, batch_size: int) -> dict:
+    t0 = time.perf_counter()
+    r = sl.evaluate(
+        model,
+        tasks=[task],
+        plan=plan,
+        limit=limit,
+        batch_size=batch_size,
+        quiet=True,
+        log_samples=True,
+        bootstrap_iters=0,
+    )
+    metric = METRIC[task]
+    scores = doc_scores(r["predictions"][task], metric)
+    return {
+        "plan": plan,
+        "task": task,
+        "metric": metric,
+        "n": len(scores),
+        "score": sum(scores.values()) / len(scores),
+        "acc": r[task]["acc"],
+        "acc_norm": r[task]["acc_norm"],
+        "docs": scores,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def table(results: dict, plans: list[str], tasks: list[str]) -> str:
+    """Markdown: one row per plan, per task the score in % and the paired change vs fp32."""
+    base = {t: results.get(f"fp32/{t}") for t in tasks}
+    head = "| plan | " + " | ".join(f"{t} ({METRIC[t]})" for t in tasks) + " | mean | vs fp32 |"
+    lines = [head, "|" + " --- |" + " ---: |" * (len(tasks) + 2)]
+    for plan in plans:
+        cells, means, deltas = [], [], []
+        for t in tasks:
+            r = results.get(f"{plan}/{t}")
+            if r is None:
+                cells.append("")
+                continue
+            cell = f"{100 * r['score']:.1f}"
+            means.append(r["score"])
+            if plan != "fp32" and base[t] is not None:
+                d, se = paired(base[t]["docs"], r["docs"])
+                deltas.append(d)
+                cell += f" ({100 * d:+.1f}±{100 * se:.1f})"
+            cells.append(cell)
+        mean = f"{100 * sum(means) / len(means):.1f}" if len(means) == len(tasks) else ""
+        delta = (
+            f"{100 * sum(deltas) / len(deltas):+.1f}"
+            if plan != "fp32" and len(deltas) == len(tasks)
+            else ""
+        )
+        lines.append(f"| `{plan}` | " + " | ".join(cells) + f" | {mean} | {delta} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--calib", default=None, help="calibration file for the static plans")
+    ap.add_argument("--plans", default=",".join(PLANS))
+    ap.add_argument("--tasks", default=",".join(METRIC))
+    ap.add_argument("--limit", type=int, default=100, help="documents per task (0 = all)")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", required=True, help="results file (resumed if it exists)")
+    ap.add_argument("--table-only", action="store_true", help="print the table of --json")
+    args = ap.parse_args()
+
+    plans = [p.strip() for p in args.plans.split(",") if p.strip()]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for t in tasks:
+        if t not in METRIC:
+            raise SystemExit(f"plan_accuracy: unknown task {t!r} (known: {', '.join(METRIC)})")
+    out_path = Path(args.json)
+    state = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results: dict = state.get("results", {})
+    limit = args.limit or None
+    if state and state.get("limit") != limit:
+        raise SystemExit(f"plan_accuracy: {out_path} was run with limit {state.get('limit')}")
+
+    if not args.table_only:
+        socllm.set_num_threads(args.threads)
+        socllm.set_log_level("warn")
+        model = socllm.load(args.model, calib=args.calib, progress=False)
+        todo = [(p, t) for p in plans for t in tasks if f"{p}/{t}" not in results]
+        for i, (plan, task) in enumerate(todo, 1):
+            r = evaluate_pair(model, plan, task, limit, args.batch_size)
+            results[f"{plan}/{task}"] = r
+            print(
+                f"[{i}/{len(todo)}] {plan:<16} {task:<14} {r['metric']} "
+                f"{100 * r['score']:.1f} (n={r['n']}, {r['seconds']} s)",
+                flush=True,
+            )
+            state = {
+                "model": args.model,
+                "calib": args.calib,
+                "limit": limit,
+                "metrics": METRIC,
+                "results": results,
+            }
+            atomic_write_text(out_path, json.dumps(state) + "\n")
+    print(f"\n{args.model}, limit {limit} documents per task (mmlu: spread over 57 subjects)")
+    print("score % (paired change vs fp32 in points ± its standard error)\n")
+    print(table(results, plans, tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -44,6 +44,75 @@ std::vector<std::vector<int32_t>> to_batch(const py::handle& seqs, const char* f
   return out;
 }
 
+LinearSite site_from_name(const std::string& site, const char* fn) {
+  for (int s = 0; s < kNumLinearSites; ++s)
+    if (site == linear_site_name(static_cast<LinearSite>(s))) return static_cast<LinearSite>(s);
+  throw InvalidArgument(std::string("[") + fn + "] unknown site '" + site +
+                        "' (attn_in, attn_out, mlp_in, mlp_act)");
+}
+
+// The per-site arrays of a Calibration by name, with their shape: [n_layers] or
+// [n_layers, cols]. Integer statistics are int64, the rest float32.
+struct CalibArray {
+  std::vector<float>* f = nullptr;
+  std::vector<int64_t>* i = nullptr;
+  int64_t cols = 0;  // 0: one value per layer
+};
+
+CalibArray calib_array(Calibration& c, const std::string& name, LinearSite site) {
+  const int s = static_cast<int>(site);
+  if (name == "act_absmax") return {&c.channel_absmax[s], nullptr, c.width[s]};
+  if (name == "abs_hist") return {nullptr, &c.abs_hist[s], Calibration::kAbsHistBins};
+  if (name == "outlier_threshold") return {&c.outlier_threshold[s], nullptr, 0};
+  if (name == "outlier_count") return {nullptr, &c.outlier_count[s], c.width[s]};
+  if (name == "outlier_seq_channels") return {nullptr, &c.outlier_seq_channels[s], 0};
+  if (name == "outlier_seqs") return {nullptr, &c.outlier_seqs[s], 0};
+  throw InvalidArgument("[Calibration] unknown array '" + name +
+                        "' (act_absmax, abs_hist, outlier_threshold, outlier_count, "
+                        "outlier_seq_channels, outlier_seqs)");
+}
+
+py::object calib_get(Calibration& c, const std::string& name, const std::string& site) {
+  const CalibArray a = calib_array(c, name, site_from_name(site, "Calibration"));
+  const size_t n = a.f ? a.f->size() : a.i->size();
+  if (n == 0) return py::none();
+  std::vector<py::ssize_t> shape{c.n_layers};
+  if (a.cols) shape.push_back(a.cols);
+  if (a.f) return py::array_t<float>(shape, a.f->data());
+  return py::array_t<int64_t>(shape, a.i->data());
+}
+
+void calib_set(Calibration& c, const std::string& name, const std::string& site,
+               const py::array& arr) {
+  const CalibArray a = calib_array(c, name, site_from_name(site, "Calibration"));
+  const bool ok_shape = arr.ndim() == (a.cols ? 2 : 1) && arr.shape(0) == c.n_layers &&
+                        (!a.cols || arr.shape(1) == a.cols);
+  if (!ok_shape)
+    throw ShapeError("[Calibration] '" + name + "' of site '" + site + "' needs shape [" +
+                     std::to_string(c.n_layers) + (a.cols ? ", " + std::to_string(a.cols) : "") +
+                     "], got " + shape_str(arr));
+  if (a.f) {
+    auto v = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(arr);
+    a.f->assign(v.data(), v.data() + v.size());
+  } else {
+    auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    a.i->assign(v.data(), v.data() + v.size());
+  }
+}
+
+py::dict shadow_stats_to_py(const quant::ShadowStats& s) {
+  py::dict d;
+  d["segments"] = s.segments;
+  d["syncs"] = s.syncs;
+  d["outlier_values"] = s.outlier_values;
+  d["outlier_channels"] = s.outlier_channels;
+  d["hot_hits"] = s.hot_hits;
+  d["cold_fetches"] = s.cold_fetches;
+  d["cold_fetch_bytes"] = s.cold_fetch_bytes;
+  d["pruned_values"] = s.pruned_values;
+  return d;
+}
+
 }  // namespace
 
 void init_engine(py::module_& m) {
@@ -77,28 +146,58 @@ void init_engine(py::module_& m) {
         for (int s = 0; s < kNumLinearSites; ++s) out.push_back(linear_site_name(static_cast<LinearSite>(s)));
         return out;
       })
-      .def("get", [](const Calibration& c, const std::string& site) {
-        for (int s = 0; s < kNumLinearSites; ++s)
-          if (site == linear_site_name(static_cast<LinearSite>(s))) {
-            TensorF32 t({c.n_layers, c.width[s]});
-            t.data = c.channel_absmax[s];
-            return to_numpy(std::move(t));
-          }
-        throw InvalidArgument("[Calibration] unknown site '" + site + "'");
+      .def("get", [](Calibration& c, const std::string& site) {
+        return calib_get(c, "act_absmax", site);
       }, py::arg("site"), "[n_layers, width] float32 per-channel absmax of a site.")
-      .def("set", [](Calibration& c, const std::string& site,
-                     py::array_t<float, py::array::c_style | py::array::forcecast> a) {
-        for (int s = 0; s < kNumLinearSites; ++s)
-          if (site == linear_site_name(static_cast<LinearSite>(s))) {
-            if (a.ndim() != 2 || a.shape(0) != c.n_layers || a.shape(1) != c.width[s])
-              throw ShapeError("[Calibration] site '" + site + "' needs shape [" +
-                               std::to_string(c.n_layers) + ", " + std::to_string(c.width[s]) +
-                               "], got " + shape_str(a));
-            c.channel_absmax[s].assign(a.data(), a.data() + a.size());
-            return;
+      .def("set", [](Calibration& c, const std::string& site, const py::array& a) {
+        calib_set(c, "act_absmax", site, a);
+      }, py::arg("site"), py::arg("absmax"))
+      .def("array", [](Calibration& c, const std::string& name, const std::string& site) {
+        return calib_get(c, name, site);
+      }, py::arg("name"), py::arg("site"),
+      "A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], "
+      "abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count "
+      "[n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64).")
+      .def("set_array", [](Calibration& c, const std::string& name, const std::string& site,
+                           const py::array& arr) {
+        calib_set(c, name, site, arr);
+      }, py::arg("name"), py::arg("site"), py::arg("values"))
+      .def("abs_percentile", [](const Calibration& c, int64_t layer, const std::string& site, double p) {
+        return c.abs_percentile(layer, site_from_name(site, "Calibration.abs_percentile"), p);
+      }, py::arg("layer"), py::arg("site"), py::arg("fraction"),
+      "|x| below which `fraction` of the observed values lie (histogram bin edge, within 1.1%).")
+      .def("set_outlier_thresholds", [](Calibration& c, const std::string& site,
+                                        py::array_t<float, py::array::c_style | py::array::forcecast> t) {
+        if (t.ndim() != 1)
+          throw ShapeError("[Calibration] thresholds must be 1-D [n_layers], got " + shape_str(t));
+        c.set_outlier_thresholds(site_from_name(site, "Calibration.set_outlier_thresholds"),
+                                 {t.data(), static_cast<size_t>(t.size())});
+      }, py::arg("site"), py::arg("thresholds"),
+      "Fix the outlier thresholds of a site and reset its outlier counts (then observe again).")
+      .def_property_readonly("has_outlier_stats", &Calibration::has_outlier_stats)
+      .def("outlier_importance", [](const Calibration& c) {
+        TensorF32 t({c.n_layers, kNumLinearSites});
+        const auto imp = c.outlier_importance();
+        for (size_t i = 0; i < imp.size(); ++i) t.data[i] = static_cast<float>(imp[i]);
+        return to_numpy(std::move(t));
+      }, "[n_layers, 4] largest |x| / (threshold / 127) of every linear input (seed 001 Fig. 12).")
+      .def("shadow_configs", [](const Calibration& c, double pruning_rate, double hot_share) {
+        py::list out;
+        const auto cfgs = c.shadow_configs({pruning_rate, hot_share});
+        for (int64_t l = 0; l < c.n_layers; ++l)
+          for (int s = 0; s < kNumLinearSites; ++s) {
+            const auto& cfg = cfgs[static_cast<size_t>(l * kNumLinearSites + s)];
+            py::dict d;
+            d["layer"] = l;
+            d["site"] = linear_site_name(static_cast<LinearSite>(s));
+            d["threshold"] = cfg.threshold;
+            d["hot_channels"] = cfg.hot_channels;
+            d["pruned"] = cfg.pruned;
+            out.append(d);
           }
-        throw InvalidArgument("[Calibration] unknown site '" + site + "'");
-      }, py::arg("site"), py::arg("absmax"));
+        return out;
+      }, py::arg("pruning_rate") = 0.85, py::arg("hot_share") = 0.8,
+      "Per linear input: threshold, hot channels and pruning, as the shadow-outlier plan builds them.");
 
   py::class_<LinearGraph>(m, "LinearGraph", "One linear subgraph built for a fixed row count.")
       .def_property_readonly("rows", [](const LinearGraph& g) { return g.graph.key.rows; })
@@ -157,11 +256,7 @@ void init_engine(py::module_& m) {
       .def("linear_graph", [](const Engine& e, const py::handle& plan, int64_t layer,
                               const std::string& site, int64_t rows) {
         Plan p = plan_from_py(plan);
-        for (int s = 0; s < kNumLinearSites; ++s)
-          if (site == linear_site_name(static_cast<LinearSite>(s)))
-            return e.linear_graph(p, layer, static_cast<LinearSite>(s), rows);
-        throw InvalidArgument("[Engine.linear_graph] unknown site '" + site +
-                              "' (attn_in, attn_out, mlp_in, mlp_act)");
+        return e.linear_graph(p, layer, site_from_name(site, "Engine.linear_graph"), rows);
       }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
       py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
       "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
@@ -181,6 +276,38 @@ void init_engine(py::module_& m) {
         return l;
       })
       .def("clear_graphs", &Engine::clear_graphs)
+      .def("shadow_stats", [](const Engine& e, const py::handle& plan, bool reset) {
+        Plan p = plan_from_py(plan);
+        if (!p.linear.shadow)
+          throw InvalidArgument("[Engine.shadow_stats] plan '" + p.name +
+                                "' does not use shadow outlier execution");
+        std::shared_ptr<const PreparedLinears> prep;
+        {
+          py::gil_scoped_release nogil;
+          prep = e.prepare(p);
+        }
+        py::list out;
+        for (size_t l = 0; l < prep->layers.size(); ++l)
+          for (int s = 0; s < kNumLinearSites; ++s) {
+            const quant::PreparedLinear& lin = prep->at(static_cast<int64_t>(l), static_cast<LinearSite>(s));
+            py::dict d = shadow_stats_to_py(lin.shadow_stats());
+            d["layer"] = l;
+            d["site"] = linear_site_name(static_cast<LinearSite>(s));
+            d["threshold"] = lin.shadow()->threshold;
+            d["pruned"] = lin.shadow()->pruned;
+            d["hot_channels"] = lin.shadow()->hot_channels.size();
+            d["resident_float_bytes"] = lin.resident_float_bytes();
+            d["weight_bytes"] = lin.weight_bytes();
+            d["in_features"] = lin.in();
+            d["out_features"] = lin.out();
+            if (reset) lin.reset_shadow_stats();
+            out.append(d);
+          }
+        return out;
+      }, py::arg("plan"), py::arg("reset") = false,
+      "Per linear input of a shadow-outlier plan: its profiled configuration, resident float "
+      "bytes, and what its CPU part did since the last reset (segments, syncs, outlier values "
+      "and channels, hot hits, cold fetches and bytes, pruned values).")
       .def("logits",
            [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
              auto batch = to_batch(seqs, "Engine.logits");

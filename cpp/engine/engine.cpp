@@ -160,6 +160,12 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
                           "' fixes static activation scales or smoothing factors from "
                           "calibration, and none is loaded (socllm calibrate --steps act-scales, "
                           "then --calib PATH / calib=PATH)");
+  if (plan.linear.needs_outlier_calibration() && !calib_->has_outlier_stats())
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "' needs outlier thresholds and statistics, and the loaded calibration "
+                          "has none (socllm calibrate --steps act-scales,outliers)");
+  std::vector<quant::ShadowLinearConfig> shadow;
+  if (plan.linear.shadow) shadow = calib_->shadow_configs(*plan.linear.shadow);
   const auto& c = model_->config();
   auto prep = std::make_shared<PreparedLinears>();
   prep->layers.resize(static_cast<size_t>(c.n_layers));
@@ -171,7 +177,8 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
       if (calib_) absmax = calib_->absmax(l, site);
       prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(
           site_weights(L, site), site_out(c, site), linear_site_width(c, site), site_bias(L, site),
-          plan.linear, absmax);
+          plan.linear, absmax,
+          shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)]);
     }
   spdlog::debug("prepared linears for plan '{}': {} weight bytes", plan.name, prep->weight_bytes());
   prepared_.emplace(key, prep);

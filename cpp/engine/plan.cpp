@@ -67,6 +67,17 @@ const std::vector<Preset>& presets() {
          s.outlier_threshold = o["threshold"].get<double>();
          return s;
        }},
+      {"shadow-outlier",
+       "llm.npu's shadow outlier execution (seed 001 §3.3, Eq. 1): w8a8 per-tensor on the NPU with "
+       "activations clipped to a calibrated threshold, the values beyond it in float on the CPU "
+       "(hot channels' weights resident, cold ones fetched), the CPU part pruned on the "
+       "pruning_rate least important linears",
+       R"({"pruning_rate": 0.85, "hot_share": 0.8})",
+       [](const json& o) {
+         auto s = scheme(WeightFormat::Int8, Granularity::PerTensor, ActFormat::Int8StaticPerTensor);
+         s.shadow = quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
+         return s;
+       }},
       {"w8-group",
        "K-quant-like per-group int8 (llama.cpp Q8_0 x Q8_0; seed 001 Fig. 3b, Table 6 'K-Quant'): "
        "weights and activations quantized in groups along K, float sum over groups",

@@ -69,11 +69,12 @@ std::string act_format_name(ActFormat f) {
 
 bool LinearScheme::is_fp32() const {
   return weights == WeightFormat::F32 && activations == ActFormat::F32 && !smooth_alpha &&
-         !outlier_threshold;
+         !outlier_threshold && !shadow;
 }
 
 bool LinearScheme::needs_calibration() const {
-  return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value();
+  return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value() ||
+         shadow.has_value();
 }
 
 void LinearScheme::validate() const {
@@ -85,6 +86,20 @@ void LinearScheme::validate() const {
   if (outlier_threshold && !(*outlier_threshold > 0.0))
     throw InvalidArgument("[LinearScheme] outlier threshold must be > 0, got " +
                           std::to_string(*outlier_threshold));
+  if (shadow) {
+    if (!(shadow->pruning_rate >= 0.0 && shadow->pruning_rate <= 1.0))
+      throw InvalidArgument("[LinearScheme] shadow pruning_rate must be in [0, 1], got " +
+                            std::to_string(shadow->pruning_rate));
+    if (!(shadow->hot_share >= 0.0 && shadow->hot_share <= 1.0))
+      throw InvalidArgument("[LinearScheme] shadow hot_share must be in [0, 1], got " +
+                            std::to_string(shadow->hot_share));
+    if (activations != ActFormat::Int8StaticPerTensor || weights != WeightFormat::Int8 ||
+        weight_granularity == Granularity::PerGroup || outlier_threshold || smooth_alpha)
+      throw InvalidArgument(
+          "[LinearScheme] shadow outlier execution runs on the NPU's static per-tensor int8 "
+          "activations with int8 per-tensor/per-channel weights, without smoothing or LLM.int8 "
+          "outliers");
+  }
   if (weights == WeightFormat::F32 && weight_granularity != Granularity::PerChannel)
     throw InvalidArgument("[LinearScheme] fp32 weights take no granularity (got " +
                           granularity_name(weight_granularity) + ")");
@@ -99,6 +114,9 @@ nlohmann::json LinearScheme::to_json() const {
   j["smoothing_alpha"] = smooth_alpha ? nlohmann::json(*smooth_alpha) : nlohmann::json(nullptr);
   j["outlier_threshold"] =
       outlier_threshold ? nlohmann::json(*outlier_threshold) : nlohmann::json(nullptr);
+  j["shadow_outliers"] =
+      shadow ? nlohmann::json{{"pruning_rate", shadow->pruning_rate}, {"hot_share", shadow->hot_share}}
+             : nlohmann::json(nullptr);
   return j;
 }
 
@@ -132,9 +150,24 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
       if (!v.is_null()) s.smooth_alpha = number_field(v, "smoothing_alpha");
     } else if (key == "outlier_threshold") {
       if (!v.is_null()) s.outlier_threshold = number_field(v, "outlier_threshold");
+    } else if (key == "shadow_outliers") {
+      if (v.is_null()) continue;
+      if (!v.is_object())
+        throw InvalidArgument("[LinearScheme] 'shadow_outliers' must be an object or null, got " +
+                              v.dump());
+      ShadowOptions o;
+      for (const auto& [sk, sv] : v.items()) {
+        if (sk == "pruning_rate") o.pruning_rate = number_field(sv, "shadow_outliers.pruning_rate");
+        else if (sk == "hot_share") o.hot_share = number_field(sv, "shadow_outliers.hot_share");
+        else
+          throw InvalidArgument("[LinearScheme] unknown shadow_outliers field '" + sk +
+                                "' (known: pruning_rate, hot_share)");
+      }
+      s.shadow = o;
     } else {
       throw InvalidArgument("[LinearScheme] unknown field '" + key +
-                            "' (known: weights, activations, smoothing_alpha, outlier_threshold)");
+                            "' (known: weights, activations, smoothing_alpha, outlier_threshold, "
+                            "shadow_outliers)");
     }
   }
   s.validate();
@@ -144,7 +177,8 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
 float round_to_f16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
 
 PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
-                               const LinearScheme& scheme, std::span<const float> act_absmax)
+                               const LinearScheme& scheme, std::span<const float> act_absmax,
+                               const ShadowLinearConfig* shadow)
     : out_(out), in_(in), scheme_(scheme) {
   scheme_.validate();
   if (out <= 0 || in <= 0)
@@ -184,7 +218,27 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     for (int64_t i = 0; i < out; ++i)
       for (int64_t j = 0; j < in; ++j) ws[i * in + j] *= smooth_[j];
   }
-  if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
+  if (scheme_.shadow) {
+    if (!shadow)
+      throw InvalidArgument("[PreparedLinear] shadow outlier execution needs this input's "
+                            "profiled threshold (calibration step 'outliers')");
+    if (!(shadow->threshold > 0.0f) || !std::isfinite(shadow->threshold))
+      throw InvalidArgument("[PreparedLinear] shadow threshold must be finite and > 0, got " +
+                            std::to_string(shadow->threshold));
+    shadow_ = *shadow;
+    // Static scale from the threshold (seed 001 Eq. 1): values beyond it go to the CPU part.
+    act_scale_ = shadow_.threshold / 127.0f;
+    hot_row_.assign(static_cast<size_t>(in), -1);
+    w_hot_.reserve(shadow_.hot_channels.size() * static_cast<size_t>(out));
+    for (int64_t j : shadow_.hot_channels) {
+      if (j < 0 || j >= in || hot_row_[static_cast<size_t>(j)] >= 0)
+        throw InvalidArgument("[PreparedLinear] hot channel " + std::to_string(j) +
+                              " is outside [0, " + std::to_string(in) + ") or repeated");
+      hot_row_[static_cast<size_t>(j)] = static_cast<int64_t>(w_hot_.size()) / out;
+      for (int64_t i = 0; i < out; ++i) w_hot_.push_back(ws[i * in + j]);
+    }
+    w_float_ = ws;
+  } else if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
     const float amax = *std::max_element(eff_absmax.begin(), eff_absmax.end());
     if (!(amax > 0.0f))
       throw InvalidArgument("[PreparedLinear] calibration absmax of this input is 0: no static scale");
@@ -265,6 +319,18 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
     std::vector<float> x;  // [rows, cols]
   };
   std::vector<OutlierPart> parts;
+  std::vector<OutlierResidual> shadow_parts;
+  if (scheme_.shadow) {
+    shadow_parts = shadow_outlier_split(xs.data(), N, in_, shadow_.threshold, segments);
+    if (shadow_.pruned) {  // the CPU part is pruned: the outliers stay clipped
+      ShadowStats st;
+      st.segments = static_cast<int64_t>(shadow_parts.size());
+      for (const auto& p : shadow_parts)
+        for (float v : p.values) st.pruned_values += v != 0.0f;
+      shadow_counters_.add(st);
+      shadow_parts.clear();
+    }
+  }
   if (scheme_.outlier_threshold) {
     const float thr = static_cast<float>(*scheme_.outlier_threshold);
     const RowSegment whole{0, N};
@@ -321,6 +387,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
                     bias_.empty() ? nullptr : bias_.data(), y, ldy, accumulate);
   }
 
+  if (scheme_.shadow && !shadow_.pruned) add_shadow_residuals(shadow_parts, y, ldy);
   for (const OutlierPart& p : parts) {
     const int64_t nc = static_cast<int64_t>(p.cols.size());
     std::vector<float> wo(static_cast<size_t>(out_ * nc));
@@ -329,6 +396,36 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
     kernels::linear(p.x.data(), p.rows.end - p.rows.begin, nc, nc, wo.data(), out_, nullptr,
                     y + p.rows.begin * ldy, ldy, /*accumulate=*/true);
   }
+}
+
+void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y,
+                                          int64_t ldy) const {
+  ShadowStats st;
+  st.segments = static_cast<int64_t>(parts.size());
+  for (const OutlierResidual& p : parts) {
+    const int64_t nc = static_cast<int64_t>(p.cols.size());
+    if (nc == 0) continue;
+    ++st.syncs;
+    st.outlier_channels += nc;
+    for (float v : p.values) st.outlier_values += v != 0.0f;
+    std::vector<float> wo(static_cast<size_t>(out_ * nc));
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t j = p.cols[c];
+      const int64_t hot = hot_row_[static_cast<size_t>(j)];
+      if (hot >= 0) {
+        ++st.hot_hits;
+        const float* col = w_hot_.data() + hot * out_;
+        for (int64_t i = 0; i < out_; ++i) wo[i * nc + c] = col[i];
+      } else {  // cold: one weight column read from the model file on demand
+        ++st.cold_fetches;
+        st.cold_fetch_bytes += out_ * static_cast<int64_t>(sizeof(float));
+        for (int64_t i = 0; i < out_; ++i) wo[i * nc + c] = w_float_[i * in_ + j];
+      }
+    }
+    kernels::linear(p.values.data(), p.rows, nc, nc, wo.data(), out_, nullptr,
+                    y + p.row_begin * ldy, ldy, /*accumulate=*/true);
+  }
+  shadow_counters_.add(st);
 }
 
 }  // namespace socllm::quant

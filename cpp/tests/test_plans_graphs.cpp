@@ -10,6 +10,7 @@
 #include "socllm/core.h"
 #include "socllm/linear_scheme.h"
 #include "socllm/plan.h"
+#include "socllm/shadow_outlier.h"
 #include "socllm/static_graph.h"
 
 using namespace socllm;
@@ -220,4 +221,70 @@ TEST(Calibration, RunningMaxAndModelCheck) {
   EXPECT_THROW(cal.check_matches(tiny_config(3)), ShapeError);
   cal.channel_absmax[0][0] = NAN;
   EXPECT_THROW(cal.check_matches(c), InvalidArgument);
+}
+
+TEST(ShadowOutlier, HotChannelsCoverTheShareWithTheFewestChannels) {
+  const std::vector<int64_t> counts{5, 0, 3, 2};  // 10 outliers
+  EXPECT_EQ(q::select_hot_channels(counts, 0.8), (std::vector<int64_t>{0, 2}));   // 8 >= 8
+  EXPECT_EQ(q::select_hot_channels(counts, 0.5), (std::vector<int64_t>{0}));      // 5 >= 5
+  EXPECT_EQ(q::select_hot_channels(counts, 0.81), (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(q::select_hot_channels(counts, 1.0), (std::vector<int64_t>{0, 2, 3}));  // not 1
+  EXPECT_TRUE(q::select_hot_channels(counts, 0.0).empty());
+  EXPECT_TRUE(q::select_hot_channels(std::vector<int64_t>{0, 0}, 0.8).empty());
+  EXPECT_THROW(q::select_hot_channels(counts, 1.5), InvalidArgument);
+}
+
+TEST(ShadowOutlier, PruningTakesTheLeastImportant) {
+  const std::vector<double> imp{300.0, 130.0, 250.0, 900.0};
+  EXPECT_EQ(q::select_pruned(imp, 0.5), (std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ(q::select_pruned(imp, 0.0), (std::vector<bool>(4, false)));
+  EXPECT_EQ(q::select_pruned(imp, 1.0), (std::vector<bool>(4, true)));
+  EXPECT_EQ(q::select_pruned(imp, 0.85), (std::vector<bool>{true, true, true, false}));  // 3.4 -> 3
+  EXPECT_DOUBLE_EQ(q::outlier_importance(10.0, 1.27), 1000.0);  // 10 / (1.27 / 127)
+  EXPECT_THROW(q::outlier_importance(1.0, 0.0), InvalidArgument);
+}
+
+TEST(ShadowOutlier, SplitClipsAndGathersResidualsPerSegment) {
+  // 3 rows x 4 channels, t = 2; segments {0,1} and {1,2}; row 2 is padding.
+  std::vector<float> x{1.0f, 5.0f, -0.5f, 2.0f,     // row 0: channel 1 beyond (+3)
+                       -3.0f, 1.0f, 0.0f, -2.5f,    // row 1: channels 0 (-1), 3 (-0.5)
+                       9.0f, 9.0f, 9.0f, 9.0f};     // row 2: padding, clipped only
+  const std::vector<q::RowSegment> segs{{0, 1}, {1, 2}};
+  const auto parts = q::shadow_outlier_split(x.data(), 3, 4, 2.0f, segs);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].cols, (std::vector<int64_t>{1}));
+  EXPECT_EQ(parts[0].values, (std::vector<float>{3.0f}));
+  EXPECT_EQ(parts[1].row_begin, 1);
+  EXPECT_EQ(parts[1].cols, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(parts[1].values, (std::vector<float>{-1.0f, -0.5f}));
+  EXPECT_EQ(x, (std::vector<float>{1, 2, -0.5f, 2, -2, 1, 0, -2, 2, 2, 2, 2}));
+  EXPECT_THROW(q::shadow_outlier_split(x.data(), 3, 4, 0.0f, segs), InvalidArgument);
+}
+
+TEST(Calibration, HistogramPercentileAndOutlierCounts) {
+  const ModelConfig c = tiny_config(1);
+  Calibration cal = Calibration::empty_for(c);
+  // 100 rows of attn_in: channel 0 holds 1..100, the other channels 0.5
+  std::vector<float> x(100 * c.d_model, 0.5f);
+  for (int r = 0; r < 100; ++r) x[r * c.d_model] = static_cast<float>(r + 1);
+  cal.observe(0, LinearSite::AttnIn, x.data(), 100, c.d_model);
+  EXPECT_EQ(cal.abs_percentile(0, LinearSite::AttnIn, 1.0), 100.0f);  // exact max
+  // 800 values: 700 are 0.5 and 1..100 once each; the 99th percentile (792nd) is 92
+  const float p99 = cal.abs_percentile(0, LinearSite::AttnIn, 0.99);
+  EXPECT_GE(p99, 92.0f);
+  EXPECT_LE(p99, 92.0f * (1.0f + 1.0f / 64));
+  EXPECT_THROW(cal.abs_percentile(0, LinearSite::AttnIn, 0.0), InvalidArgument);
+  EXPECT_FALSE(cal.has_outlier_stats());
+  for (int s = 0; s < kNumLinearSites; ++s)
+    cal.set_outlier_thresholds(static_cast<LinearSite>(s), std::vector<float>{50.0f});
+  cal.observe(0, LinearSite::AttnIn, x.data(), 100, c.d_model);
+  EXPECT_TRUE(cal.has_outlier_stats());
+  EXPECT_EQ(cal.outlier_count[0][0], 50);  // 51..100
+  EXPECT_EQ(cal.outlier_count[0][1], 0);
+  EXPECT_EQ(cal.outlier_seq_channels[0][0], 1);
+  const auto cfg = cal.shadow_configs({0.0, 0.8});
+  EXPECT_EQ(cfg[0].hot_channels, (std::vector<int64_t>{0}));
+  EXPECT_FLOAT_EQ(cfg[0].threshold, 50.0f);
+  EXPECT_THROW(cal.set_outlier_thresholds(LinearSite::AttnIn, std::vector<float>{-1.0f}),
+               InvalidArgument);
 }

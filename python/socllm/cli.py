@@ -27,6 +27,7 @@ LMEVAL_TASKS = (
     "lambada",
 )
 TASKS = PERPLEXITY_TASKS + LMEVAL_TASKS
+CALIBRATION_STEPS = ("act-scales", "outliers")
 
 
 def _plans(specs: list[str] | None) -> list[str]:
@@ -176,14 +177,18 @@ def cmd_eval(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import calibrate_act_scales, save_calibration
+    from .calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
     from .model import load
 
     _setup(args)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     for s in steps:
-        if s != "act-scales":
-            raise SystemExit(f"socllm calibrate: unknown step {s!r} (known: act-scales)")
+        if s not in CALIBRATION_STEPS:
+            raise SystemExit(
+                f"socllm calibrate: unknown step {s!r} (known: {', '.join(CALIBRATION_STEPS)})"
+            )
+    if not steps:
+        raise SystemExit("socllm calibrate: no steps given")
     model = load(args.model, progress=not args.quiet)
     t0 = time.perf_counter()
     cal = calibrate_act_scales(
@@ -194,6 +199,14 @@ def cmd_calibrate(args) -> int:
         seed=args.seed,
         progress=not args.quiet,
     )
+    if "outliers" in steps:  # needs the act-scales statistics of the same windows
+        calibrate_outliers(
+            model,
+            cal,
+            method=args.outlier_threshold,
+            percentile=args.percentile,
+            progress=not args.quiet,
+        )
     save_calibration(args.out, cal, model)
     summary = {
         "out": str(args.out),
@@ -262,7 +275,21 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--samples", type=int, default=128, help="calibration windows")
     k.add_argument("--seqlen", type=int, default=512, help="tokens per window")
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--steps", default="act-scales", help="comma-separated: act-scales")
+    k.add_argument(
+        "--steps",
+        default="act-scales",
+        help="comma-separated: act-scales (static scales), outliers (shadow-outlier profiling; "
+        "runs act-scales first)",
+    )
+    k.add_argument(
+        "--outlier-threshold",
+        choices=("percentile", "maxmin"),
+        default="percentile",
+        help="outliers step: threshold = a percentile of |x| (default) or the calibration max",
+    )
+    k.add_argument(
+        "--percentile", type=float, default=99.99, help="outliers step: percentile of |x| in %%"
+    )
     k.add_argument("--out", required=True, help="calibration HDF5 file")
     k.add_argument("--json", default=None, metavar="PATH|-")
     _common(k)

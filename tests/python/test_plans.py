@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import socllm
 from socllm import _core
-from socllm.calibrate import calibrate_act_scales, load_calibration, save_calibration
+from socllm.calibrate import (
+    calibrate_act_scales,
+    calibrate_outliers,
+    load_calibration,
+    save_calibration,
+)
 from socllm.configs import graph_census
 
 PRESETS = [
@@ -17,6 +22,7 @@ PRESETS = [
     "w8a8-perchannel",
     "smoothquant",
     "llm-int8",
+    "shadow-outlier",
     "w8-group",
     "w4-group",
     "w4a16",
@@ -26,6 +32,7 @@ PRESETS = [
 @pytest.fixture(scope="module")
 def calib_file(smollm, tmp_path_factory):
     cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
+    calibrate_outliers(smollm, cal, progress=False)
     path = save_calibration(tmp_path_factory.mktemp("cal") / "calib.h5", cal, smollm)
     smollm.load_calibration(path)
     yield path
@@ -97,7 +104,7 @@ def test_bad_plans_are_clear_errors(plan, match):
 
 def test_plan_needing_calibration_without_it(smollm):
     fresh = socllm.LanguageModel(smollm.path)
-    for name in ["w8a8", "w8a8-perchannel", "smoothquant"]:
+    for name in ["w8a8", "w8a8-perchannel", "smoothquant", "shadow-outlier"]:
         with pytest.raises(socllm.InvalidArgumentError, match="none is loaded"):
             fresh.logits([1, 2, 3], name)
     # plans with dynamic scales need none
@@ -287,7 +294,7 @@ def test_padding_rows_never_reach_real_rows(smollm, calib_file, site_input, plan
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-5 * np.abs(ya).max())
 
 
-@pytest.mark.parametrize("plan", ["w8a8", "llm-int8"])
+@pytest.mark.parametrize("plan", ["w8a8", "llm-int8", "shadow-outlier"])
 def test_padding_never_changes_results(smollm, calib_file, prompt, plan):
     """Whole model: 300 tokens in chunks of 128 (last chunk: 44 real rows + 84 padding) vs the
     same chunks fed without padding (chunk 44 on the tail). For the integer-GEMM plans this is

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "socllm/model.h"
+#include "socllm/shadow_outlier.h"
 
 namespace socllm {
 
@@ -26,13 +27,40 @@ struct Calibration {
   // Per site: [n_layers, width] row-major running max of |x| per input channel.
   std::array<std::vector<float>, kNumLinearSites> channel_absmax;
   int64_t tokens = 0;  // rows observed
+  // Per site: [n_layers, kAbsHistBins] histogram of |x| (step act-scales), for percentile
+  // thresholds. Bin b holds the floats whose bit pattern >> kAbsHistShift is b: 64 bins per
+  // octave, so a percentile read off it is exact to within 1.1% (relative).
+  static constexpr int kAbsHistShift = 17;
+  static constexpr int64_t kAbsHistBins = int64_t{1} << (31 - kAbsHistShift);
+  std::array<std::vector<int64_t>, kNumLinearSites> abs_hist;
+  // Outlier profiling (step 'outliers', seed 001 §3.3): per site the threshold of each layer's
+  // input ([n_layers]; empty until set); while set, observe() also counts per channel the
+  // values beyond it ([n_layers, width]) and, per observed sequence, the distinct channels that
+  // had one (summed in outlier_seq_channels, sequences counted in outlier_seqs).
+  std::array<std::vector<float>, kNumLinearSites> outlier_threshold;
+  std::array<std::vector<int64_t>, kNumLinearSites> outlier_count;
+  std::array<std::vector<int64_t>, kNumLinearSites> outlier_seq_channels;
+  std::array<std::vector<int64_t>, kNumLinearSites> outlier_seqs;
 
   static Calibration empty_for(const ModelConfig& c);
   // ShapeError when the statistics were gathered on a model with other shapes.
   void check_matches(const ModelConfig& c) const;
   std::span<const float> absmax(int64_t layer, LinearSite s) const;
-  // Folds rows x[rows, width] (ld) into the running max of (layer, site).
+  // Folds rows x[rows, width] (ld) of one sequence into the statistics of (layer, site).
   void observe(int64_t layer, LinearSite s, const float* x, int64_t rows, int64_t ld);
+
+  // The |x| below which a fraction p in (0, 1] of the observed values of (layer, site) lie:
+  // the upper edge of the histogram bin where the count reaches p (p = 1: the exact max).
+  float abs_percentile(int64_t layer, LinearSite s, double p) const;
+  // Sets the thresholds of every input (per site [n_layers]) and clears the outlier counts.
+  void set_outlier_thresholds(LinearSite s, std::span<const float> thresholds);
+  bool has_outlier_stats() const;
+  // The profiled configuration of every linear input, [layer * kNumLinearSites + site]:
+  // threshold, hot channels covering `opts.hot_share` of its outliers, and pruning of the
+  // round(opts.pruning_rate * n) inputs of least outlier importance (seed 001 §3.3).
+  std::vector<quant::ShadowLinearConfig> shadow_configs(const quant::ShadowOptions& opts) const;
+  // Outlier importance of every input, [layer * kNumLinearSites + site] (seed 001 Fig. 12).
+  std::vector<double> outlier_importance() const;
 };
 
 }  // namespace socllm

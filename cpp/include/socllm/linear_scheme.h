@@ -11,6 +11,9 @@
 //                llama block (norm weights, V and up projections), so it costs nothing at run time
 //   outliers     LLM.int8's decomposition (Dettmers et al. 2022): input columns with any
 //                |x| > threshold in the segment run in float against float weights
+//   shadow       llm.npu's shadow outlier execution (seed 001 §3.3, shadow_outlier.h): static
+//                per-tensor INT8 on x clipped to a calibrated threshold, plus the part beyond it
+//                in float on the CPU, with resident hot channels and pruned linears
 //
 // Execution: integer activations with per-tensor/per-channel weights run the exact
 // s8·s8→s32 GEMM with a float epilogue s_x[row]·s_w[col] (what an NPU computes); all other
@@ -28,6 +31,7 @@
 
 #include "socllm/gemm_s8.h"
 #include "socllm/quant.h"
+#include "socllm/shadow_outlier.h"
 
 namespace socllm::quant {
 
@@ -44,10 +48,13 @@ struct LinearScheme {
   ActFormat activations = ActFormat::F32;
   std::optional<double> smooth_alpha;       // SmoothQuant migration strength in [0, 1]
   std::optional<double> outlier_threshold;  // LLM.int8 float-column threshold (> 0)
+  std::optional<ShadowOptions> shadow;      // shadow outlier execution (static int8 activations)
 
   bool is_fp32() const;
   // Static activation scales or smoothing need calibration statistics.
   bool needs_calibration() const;
+  // Shadow outlier execution needs the outlier statistics (thresholds, counts) as well.
+  bool needs_outlier_calibration() const { return shadow.has_value(); }
   // InvalidArgument naming the offending field and value.
   void validate() const;
   nlohmann::json to_json() const;
@@ -65,9 +72,11 @@ class PreparedLinear {
  public:
   // W[out, in] row-major, bias[out] or null. act_channel_absmax[in]: calibration statistics
   // of this linear's input (max |x_j| over the calibration set), required when
-  // scheme.needs_calibration().
+  // scheme.needs_calibration(); `shadow`: the profiled threshold, hot channels and pruning of
+  // this input, required when scheme.shadow is set.
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
-                 const LinearScheme& scheme, std::span<const float> act_channel_absmax);
+                 const LinearScheme& scheme, std::span<const float> act_channel_absmax,
+                 const ShadowLinearConfig* shadow = nullptr);
 
   // y[N, out] (ldy) (+)= x[N, in] · W^T + b. Rows outside every segment are computed (a static
   // graph computes its padding) but never influence other rows.
@@ -81,9 +90,18 @@ class PreparedLinear {
   float static_act_scale() const { return act_scale_; }
   // Bytes of the weights as the target stores them (int4 packed two per byte, scales fp32).
   int64_t weight_bytes() const;
+  // Shadow outlier execution: its profiled configuration, the float weight bytes kept resident
+  // for hot channels, and what the CPU part did so far.
+  const ShadowLinearConfig* shadow() const { return scheme_.shadow ? &shadow_ : nullptr; }
+  int64_t resident_float_bytes() const { return static_cast<int64_t>(w_hot_.size() * sizeof(float)); }
+  ShadowStats shadow_stats() const { return shadow_counters_.snapshot(); }
+  void reset_shadow_stats() const { shadow_counters_.reset(); }
 
  private:
   void forward_integer(const float* xs, int64_t N, float* y, int64_t ldy, bool accumulate) const;
+  // y += the residuals beyond the threshold times their weight columns (hot: resident; cold:
+  // fetched from the float copy standing for the model file, and counted).
+  void add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y, int64_t ldy) const;
   int64_t out_ = 0, in_ = 0;
   LinearScheme scheme_;
   std::vector<float> bias_;
@@ -92,7 +110,12 @@ class PreparedLinear {
   std::vector<float> w_scales_;   // [out] per-row weight scale (integer path)
   std::unique_ptr<kernels::PackedWeightsS8> packed_;  // integer path
   std::vector<float> w_hat_;      // [out, in] dequantized (smoothed) weights (float path)
-  std::vector<float> w_float_;    // [out, in] float (smoothed) weights for outlier columns
+  std::vector<float> w_float_;    // [out, in] float (smoothed) weights for outlier columns;
+                                  // for shadow: the model file's copy cold channels come from
+  ShadowLinearConfig shadow_;
+  std::vector<float> w_hot_;      // [n_hot, out] resident float weight columns of hot channels
+  std::vector<int64_t> hot_row_;  // [in] row of w_hot_ for a hot channel, -1 for a cold one
+  mutable ShadowCounters shadow_counters_;
   int64_t stored_weight_bytes_ = 0;
 };
 

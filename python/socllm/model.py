@@ -89,6 +89,7 @@ class LanguageModel:
         except Exception as e:  # tokenizers raises a bare Exception on bad JSON
             raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
         self.calibration_path: Path | None = None
+        self.calibration_provenance: dict = {}  # the loaded file's attributes (corpus, seed...)
         if calib is not None:
             self.load_calibration(calib)
 
@@ -98,8 +99,10 @@ class LanguageModel:
         fix static scales or smoothing factors from calibration."""
         from .calibrate import load_calibration
 
-        self._engine.set_calibration(load_calibration(path, self).stats)
+        cal = load_calibration(path, self)
+        self._engine.set_calibration(cal.stats)
         self.calibration_path = Path(path)
+        self.calibration_provenance = dict(cal.provenance)
 
     def prepare(self, plan: PlanLike) -> int:
         """Quantize/pack the plan's linears now (else on first use); returns their bytes."""

@@ -161,7 +161,10 @@ def test_cli_convert(tmp_path):
 
 def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
     cal = tmp_path / "c.h5"
-    r = _cli("calibrate", "--samples", "2", "--seqlen", "32", "--out", str(cal), "--quiet")
+    r = _cli(
+        "calibrate", "--samples", "2", "--seqlen", "32", "--steps", "act-scales,outliers",
+        "--out", str(cal), "--quiet",
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     import h5py
 
@@ -175,6 +178,8 @@ def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
                 1536,
             )
         )
+        assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["outlier_percentile"] == 99.99
+        assert f["outlier_count/mlp_act"].shape == (30, 1536)
     args = ["eval", "--task", "wikitext2-heldout,piqa", "--limit-tokens", "300", "--limit", "2"]
     r = _cli(
         *args, "--context", "300", "--plan", "w8a8", "--calib", str(cal), "--json", "-", "--quiet"
@@ -186,5 +191,8 @@ def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
     assert res[1]["n"] == 2 and 0 <= res[1]["acc"] <= 1
     r = _cli(*args, "--plan", "w8a8", "--quiet")  # no calibration: a clear error, exit code 2
     assert r.returncode == 2 and "none is loaded" in r.stderr
-    r = _cli("calibrate", "--steps", "outliers", "--out", str(cal), "--quiet")
+    r = _cli(*args, "--plan", "shadow-outlier", "--calib", str(cal), "--json", "-", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["results"][0]["perplexity"] > 1
+    r = _cli("calibrate", "--steps", "head-importance", "--out", str(cal), "--quiet")
     assert r.returncode != 0 and "unknown step" in r.stderr

@@ -89,7 +89,10 @@ def study_sweep(model, args, held: list[list[int]]) -> dict:
     for base in ("fp32", "w8a8"):
         t0 = time.perf_counter()
         rows.append({"plan": base, "perplexity": perplexity(model, held, base)})
-        print(f"{base:<24} ppl {rows[-1]['perplexity']:.4f} ({time.perf_counter() - t0:.0f} s)")
+        print(
+            f"{base:<24} ppl {rows[-1]['perplexity']:.4f} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     for rate in args.rates:
         plan = plan_name(rate, args.hot_share, args.chunk)
         model._engine.shadow_stats(plan, reset=True)

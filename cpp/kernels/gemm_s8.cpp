@@ -38,24 +38,35 @@ void gemm_scalar(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t
 // path there are no horizontal sums; K and N are zero-padded to multiples of 2 and 8.
 constexpr int64_t kAvx2Cols = 8;           // int32 lanes per ymm
 constexpr int kAvx2Rows = 6, kAvx2Vecs = 2;  // 6 x 16 tile: 12 accumulators of 16 ymm
+constexpr int64_t kAvx2PairBlock = 128;      // k-pairs per K block: B 8 KB; 512 rows of A 256 KB
 
 using detail::Avx2Pack;
+
+// Packs B[N, K] into data[lanes][cols]: entry (l, n) = lane(n, l), the int32 holding the k
+// values of lane l of column n; cols = N rounded up to `col_multiple`, padding lanes zero.
+// Blocks of 64 columns: the 64 source rows are read forward, the packed rows written whole.
+template <typename LaneFn>
+std::vector<int32_t> pack_lanes(int64_t N, int64_t K, int64_t lanes, int64_t cols, LaneFn lane) {
+  std::vector<int32_t> data(static_cast<size_t>(lanes * cols), 0);
+#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t n1 = std::min(N, n0 + 64);
+    for (int64_t l = 0; l < lanes; ++l)
+      for (int64_t n = n0; n < n1; ++n) data[static_cast<size_t>(l * cols + n)] = lane(n, l);
+  }
+  return data;
+}
 
 Avx2Pack pack_b_avx2(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
   Avx2Pack p;
   p.pairs = (K + 1) / 2;
   p.cols = (N + kAvx2Cols - 1) / kAvx2Cols * kAvx2Cols;
-  p.data.assign(static_cast<size_t>(p.pairs * p.cols), 0);
-#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    const int64_t n1 = std::min(N, n0 + 64);
-    for (int64_t q = 0; q < p.pairs; ++q)
-      for (int64_t n = n0; n < n1; ++n) {
-        const uint16_t lo = static_cast<uint16_t>(int16_t{B[n * ldb + 2 * q]});
-        const uint16_t hi = 2 * q + 1 < K ? static_cast<uint16_t>(int16_t{B[n * ldb + 2 * q + 1]}) : 0;
-        p.data[static_cast<size_t>(q * p.cols + n)] = static_cast<int32_t>(lo | (uint32_t{hi} << 16));
-      }
-  }
+  p.data = pack_lanes(N, K, p.pairs, p.cols, [&](int64_t n, int64_t q) {
+    const int8_t* b = B + n * ldb + 2 * q;
+    const uint16_t lo = static_cast<uint16_t>(int16_t{b[0]});
+    const uint16_t hi = 2 * q + 1 < K ? static_cast<uint16_t>(int16_t{b[1]}) : 0;
+    return static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+  });
   return p;
 }
 
@@ -69,15 +80,17 @@ std::vector<int16_t> widen_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K,
   return out;
 }
 
+// One MR x (vecs * 8) tile over the k-pairs [q0, q1); adds to C when `accumulate` (a later K
+// block: int32 adds wrap like the accumulators, so blocking stays exact).
 template <int MR>
 __attribute__((target("avx2"))) void tile_avx2(const int16_t* A, int64_t lda, const Avx2Pack& pb,
-                                               int64_t n0, int vecs, int32_t* C, int64_t ldc,
-                                               int64_t N) {
+                                               int64_t q0, int64_t q1, int64_t n0, int vecs,
+                                               int32_t* C, int64_t ldc, int64_t N, bool accumulate) {
   __m256i acc[MR][kAvx2Vecs];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < kAvx2Vecs; ++j) acc[i][j] = _mm256_setzero_si256();
-  const int32_t* bp = pb.data.data() + n0;
-  for (int64_t q = 0; q < pb.pairs; ++q, bp += pb.cols) {
+  const int32_t* bp = pb.data.data() + q0 * pb.cols + n0;
+  for (int64_t q = q0; q < q1; ++q, bp += pb.cols) {
     __m256i b[kAvx2Vecs];
     for (int j = 0; j < vecs; ++j)
       b[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + j * kAvx2Cols));
@@ -94,13 +107,11 @@ __attribute__((target("avx2"))) void tile_avx2(const int16_t* A, int64_t lda, co
       const int64_t n = n0 + j * kAvx2Cols;
       const int64_t valid = std::min<int64_t>(kAvx2Cols, N - n);
       int32_t* c = C + i * ldc + n;
-      if (valid == kAvx2Cols) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), acc[i][j]);
-      } else {
-        alignas(32) int32_t tmp[kAvx2Cols];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[i][j]);
-        std::memcpy(c, tmp, static_cast<size_t>(valid) * sizeof(int32_t));
-      }
+      alignas(32) int32_t tmp[kAvx2Cols];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[i][j]);
+      for (int64_t v = 0; v < valid; ++v)
+        c[v] = accumulate ? static_cast<int32_t>(static_cast<uint32_t>(c[v]) + static_cast<uint32_t>(tmp[v]))
+                          : tmp[v];
     }
 }
 
@@ -111,16 +122,23 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
   const std::vector<int16_t> a16 = widen_pad_a(A, lda, M, K, lda2);
   constexpr int64_t block_cols = kAvx2Cols * kAvx2Vecs;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
-  // Column blocks outside (their packed B, 2 * K * 16 * 2 bytes, stays in L1/L2), rows inside.
+  // K blocks of kAvx2PairBlock pairs keep a column block's packed B and a tile's A rows in a
+  // 32 KB L1, and all rows' A block in L2; column blocks outside, rows inside.
+  for (int64_t q0 = 0; q0 == 0 || q0 < pb.pairs; q0 += kAvx2PairBlock) {  // once for K = 0
+    const int64_t q1 = std::min(pb.pairs, q0 + kAvx2PairBlock);
+    const bool acc = q0 > 0;
 #pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
-  for (int64_t nb = 0; nb < n_blocks; ++nb) {
-    const int64_t n0 = nb * block_cols;
-    const int vecs =
-        static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
-    int64_t m = 0;
-    for (; m + kAvx2Rows <= M; m += kAvx2Rows)
-      tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, n0, vecs, C + m * ldc, ldc, N);
-    for (; m < M; ++m) tile_avx2<1>(a16.data() + m * lda2, lda2, pb, n0, vecs, C + m * ldc, ldc, N);
+    for (int64_t nb = 0; nb < n_blocks; ++nb) {
+      const int64_t n0 = nb * block_cols;
+      const int vecs =
+          static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
+      int64_t m = 0;
+      for (; m + kAvx2Rows <= M; m += kAvx2Rows)
+        tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
+                             N, acc);
+      for (; m < M; ++m)
+        tile_avx2<1>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+    }
   }
 }
 
@@ -141,20 +159,11 @@ VnniPack pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
   VnniPack p;
   p.groups = (K + 3) / 4;
   p.cols = (N + kVnniCols - 1) / kVnniCols * kVnniCols;
-  p.data.assign(static_cast<size_t>(p.groups * p.cols), 0);
-  const int64_t full = K / 4;
-  // Blocks of 64 columns: the 64 source rows are read forward, the packed rows written whole.
-#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    const int64_t n1 = std::min(N, n0 + 64);
-    for (int64_t g = 0; g < p.groups; ++g)
-      for (int64_t n = n0; n < n1; ++n) {
-        int32_t q = 0;
-        if (g < full) std::memcpy(&q, B + n * ldb + 4 * g, 4);
-        else std::memcpy(&q, B + n * ldb + 4 * g, static_cast<size_t>(K - 4 * g));
-        p.data[static_cast<size_t>(g * p.cols + n)] = q;
-      }
-  }
+  p.data = pack_lanes(N, K, p.groups, p.cols, [&](int64_t n, int64_t g) {
+    int32_t q = 0;
+    std::memcpy(&q, B + n * ldb + 4 * g, static_cast<size_t>(std::min<int64_t>(4, K - 4 * g)));
+    return q;
+  });
   p.shift.assign(static_cast<size_t>(p.cols), 0);
 #pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
   for (int64_t n = 0; n < N; ++n) {

@@ -43,7 +43,8 @@ constexpr int64_t kAvx2PairBlock = 128;      // k-pairs per K block: B 8 KB; 512
 using detail::Avx2Pack;
 
 // Packs B[N, K] into data[lanes][cols]: entry (l, n) = lane(n, l), the int32 holding the k
-// values of lane l of column n; cols = N rounded up to `col_multiple`, padding lanes zero.
+// values of lane l of column n; cols >= N (the caller rounds up to its vector width), the
+// padding columns zero.
 // Blocks of 64 columns: the 64 source rows are read forward, the packed rows written whole.
 template <typename LaneFn>
 std::vector<int32_t> pack_lanes(int64_t N, int64_t K, int64_t lanes, int64_t cols, LaneFn lane) {

@@ -32,5 +32,6 @@ void init_io(py::module_& m);
 void init_engine(py::module_& m);
 void init_ops(py::module_& m);
 void init_quant(py::module_& m);
+void init_sim(py::module_& m);
 
 }  // namespace socllm::py_bind

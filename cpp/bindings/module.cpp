@@ -7,4 +7,5 @@ PYBIND11_MODULE(_core, m) {
   socllm::py_bind::init_engine(m);
   socllm::py_bind::init_ops(m);
   socllm::py_bind::init_quant(m);
+  socllm::py_bind::init_sim(m);
 }

@@ -1,4 +1,4 @@
-"""The ``socllm`` command: convert, calibrate, eval, run.
+"""The ``socllm`` command: convert, calibrate, eval, simulate, run.
 
 Every command that produces numbers can print them as JSON (``--json PATH`` or ``--json -``).
 ``--quiet`` silences progress bars and C++ info logs.
@@ -235,6 +235,58 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_simulate(args) -> int:
+    from . import simulate as sim
+
+    _setup(args)
+    if (args.config is None) == (args.model is None):
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError("simulate: give exactly one of --config (shape-only) or --model")
+    if args.config is not None:
+        tl = sim.simulate(
+            args.config,
+            args.device,
+            args.plan,
+            args.prompt_len,
+            chunk=args.chunk,
+            policy=args.policy,
+            processor=args.processor,
+            runtime_graph_build=args.runtime_graph_build,
+        )
+    else:
+        from .calibrate import corpus_tokens, held_out_tokens
+        from .model import load
+
+        model = load(args.model, calib=args.calib, progress=not args.quiet)
+        ids = held_out_tokens(corpus_tokens(model))[: args.prompt_len]
+        tl = sim.simulate_model(
+            model,
+            ids,
+            args.device,
+            args.plan,
+            chunk=args.chunk or args.prompt_len,
+            policy=args.policy,
+            processor=args.processor,
+        )
+    s = tl.summary()
+    busy = ", ".join(
+        f"{p} {v:.1f} ms ({100 * s['bubble_rate'][p]:.0f}% bubbles)"
+        for p, v in s["busy_ms"].items()
+    )
+    print(
+        f"{s['config']} on {s['device']}, plan {s['plan']}, {args.policy}: "
+        f"prompt {s['prompt_len']}, "
+        f"prefill {s['prefill_ms']:.1f} ms = {s['prefill_tokens_per_s']:.1f} tokens/s, "
+        f"energy {s['energy_mj']:.0f} mJ; busy: {busy}",
+        file=sys.stderr,
+    )
+    if args.trace:
+        print(f"wrote {tl.to_perfetto(args.trace)}", file=sys.stderr)
+    _emit_json({k: v for k, v in s.items() if k != "engine_graphs"}, args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="socllm", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -294,6 +346,28 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", default=None, metavar="PATH|-")
     _common(k)
     k.set_defaults(fn=cmd_calibrate)
+
+    m = sub.add_parser("simulate", help="prefill timeline on a modelled phone SoC")
+    m.add_argument(
+        "--config", default=None, help="shape-only model config (socllm.configs.known())"
+    )
+    m.add_argument("--model", default=None, help="or a real model: runs its engine on WikiText-2")
+    m.add_argument("--calib", default=None, help="with --model: calibration file for static plans")
+    m.add_argument("--device", default="snapdragon-8gen3", help="profile name or .json path")
+    m.add_argument("--plan", default="shadow-outlier", help="plan name or name:key=value,...")
+    m.add_argument("--prompt-len", type=int, default=1024)
+    m.add_argument("--chunk", type=int, default=256, help="prefill chunk length (0: whole prompt)")
+    m.add_argument("--policy", choices=("ooe", "fifo", "inorder", "optimal"), default="ooe")
+    m.add_argument("--processor", choices=("auto", "npu", "cpu", "gpu"), default="auto")
+    m.add_argument(
+        "--runtime-graph-build",
+        action="store_true",
+        help="build and optimize the NPU graph at run time (naive NPU execution)",
+    )
+    m.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON")
+    m.add_argument("--json", default=None, metavar="PATH|-")
+    _common(m)
+    m.set_defaults(fn=cmd_simulate)
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")

@@ -1,0 +1,103 @@
+// SoC layer: device profiles and per-processor cost models. Knows nothing about numerics:
+// an operator is a shape (OpDesc), a processor is a set of fitted rates from the profile.
+//
+// Profiles are JSON data (python/socllm/devices/*.json). Every number is an object
+//   {"value": 12.5, "unit": "GB/s", "source": "seed 002 §3.3 Fig. 6: ..."}
+// so a table in RESULTS can always say where a predicted latency came from. The cost model
+// reads numbers by JSON pointer and throws MissingData naming the pointer, the profile and the
+// operator that needed it when one is absent.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "socllm/core.h"
+
+namespace socllm::soc {
+
+// A profile lacks a number that a plan or an operator needs.
+class MissingData : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+enum class Processor : int { Npu = 0, Cpu, Gpu };
+constexpr int kNumProcessors = 3;
+const char* processor_name(Processor p);
+Processor processor_from_name(const std::string& s);  // "npu" | "cpu" | "gpu"
+
+enum class DType : int { Int8 = 0, Fp16, Fp32 };
+const char* dtype_name(DType d);
+DType dtype_from_name(const std::string& s);
+
+enum class OpKind : int {
+  MatMul = 0,     // [m, k] x [k, n]
+  Attention,      // m query rows over kv_len keys: n = heads, k = head_dim, elements = kv_len
+  Elementwise,    // norms, activations, residual adds, (de)quantization: `elements` values
+  OutlierMatMul,  // shadow outlier part on the CPU: [m, k channels] x [k, n] + cold fetches
+  Fixed,          // a fixed duration (graph build / optimize), `fixed_us`
+  MemoryCopy      // `bytes` moved through DRAM
+};
+const char* op_kind_name(OpKind k);
+OpKind op_kind_from_name(const std::string& s);
+
+struct OpDesc {
+  OpKind kind = OpKind::MatMul;
+  DType dtype = DType::Fp32;
+  int64_t m = 0, k = 0, n = 0;
+  int64_t elements = 0;
+  int64_t bytes = 0;            // DRAM traffic (MemoryCopy) / flash reads (OutlierMatMul)
+  int64_t groups = 1;           // per-group quantized matmul on the NPU: sub-matmuls
+  double fixed_us = 0;
+  // Multiply-accumulates x 2 (Attention: QK^T and PV).
+  double flops() const;
+  nlohmann::json to_json() const;
+  static OpDesc from_json(const nlohmann::json& j);
+};
+
+class DeviceProfile {
+ public:
+  // From the JSON text of a profile; `origin` names it in error messages.
+  static DeviceProfile from_json(const nlohmann::json& j, const std::string& origin);
+  const std::string& name() const { return name_; }
+  const nlohmann::json& json() const { return j_; }
+  bool has(const std::string& pointer) const;
+  // The "value" of the number at `pointer` (e.g. "/processors/npu/int8_gops"); MissingData
+  // naming the pointer, the profile and `needed_for` if absent.
+  double number(const std::string& pointer, const std::string& needed_for) const;
+  // Its "source" string ("" if absent).
+  std::string source(const std::string& pointer) const;
+
+ private:
+  std::string name_;
+  nlohmann::json j_;
+};
+
+// Latency and power of operators on one device (parameters under /cost_model in the profile):
+//   matmul (every processor and dtype; keys <dtype>_overhead_us, _compute_gops, _weight_gbps):
+//     overhead + max(flops / compute rate, weight bytes / weight rate), a roofline whose
+//     weight term is what seed 001 Table 3's small-M rows measure; on the NPU the flops are
+//     counted on whole tiles (stage performance, seed 002 §3.2), and per-group quantized
+//     matmuls run as one padded sub-matmul per group plus a float reduction (seed 001 §2.3);
+//   NPU element-wise ops: their own slow rate (seed 004 Fig. 5b);
+//   attention: flops / compute rate; outlier matmul: fp32 flops + columns from DRAM / flash;
+//   element-wise ops on CPU/GPU and copies: bytes / DRAM bandwidth.
+class CostModel {
+ public:
+  explicit CostModel(DeviceProfile profile);
+  const DeviceProfile& profile() const { return p_; }
+  double latency_us(const OpDesc& op, Processor on) const;
+  double latency_us(const std::vector<OpDesc>& ops, Processor on) const;
+  // Active power of a processor while it runs a task (W), for energy.
+  double active_power_w(Processor p) const;
+  // Time for a result produced on `from` to be usable on `to` (0 on the same processor).
+  double sync_us(Processor from, Processor to) const;
+
+ private:
+  double matmul_us(const OpDesc& op, Processor on) const;
+  DeviceProfile p_;
+};
+
+}  // namespace socllm::soc

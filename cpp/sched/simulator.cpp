@@ -1,0 +1,385 @@
+#include "socllm/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace socllm::sched {
+
+namespace {
+constexpr std::array<const char*, 4> kPolicyNames = {"inorder", "fifo", "ooe", "optimal"};
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr size_t kProcs = static_cast<size_t>(soc::kNumProcessors);
+
+size_t proc_index(soc::Processor p) { return static_cast<size_t>(p); }
+
+// Everything a simulation needs besides the policy: durations, per-edge sync costs, powers.
+struct Problem {
+  const TaskGraph& g;
+  std::vector<double> dur;
+  std::function<double(soc::Processor, soc::Processor)> sync;
+  std::array<double, kProcs> power_w{};
+  std::vector<std::vector<int64_t>> succ;
+  // ready time of task t given the end times of its dependencies
+  double ready_time(int64_t t, const std::vector<double>& end) const {
+    double r = 0;
+    const auto& task = g.tasks()[static_cast<size_t>(t)];
+    for (int64_t d : task.deps) {
+      const auto& dt = g.tasks()[static_cast<size_t>(d)];
+      r = std::max(r, end[static_cast<size_t>(d)] + sync(dt.processor, task.processor));
+    }
+    return r;
+  }
+};
+
+// Fills usage, energy, peak memory from spans.
+void finish_timeline(const Problem& pb, Timeline& tl) {
+  const auto& tasks = pb.g.tasks();
+  tl.makespan_us = 0;
+  for (auto& u : tl.usage) u = ProcessorUsage{};
+  std::array<bool, kProcs> seen{};
+  for (const auto& s : tl.spans) {
+    const auto& t = tasks[static_cast<size_t>(s.task)];
+    auto& u = tl.usage[proc_index(t.processor)];
+    const size_t pi = proc_index(t.processor);
+    u.busy_us += s.end_us - s.start_us;
+    u.tasks += 1;
+    u.first_start_us = seen[pi] ? std::min(u.first_start_us, s.start_us) : s.start_us;
+    u.last_end_us = seen[pi] ? std::max(u.last_end_us, s.end_us) : s.end_us;
+    seen[pi] = true;
+    tl.makespan_us = std::max(tl.makespan_us, s.end_us);
+  }
+  tl.energy_mj = 0;
+  for (size_t p = 0; p < kProcs; ++p) {
+    auto& u = tl.usage[p];
+    const double window = u.last_end_us - u.first_start_us;
+    u.bubble_rate = window > 0 ? 1.0 - u.busy_us / window : 0.0;
+    u.energy_mj = u.busy_us * pb.power_w[p] * 1e-3;  // µs x W = µJ
+    tl.energy_mj += u.energy_mj;
+  }
+  // Peak of the running tasks' working bytes: sweep start (+) and end (-) events.
+  std::vector<std::pair<double, int64_t>> ev;
+  for (const auto& s : tl.spans) {
+    const int64_t b = tasks[static_cast<size_t>(s.task)].working_bytes;
+    ev.push_back({s.start_us, b});
+    ev.push_back({s.end_us, -b});
+  }
+  std::sort(ev.begin(), ev.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second < b.second;  // ends first
+  });
+  int64_t cur = 0;
+  tl.peak_working_bytes = 0;
+  for (const auto& [_, b] : ev) {
+    cur += b;
+    tl.peak_working_bytes = std::max(tl.peak_working_bytes, cur);
+  }
+}
+
+// Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
+// ready tasks (dependencies finished and synchronized by now).
+Timeline list_schedule(const Problem& pb, Policy policy) {
+  const auto& tasks = pb.g.tasks();
+  const size_t n = tasks.size();
+  Timeline tl;
+  tl.policy = policy_name(policy);
+  tl.spans.assign(n, {});
+  std::vector<int64_t> missing(n);
+  std::vector<double> end(n, kInf), ready_at(n, kInf);
+  std::array<std::vector<int64_t>, kProcs> ready;       // deps finished, per processor
+  std::array<std::vector<int64_t>, kProcs> program;     // in-order queues (task id order)
+  std::array<size_t, kProcs> head{};
+  std::array<int64_t, kProcs> running;
+  running.fill(-1);
+  // Program order: a topological order, so in-order issue never deadlocks across processors.
+  for (int64_t t : pb.g.topological_order()) program[proc_index(tasks[static_cast<size_t>(t)].processor)].push_back(t);
+  for (size_t i = 0; i < n; ++i) {
+    missing[i] = static_cast<int64_t>(tasks[i].deps.size());
+    if (missing[i] == 0) {
+      ready_at[i] = 0;
+      ready[proc_index(tasks[i].processor)].push_back(static_cast<int64_t>(i));
+    }
+  }
+  // Eq. 6 contribution of running `t` now.
+  auto contribution = [&](int64_t t) {
+    const auto& task = tasks[static_cast<size_t>(t)];
+    if (task.processor == soc::Processor::Npu) return -pb.dur[static_cast<size_t>(t)];
+    double c = 0;
+    for (int64_t s : pb.succ[static_cast<size_t>(t)])
+      if (missing[static_cast<size_t>(s)] == 1 && tasks[static_cast<size_t>(s)].processor == soc::Processor::Npu)
+        c += pb.dur[static_cast<size_t>(s)];
+    return c;
+  };
+  double now = 0;
+  size_t done = 0;
+  while (done < n) {
+    // Start tasks on idle processors.
+    for (size_t p = 0; p < kProcs; ++p) {
+      if (running[p] >= 0) continue;
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t pick = -1;
+      auto& rq = ready[p];
+      if (policy == Policy::InOrder) {
+        if (head[p] < program[p].size()) {
+          const int64_t h = program[p][head[p]];
+          if (missing[static_cast<size_t>(h)] == 0 && ready_at[static_cast<size_t>(h)] <= now) pick = h;
+        }
+      } else {
+        double best = -kInf;
+        for (int64_t t : rq) {
+          if (ready_at[static_cast<size_t>(t)] > now) continue;
+          const double score = policy == Policy::Fifo ? -ready_at[static_cast<size_t>(t)] : contribution(t);
+          if (pick < 0 || score > best || (score == best && t < pick)) {
+            pick = t;
+            best = score;
+          }
+        }
+      }
+      if (pick < 0) continue;
+      tl.decision_ns_total += static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      tl.decisions += 1;
+      if (policy == Policy::InOrder) ++head[p];
+      rq.erase(std::find(rq.begin(), rq.end(), pick));
+      running[p] = pick;
+      tl.spans[static_cast<size_t>(pick)] = {pick, now, now + pb.dur[static_cast<size_t>(pick)]};
+      end[static_cast<size_t>(pick)] = now + pb.dur[static_cast<size_t>(pick)];
+    }
+    // Next event: the earliest completion, or a ready task whose sync delay ends.
+    double next = kInf;
+    for (size_t p = 0; p < kProcs; ++p) {
+      if (running[p] >= 0) next = std::min(next, end[static_cast<size_t>(running[p])]);
+      else
+        for (int64_t t : ready[p])
+          if (ready_at[static_cast<size_t>(t)] > now) next = std::min(next, ready_at[static_cast<size_t>(t)]);
+    }
+    if (next == kInf) throw Error("[simulate] no runnable task (internal error: graph validated)");
+    now = next;
+    for (size_t p = 0; p < kProcs; ++p) {
+      const int64_t r = running[p];
+      if (r < 0 || end[static_cast<size_t>(r)] > now) continue;
+      running[p] = -1;
+      ++done;
+      for (int64_t s : pb.succ[static_cast<size_t>(r)]) {
+        if (--missing[static_cast<size_t>(s)] == 0) {
+          ready_at[static_cast<size_t>(s)] = pb.ready_time(s, end);
+          ready[proc_index(tasks[static_cast<size_t>(s)].processor)].push_back(s);
+        }
+      }
+    }
+  }
+  finish_timeline(pb, tl);
+  return tl;
+}
+
+// Exact minimum makespan: Giffler-Thompson enumeration of active schedules (which contain an
+// optimal one) with a lower bound from each processor's remaining work and tail lengths.
+Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double upper_bound,
+                          const Timeline& incumbent) {
+  const auto& tasks = pb.g.tasks();
+  const size_t n = tasks.size();
+  // tail[t] = longest path from t's start to the end of the graph (durations only).
+  std::vector<double> tail(n, 0);
+  const auto order = pb.g.topological_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const size_t t = static_cast<size_t>(*it);
+    double best = 0;
+    for (int64_t s : pb.succ[t]) best = std::max(best, tail[static_cast<size_t>(s)]);
+    tail[t] = pb.dur[t] + best;
+  }
+  std::vector<double> start(n, kInf), end(n, kInf);
+  std::vector<int64_t> missing(n);
+  for (size_t i = 0; i < n; ++i) missing[i] = static_cast<int64_t>(tasks[i].deps.size());
+  std::array<double, kProcs> avail{};
+  std::array<double, kProcs> remaining{};
+  for (size_t i = 0; i < n; ++i) remaining[proc_index(tasks[i].processor)] += pb.dur[i];
+  double best = upper_bound;
+  std::vector<double> best_start;
+  int64_t nodes = 0;
+  size_t scheduled = 0;
+
+  std::function<void()> dfs = [&]() {
+    if (++nodes > opts.optimal_max_nodes)
+      throw Unsupported("[simulate] optimal: search exceeded " + std::to_string(opts.optimal_max_nodes) +
+                        " nodes on " + std::to_string(n) + " tasks; use a smaller graph");
+    if (scheduled == n) {
+      double ms = 0;
+      for (size_t i = 0; i < n; ++i) ms = std::max(ms, end[i]);
+      if (ms < best - 1e-9) {
+        best = ms;
+        best_start = start;
+      }
+      return;
+    }
+    // eligible: unscheduled with all deps scheduled; earliest start / completion.
+    double min_ect = kInf;
+    int64_t argmin = -1;
+    std::vector<std::pair<int64_t, double>> elig;
+    double lb = 0;
+    for (size_t p = 0; p < kProcs; ++p) lb = std::max(lb, avail[p] + remaining[p]);
+    for (size_t i = 0; i < n; ++i) {
+      if (start[i] != kInf || missing[i] != 0) continue;
+      const double est = std::max(avail[proc_index(tasks[i].processor)], pb.ready_time(static_cast<int64_t>(i), end));
+      elig.push_back({static_cast<int64_t>(i), est});
+      lb = std::max(lb, est + tail[i]);
+      if (est + pb.dur[i] < min_ect) {
+        min_ect = est + pb.dur[i];
+        argmin = static_cast<int64_t>(i);
+      }
+    }
+    if (lb >= best - 1e-9) return;
+    const auto pstar = tasks[static_cast<size_t>(argmin)].processor;
+    // branch on the conflict set: eligible tasks on p* that could start before min_ect,
+    // most promising (longest tail) first.
+    std::vector<std::pair<int64_t, double>> branch;
+    for (const auto& e : elig)
+      if (tasks[static_cast<size_t>(e.first)].processor == pstar && e.second < min_ect - 1e-12) branch.push_back(e);
+    std::sort(branch.begin(), branch.end(), [&](const auto& a, const auto& b) {
+      return tail[static_cast<size_t>(a.first)] > tail[static_cast<size_t>(b.first)];
+    });
+    const size_t p = proc_index(pstar);
+    for (const auto& [t, est] : branch) {
+      const size_t ti = static_cast<size_t>(t);
+      const double old_avail = avail[p];
+      start[ti] = est;
+      end[ti] = est + pb.dur[ti];
+      avail[p] = end[ti];
+      remaining[p] -= pb.dur[ti];
+      ++scheduled;
+      for (int64_t s : pb.succ[ti]) --missing[static_cast<size_t>(s)];
+      dfs();
+      for (int64_t s : pb.succ[ti]) ++missing[static_cast<size_t>(s)];
+      --scheduled;
+      remaining[p] += pb.dur[ti];
+      avail[p] = old_avail;
+      start[ti] = kInf;
+      end[ti] = kInf;
+    }
+  };
+  dfs();
+  Timeline tl = incumbent;  // the heuristic's schedule if nothing beat it
+  tl.policy = policy_name(Policy::Optimal);
+  if (!best_start.empty()) {
+    for (size_t i = 0; i < n; ++i) tl.spans[i] = {static_cast<int64_t>(i), best_start[i], best_start[i] + pb.dur[i]};
+  }
+  tl.search_nodes = nodes;
+  tl.decisions = 0;
+  tl.decision_ns_total = 0;
+  finish_timeline(pb, tl);
+  return tl;
+}
+
+Timeline run(const Problem& pb, const SimOptions& opts) {
+  pb.g.validate();
+  if (pb.dur.size() != pb.g.tasks().size())
+    throw ShapeError("[simulate] " + std::to_string(pb.dur.size()) + " durations for " +
+                     std::to_string(pb.g.size()) + " tasks");
+  for (size_t i = 0; i < pb.dur.size(); ++i)
+    if (!std::isfinite(pb.dur[i]) || pb.dur[i] < 0)
+      throw InvalidArgument("[simulate] task " + std::to_string(i) + " '" + pb.g.tasks()[i].name +
+                            "' has duration " + std::to_string(pb.dur[i]) + " µs");
+  if (pb.g.empty()) {
+    Timeline tl;
+    tl.policy = policy_name(opts.policy);
+    return tl;
+  }
+  if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy);
+  if (pb.g.size() > opts.optimal_max_tasks)
+    throw InvalidArgument("[simulate] optimal policy on " + std::to_string(pb.g.size()) +
+                          " tasks: at most " + std::to_string(opts.optimal_max_tasks) +
+                          " (branch and bound is exponential); use ooe, fifo or inorder");
+  // Incumbent: the best heuristic schedule.
+  Timeline inc = list_schedule(pb, Policy::OutOfOrder);
+  for (Policy p : {Policy::Fifo, Policy::InOrder}) {
+    Timeline t = list_schedule(pb, p);
+    if (t.makespan_us < inc.makespan_us) inc = t;
+  }
+  return optimal_schedule(pb, opts, inc.makespan_us, inc);
+}
+}  // namespace
+
+const char* policy_name(Policy p) {
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < 4 ? kPolicyNames[static_cast<size_t>(i)] : "?";
+}
+
+Policy policy_from_name(const std::string& s) {
+  for (int i = 0; i < 4; ++i)
+    if (s == kPolicyNames[static_cast<size_t>(i)]) return static_cast<Policy>(i);
+  throw InvalidArgument("[simulate] unknown policy '" + s + "' (inorder, fifo, ooe, optimal)");
+}
+
+nlohmann::json Timeline::summary() const {
+  nlohmann::json procs = nlohmann::json::object();
+  for (int p = 0; p < soc::kNumProcessors; ++p) {
+    const auto& u = usage[static_cast<size_t>(p)];
+    if (u.tasks == 0) continue;
+    procs[soc::processor_name(static_cast<soc::Processor>(p))] = {
+        {"busy_ms", u.busy_us / 1e3}, {"bubble_rate", u.bubble_rate}, {"tasks", u.tasks},
+        {"energy_mj", u.energy_mj}};
+  }
+  return {{"policy", policy},
+          {"device", device},
+          {"makespan_ms", makespan_us / 1e3},
+          {"energy_mj", energy_mj},
+          {"peak_working_bytes", peak_working_bytes},
+          {"decisions", decisions},
+          {"decision_us_mean", decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
+          {"processors", procs}};
+}
+
+std::vector<double> task_durations_us(const TaskGraph& g, const soc::CostModel& cost) {
+  std::vector<double> d;
+  d.reserve(g.tasks().size());
+  for (const auto& t : g.tasks()) d.push_back(cost.latency_us(t.ops, t.processor));
+  return d;
+}
+
+Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptions& opts) {
+  g.validate();
+  Problem pb{g, task_durations_us(g, cost),
+             [&cost](soc::Processor a, soc::Processor b) { return cost.sync_us(a, b); }, {}, g.successors()};
+  for (int p = 0; p < soc::kNumProcessors; ++p) {
+    const auto proc = static_cast<soc::Processor>(p);
+    const bool used = std::any_of(g.tasks().begin(), g.tasks().end(),
+                                  [&](const Task& t) { return t.processor == proc; });
+    pb.power_w[static_cast<size_t>(p)] = used ? cost.active_power_w(proc) : 0.0;
+  }
+  Timeline tl = run(pb, opts);
+  tl.device = cost.profile().name();
+  return tl;
+}
+
+Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, double sync_us,
+                  const SimOptions& opts) {
+  Problem pb{g, duration_us,
+             [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; }, {},
+             g.successors()};
+  return run(pb, opts);
+}
+
+nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {
+  auto events = nlohmann::json::array();
+  for (int p = 0; p < soc::kNumProcessors; ++p) {
+    events.push_back({{"ph", "M"}, {"pid", 1}, {"tid", p}, {"name", "thread_name"},
+                      {"args", {{"name", soc::processor_name(static_cast<soc::Processor>(p))}}}});
+  }
+  events.push_back({{"ph", "M"}, {"pid", 1}, {"name", "process_name"},
+                    {"args", {{"name", "socllm " + t.device + " (" + t.policy + ")"}}}});
+  for (const auto& s : t.spans) {
+    const auto& task = g.at(s.task);
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", static_cast<int>(task.processor)},
+                      {"name", task.name},
+                      {"cat", task_kind_name(task.kind)},
+                      {"ts", s.start_us},
+                      {"dur", s.end_us - s.start_us},
+                      {"args", {{"task", task.id}, {"chunk", task.chunk}, {"layer", task.layer}}}});
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", t.summary()}};
+}
+
+}  // namespace socllm::sched

@@ -1,0 +1,209 @@
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "socllm/soc.h"
+
+namespace socllm::soc {
+
+namespace {
+constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "gpu"};
+constexpr std::array<const char*, 3> kDTypeNames = {"int8", "fp16", "fp32"};
+constexpr std::array<const char*, 6> kOpNames = {"matmul", "attention", "elementwise",
+                                                 "outlier_matmul", "fixed", "memory_copy"};
+
+template <size_t N, typename E>
+E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<E>(i);
+  std::string known;
+  for (size_t i = 0; i < N; ++i) known += (i ? ", " : "") + std::string(names[i]);
+  throw InvalidArgument(std::string("[soc] unknown ") + what + " '" + s + "' (" + known + ")");
+}
+
+int64_t round_up(int64_t x, int64_t tile) { return tile > 1 ? (x + tile - 1) / tile * tile : x; }
+double bytes_per(DType d) { return d == DType::Int8 ? 1.0 : d == DType::Fp16 ? 2.0 : 4.0; }
+}  // namespace
+
+const char* processor_name(Processor p) { return kProcNames.at(static_cast<size_t>(p)); }
+Processor processor_from_name(const std::string& s) {
+  return from_name<kNumProcessors, Processor>(kProcNames, s, "processor");
+}
+const char* dtype_name(DType d) { return kDTypeNames.at(static_cast<size_t>(d)); }
+DType dtype_from_name(const std::string& s) { return from_name<3, DType>(kDTypeNames, s, "dtype"); }
+const char* op_kind_name(OpKind k) { return kOpNames.at(static_cast<size_t>(k)); }
+OpKind op_kind_from_name(const std::string& s) { return from_name<6, OpKind>(kOpNames, s, "op kind"); }
+
+double OpDesc::flops() const {
+  const double m_ = static_cast<double>(m), k_ = static_cast<double>(k), n_ = static_cast<double>(n);
+  switch (kind) {
+    case OpKind::MatMul:
+    case OpKind::OutlierMatMul: return 2.0 * m_ * k_ * n_;
+    case OpKind::Attention:  // QK^T and PV over `elements` keys for n heads of k dims
+      return 4.0 * m_ * static_cast<double>(elements) * k_ * n_;
+    case OpKind::Elementwise: return static_cast<double>(elements);
+    default: return 0.0;
+  }
+}
+
+nlohmann::json OpDesc::to_json() const {
+  nlohmann::json j = {{"op", op_kind_name(kind)}, {"dtype", dtype_name(dtype)}};
+  if (m) j["m"] = m;
+  if (k) j["k"] = k;
+  if (n) j["n"] = n;
+  if (elements) j["elements"] = elements;
+  if (bytes) j["bytes"] = bytes;
+  if (groups != 1) j["groups"] = groups;
+  if (fixed_us != 0) j["fixed_us"] = fixed_us;
+  return j;
+}
+
+OpDesc OpDesc::from_json(const nlohmann::json& j) {
+  OpDesc o;
+  o.kind = op_kind_from_name(j.at("op").get<std::string>());
+  o.dtype = dtype_from_name(j.value("dtype", std::string("fp32")));
+  o.m = j.value("m", int64_t{0});
+  o.k = j.value("k", int64_t{0});
+  o.n = j.value("n", int64_t{0});
+  o.elements = j.value("elements", int64_t{0});
+  o.bytes = j.value("bytes", int64_t{0});
+  o.groups = j.value("groups", int64_t{1});
+  o.fixed_us = j.value("fixed_us", 0.0);
+  for (int64_t v : {o.m, o.k, o.n, o.elements, o.bytes})
+    if (v < 0) throw InvalidArgument("[OpDesc] negative size in " + j.dump());
+  if (o.groups < 1 || o.fixed_us < 0 || !std::isfinite(o.fixed_us))
+    throw InvalidArgument("[OpDesc] bad groups / fixed_us in " + j.dump());
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
+    throw FormatError("[DeviceProfile] " + origin + ": a profile is a JSON object with a 'name'");
+  DeviceProfile p;
+  p.name_ = j["name"].get<std::string>();
+  p.j_ = j;
+  return p;
+}
+
+bool DeviceProfile::has(const std::string& pointer) const {
+  const nlohmann::json::json_pointer ptr(pointer);
+  return j_.contains(ptr) && j_[ptr].is_object() && j_[ptr].contains("value") &&
+         j_[ptr]["value"].is_number();
+}
+
+double DeviceProfile::number(const std::string& pointer, const std::string& needed_for) const {
+  if (!has(pointer))
+    throw MissingData("[DeviceProfile] profile '" + name_ + "' has no number at " + pointer +
+                      " (needed for " + needed_for + ")");
+  const double v = j_[nlohmann::json::json_pointer(pointer)]["value"].get<double>();
+  if (!std::isfinite(v) || v < 0)
+    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "': " + pointer + " = " +
+                          std::to_string(v) + " (needs a finite non-negative number)");
+  return v;
+}
+
+std::string DeviceProfile::source(const std::string& pointer) const {
+  const nlohmann::json::json_pointer ptr(pointer);
+  if (!j_.contains(ptr) || !j_[ptr].is_object()) return "";
+  return j_[ptr].value("source", std::string());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+CostModel::CostModel(DeviceProfile profile) : p_(std::move(profile)) {}
+
+double CostModel::matmul_us(const OpDesc& op, Processor on) const {
+  const std::string pn = processor_name(on);
+  const std::string d = dtype_name(op.dtype);
+  const std::string c = "/cost_model/" + pn + "/" + d + "_";
+  const std::string why = d + " matmul on " + pn;
+  // Stage performance (seed 002 §3.2): an NPU computes whole tiles, padding the rest.
+  int64_t tm = 1, tk = 1, tn = 1;
+  if (on == Processor::Npu) {
+    tm = static_cast<int64_t>(p_.number("/cost_model/npu/tile_m", why));
+    tk = static_cast<int64_t>(p_.number("/cost_model/npu/tile_k", why));
+    tn = static_cast<int64_t>(p_.number("/cost_model/npu/tile_n", why));
+  }
+  const double overhead = p_.number(c + "overhead_us", why);
+  const double gops = p_.number(c + "compute_gops", why);
+  const double gbps = p_.number(c + "weight_gbps", why);
+  // Per-group quantization: one sub-matmul per group over k / groups, whose partial sums are
+  // reduced in float (seed 001 §2.3, Fig. 3b): each sub-matmul is padded to whole tiles, the
+  // graph's launch overhead is paid once.
+  const int64_t g = std::max<int64_t>(op.groups, 1);
+  const int64_t kg = (op.k + g - 1) / g;
+  const double padded = 2.0 * static_cast<double>(round_up(op.m, tm)) *
+                        static_cast<double>(round_up(kg, tk)) * static_cast<double>(round_up(op.n, tn));
+  const double weight_bytes = static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
+  // Roofline of one sub-matmul: compute on padded tiles vs streaming its weights (Table 3's
+  // small-M rows follow the weight bytes on every processor).
+  double us = overhead + static_cast<double>(g) *
+                            std::max(padded / (gops * 1e3), weight_bytes / (gbps * 1e3));
+  if (g > 1) {
+    OpDesc red;
+    red.kind = OpKind::Elementwise;
+    red.dtype = DType::Fp16;
+    red.elements = op.m * op.n * g;
+    us += latency_us(red, on);
+  }
+  return us;
+}
+
+double CostModel::latency_us(const OpDesc& op, Processor on) const {
+  const std::string pn = processor_name(on);
+  const std::string c = "/cost_model/" + pn + "/";
+  const std::string what = std::string(op_kind_name(op.kind)) + " " + dtype_name(op.dtype) + " on " + pn;
+  auto rate_us = [&](double flops, const std::string& key, double scale) {
+    return flops / (p_.number(c + key, what) * scale);
+  };
+  switch (op.kind) {
+    case OpKind::Fixed: return op.fixed_us;
+    case OpKind::MemoryCopy:
+      return static_cast<double>(op.bytes) / (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+    case OpKind::Elementwise:
+      // NPU: its own (slow, seed 004 Fig. 5b) float element rate; CPU/GPU: DRAM-bound, reading
+      // and writing each value once.
+      if (on == Processor::Npu) return rate_us(op.flops(), "elementwise_gelems", 1e3);
+      return 2.0 * static_cast<double>(op.elements) * bytes_per(op.dtype) /
+             (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+    case OpKind::OutlierMatMul: {
+      // Dense [m, channels] x [channels, n] in fp32 on the CPU, with the channels' resident
+      // float columns read from DRAM and cold ones from flash (seed 004 flash bandwidth).
+      if (op.k == 0) return 0.0;
+      double us = rate_us(op.flops(), "fp32_compute_gops", 1e3) +
+                  4.0 * static_cast<double>(op.k * op.n) /
+                      (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+      if (op.bytes > 0)
+        us += static_cast<double>(op.bytes) / (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+      return us;
+    }
+    case OpKind::Attention:  // compute-bound in prefill; no weights
+      return rate_us(op.flops(), std::string(dtype_name(op.dtype)) + "_compute_gops", 1e3);
+    case OpKind::MatMul: return matmul_us(op, on);
+  }
+  return 0.0;
+}
+
+double CostModel::latency_us(const std::vector<OpDesc>& ops, Processor on) const {
+  double us = 0;
+  for (const auto& o : ops) us += latency_us(o, on);
+  return us;
+}
+
+double CostModel::active_power_w(Processor p) const {
+  return p_.number("/cost_model/power/" + std::string(processor_name(p)) + "_w",
+                   std::string("energy of ") + processor_name(p) + " tasks");
+}
+
+double CostModel::sync_us(Processor from, Processor to) const {
+  if (from == to) return 0.0;
+  const bool gpu = from == Processor::Gpu || to == Processor::Gpu;
+  const bool npu = from == Processor::Npu || to == Processor::Npu;
+  const std::string key = gpu && npu ? "gpu_npu_us" : gpu ? "cpu_gpu_us" : "cpu_npu_us";
+  return p_.number("/cost_model/sync/" + key, std::string("synchronizing ") + processor_name(from) +
+                                                  " -> " + processor_name(to));
+}
+
+}  // namespace socllm::soc

@@ -1,0 +1,346 @@
+// SoC cost models, task graphs and the discrete-event simulator on hand-computed cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "socllm/simulator.h"
+
+using namespace socllm;
+using sched::Policy;
+using sched::TaskGraph;
+using soc::Processor;
+
+namespace {
+
+int64_t add(TaskGraph& g, const std::string& name, Processor p, std::vector<int64_t> deps) {
+  sched::Task t;
+  t.name = name;
+  t.processor = p;
+  t.deps = std::move(deps);
+  return g.add(std::move(t));
+}
+
+sched::Timeline run(const TaskGraph& g, const std::vector<double>& d, Policy p, double sync = 0) {
+  sched::SimOptions o;
+  o.policy = p;
+  return sched::simulate(g, d, sync, o);
+}
+
+// A(npu 3) -> B(cpu 2) -> C(npu 3), and D(npu 4) independent.
+TaskGraph abcd() {
+  TaskGraph g;
+  add(g, "A", Processor::Npu, {});
+  add(g, "B", Processor::Cpu, {0});
+  add(g, "C", Processor::Npu, {1});
+  add(g, "D", Processor::Npu, {});
+  return g;
+}
+
+// Every schedule must respect Eq. 4 (one task per processor at a time) and the dependencies
+// plus their cross-processor sync.
+void check_feasible(const TaskGraph& g, const std::vector<double>& d, const sched::Timeline& t, double sync) {
+  for (const auto& task : g.tasks()) {
+    const auto& s = t.spans[static_cast<size_t>(task.id)];
+    EXPECT_NEAR(s.end_us - s.start_us, d[static_cast<size_t>(task.id)], 1e-9);
+    for (int64_t dep : task.deps) {
+      const double need = t.spans[static_cast<size_t>(dep)].end_us +
+                          (g.at(dep).processor == task.processor ? 0.0 : sync);
+      EXPECT_GE(s.start_us + 1e-9, need) << task.name << " starts before " << g.at(dep).name;
+    }
+    for (const auto& other : g.tasks()) {
+      if (other.id == task.id || other.processor != task.processor) continue;
+      const auto& o = t.spans[static_cast<size_t>(other.id)];
+      EXPECT_TRUE(s.end_us <= o.start_us + 1e-9 || o.end_us <= s.start_us + 1e-9)
+          << task.name << " overlaps " << other.name;
+    }
+  }
+}
+
+// The true optimum by brute force: every per-processor order of the tasks, each timed as its
+// semi-active schedule (earliest starts); orders that deadlock are skipped.
+double brute_force_makespan(const TaskGraph& g, const std::vector<double>& d, double sync) {
+  std::array<std::vector<int64_t>, soc::kNumProcessors> per;
+  for (const auto& t : g.tasks()) per[static_cast<size_t>(t.processor)].push_back(t.id);
+  for (auto& v : per) std::sort(v.begin(), v.end());
+  double best = 1e300;
+  std::function<void(size_t)> rec = [&](size_t p) {
+    if (p == per.size()) {
+      std::vector<double> end(d.size(), -1);
+      std::array<size_t, soc::kNumProcessors> pos{};
+      std::array<double, soc::kNumProcessors> avail{};
+      size_t done = 0;
+      bool progress = true;
+      while (done < d.size() && progress) {
+        progress = false;
+        for (size_t q = 0; q < per.size(); ++q) {
+          if (pos[q] >= per[q].size()) continue;
+          const auto& t = g.at(per[q][pos[q]]);
+          double ready = avail[q];
+          bool ok = true;
+          for (int64_t dep : t.deps) {
+            if (end[static_cast<size_t>(dep)] < 0) { ok = false; break; }
+            ready = std::max(ready, end[static_cast<size_t>(dep)] + (g.at(dep).processor == t.processor ? 0 : sync));
+          }
+          if (!ok) continue;
+          end[static_cast<size_t>(t.id)] = ready + d[static_cast<size_t>(t.id)];
+          avail[q] = end[static_cast<size_t>(t.id)];
+          ++pos[q];
+          ++done;
+          progress = true;
+        }
+      }
+      if (done == d.size()) best = std::min(best, *std::max_element(end.begin(), end.end()));
+      return;
+    }
+    do { rec(p + 1); } while (std::next_permutation(per[p].begin(), per[p].end()));
+  };
+  rec(0);
+  return best;
+}
+
+TaskGraph random_dag(std::mt19937& rng, int n, std::vector<double>& d) {
+  TaskGraph g;
+  std::uniform_int_distribution<int> proc(0, 2), dur(1, 9);
+  std::bernoulli_distribution edge(0.3);
+  d.clear();
+  for (int i = 0; i < n; ++i) {
+    std::vector<int64_t> deps;
+    for (int j = 0; j < i; ++j)
+      if (edge(rng)) deps.push_back(j);
+    add(g, "t" + std::to_string(i), static_cast<Processor>(proc(rng)), deps);
+    d.push_back(dur(rng));
+  }
+  return g;
+}
+
+nlohmann::json tiny_profile() {
+  auto n = [](double v) { return nlohmann::json{{"value", v}, {"unit", "-"}, {"source", "test"}}; };
+  nlohmann::json cm;
+  cm["npu"] = {{"tile_m", n(32)}, {"tile_k", n(32)}, {"tile_n", n(64)}, {"int8_overhead_us", n(10)},
+               {"int8_compute_gops", n(1000)}, {"int8_weight_gbps", n(1)}, {"elementwise_gelems", n(2)}};
+  cm["cpu"] = {{"fp32_compute_gops", n(50)}, {"fp16_compute_gops", n(100)}, {"int8_overhead_us", n(0)},
+               {"int8_compute_gops", n(200)}, {"int8_weight_gbps", n(4)}};
+  cm["memory"] = {{"dram_gbps", n(40)}, {"flash_gbps", n(2)}};
+  cm["sync"] = {{"cpu_npu_us", n(7)}};
+  cm["power"] = {{"npu_w", n(2)}, {"cpu_w", n(3)}};
+  return {{"name", "tiny"}, {"cost_model", cm}};
+}
+
+}  // namespace
+
+TEST(Simulator, HandComputedMakespans) {
+  const auto g = abcd();
+  const std::vector<double> d = {3, 2, 3, 4};
+  // in-order: the NPU runs A, C, D in program order and waits for B before C.
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::InOrder).makespan_us, 12);
+  // out-of-order (Eq. 6): at t=3 the NPU cannot run C, so it runs D in the bubble.
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::OutOfOrder).makespan_us, 10);
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::Fifo).makespan_us, 10);
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::Optimal).makespan_us, 10);
+  // with a sync of 1 µs on each NPU<->CPU edge: B 4-6, C 7-10 in both heuristics
+  const auto ooe = run(g, d, Policy::OutOfOrder, 1.0);
+  EXPECT_DOUBLE_EQ(ooe.makespan_us, 10);
+  EXPECT_DOUBLE_EQ(ooe.spans[1].start_us, 4);
+  EXPECT_DOUBLE_EQ(ooe.spans[2].start_us, 7);
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::InOrder, 1.0).makespan_us, 14);
+  // bubbles: in-order NPU busy 10 of its 12 µs window
+  EXPECT_NEAR(run(g, d, Policy::InOrder).usage[0].bubble_rate, 2.0 / 12.0, 1e-12);
+}
+
+TEST(Simulator, Eq6PicksTheCpuTaskThatFeedsTheNpuMost) {
+  // Two CPU tasks ready at 0: X unlocks an NPU task of 5, Y one of 1. llm.npu runs X first;
+  // FIFO (equal ready times, lowest id) runs Y first.
+  TaskGraph g;
+  add(g, "Y", Processor::Cpu, {});
+  add(g, "X", Processor::Cpu, {});
+  add(g, "ny", Processor::Npu, {0});
+  add(g, "nx", Processor::Npu, {1});
+  const std::vector<double> d = {2, 2, 1, 5};
+  const auto ooe = run(g, d, Policy::OutOfOrder);
+  EXPECT_DOUBLE_EQ(ooe.spans[1].start_us, 0);  // X first
+  EXPECT_DOUBLE_EQ(ooe.makespan_us, 8);        // X 0-2, nx 2-7, Y 2-4, ny 7-8
+  const auto fifo = run(g, d, Policy::Fifo);
+  EXPECT_DOUBLE_EQ(fifo.spans[0].start_us, 0);  // Y first
+  EXPECT_DOUBLE_EQ(fifo.makespan_us, 9);        // Y 0-2, X 2-4, ny 2-3, nx 4-9
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::Optimal).makespan_us, 8);
+  // On the NPU the shortest task goes first (C = -t).
+  TaskGraph h;
+  add(h, "long", Processor::Npu, {});
+  add(h, "short", Processor::Npu, {});
+  EXPECT_DOUBLE_EQ(run(h, {5, 1}, Policy::OutOfOrder).spans[1].start_us, 0);
+}
+
+TEST(Simulator, OptimalIsExactAndNoPolicyBeatsIt) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<double> d;
+    const auto g = random_dag(rng, 7, d);
+    const double sync = trial % 2 ? 0.5 : 0.0;
+    const double opt = run(g, d, Policy::Optimal, sync).makespan_us;
+    EXPECT_NEAR(opt, brute_force_makespan(g, d, sync), 1e-9) << "trial " << trial;
+    for (Policy p : {Policy::InOrder, Policy::Fifo, Policy::OutOfOrder, Policy::Optimal}) {
+      const auto t = run(g, d, p, sync);
+      EXPECT_GE(t.makespan_us + 1e-9, opt);
+      check_feasible(g, d, t, sync);
+      // every policy's busy time is the same work
+      double busy = 0;
+      for (const auto& u : t.usage) busy += u.busy_us;
+      EXPECT_NEAR(busy, std::accumulate(d.begin(), d.end(), 0.0), 1e-9);
+    }
+  }
+}
+
+TEST(Simulator, BadGraphsAndInputs) {
+  TaskGraph cyc;
+  add(cyc, "a", Processor::Npu, {1});
+  add(cyc, "b", Processor::Cpu, {0});
+  EXPECT_THROW(cyc.validate(), InvalidArgument);
+  try {
+    cyc.validate();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos);
+  }
+  TaskGraph bad;
+  add(bad, "a", Processor::Npu, {5});
+  EXPECT_THROW(run(bad, {1}, Policy::Fifo), InvalidArgument);
+  TaskGraph self;
+  add(self, "a", Processor::Npu, {0});
+  EXPECT_THROW(self.validate(), InvalidArgument);
+  TaskGraph dup;
+  add(dup, "a", Processor::Npu, {});
+  add(dup, "b", Processor::Npu, {0, 0});
+  EXPECT_THROW(dup.validate(), InvalidArgument);
+  const auto g = abcd();
+  EXPECT_THROW(run(g, {1, 2}, Policy::Fifo), ShapeError);           // too few durations
+  EXPECT_THROW(run(g, {1, 2, -1, 1}, Policy::Fifo), InvalidArgument);  // negative
+  EXPECT_THROW(sched::policy_from_name("random"), InvalidArgument);
+  EXPECT_THROW(TaskGraph::from_json(nlohmann::json{{"tasks", {{{"processor", "tpu"}}}}}), InvalidArgument);
+  EXPECT_THROW(TaskGraph::from_json(nlohmann::json::array()), FormatError);
+  sched::SimOptions o;
+  o.policy = Policy::Optimal;
+  o.optimal_max_tasks = 3;
+  EXPECT_THROW(sched::simulate(g, {1, 1, 1, 1}, 0.0, o), InvalidArgument);
+}
+
+TEST(Simulator, TaskGraphJsonRoundTrip) {
+  auto g = abcd();
+  const auto back = TaskGraph::from_json(g.to_json());
+  ASSERT_EQ(back.size(), g.size());
+  for (int64_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(back.at(i).name, g.at(i).name);
+    EXPECT_EQ(back.at(i).deps, g.at(i).deps);
+    EXPECT_EQ(back.at(i).processor, g.at(i).processor);
+  }
+}
+
+TEST(CostModel, NpuMatmulPaddingRooflineAndGroups) {
+  const soc::CostModel cm(soc::DeviceProfile::from_json(tiny_profile(), "test"));
+  soc::OpDesc mm;
+  mm.kind = soc::OpKind::MatMul;
+  mm.dtype = soc::DType::Int8;
+  mm.m = 1;
+  mm.k = 32;
+  mm.n = 64;
+  // padded to 32 x 32 x 64: 131072 flops at 1000 Gop/s = 0.131072 µs; weights 2048 B at
+  // 1 GB/s = 2.048 µs (the larger); + 10 µs overhead
+  EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), 10 + 2.048, 1e-9);
+  mm.m = 4096;
+  mm.k = 1024;
+  mm.n = 1024;  // compute: 2*4096*1024*1024 / 1e6 = 8589.93 µs vs weights 1048.6 µs
+  EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), 10 + 2.0 * 4096 * 1024 * 1024 / 1e6, 1e-6);
+  mm.m = 33;  // stage performance: 33 rows cost as 64
+  mm.k = 32;
+  mm.n = 64;
+  soc::OpDesc mm64 = mm;
+  mm64.m = 64;
+  EXPECT_DOUBLE_EQ(cm.latency_us(mm, Processor::Npu), cm.latency_us(mm64, Processor::Npu));
+  // per-group: 2 groups of 16 -> two sub-matmuls each padded to k = 32, + a float reduction of
+  // m*n*g elements at 2 Gelem/s
+  soc::OpDesc grp = mm64;
+  grp.groups = 2;
+  const double sub = std::max(2.0 * 64 * 32 * 64 / 1e6, 16.0 * 64 / 1e3);
+  EXPECT_NEAR(cm.latency_us(grp, Processor::Npu), 10 + 2 * sub + 64.0 * 64 * 2 / 2e3, 1e-9);
+  // CPU int8: no tiles
+  soc::OpDesc c = mm64;
+  EXPECT_NEAR(cm.latency_us(c, Processor::Cpu), std::max(2.0 * 64 * 32 * 64 / 2e5, 2048.0 / 4e3), 1e-9);
+  EXPECT_DOUBLE_EQ(cm.sync_us(Processor::Npu, Processor::Cpu), 7);
+  EXPECT_DOUBLE_EQ(cm.sync_us(Processor::Cpu, Processor::Cpu), 0);
+}
+
+TEST(CostModel, MissingNumbersNameThePointer) {
+  const soc::CostModel cm(soc::DeviceProfile::from_json(tiny_profile(), "test"));
+  soc::OpDesc mm;
+  mm.kind = soc::OpKind::MatMul;
+  mm.dtype = soc::DType::Fp16;
+  mm.m = mm.k = mm.n = 8;
+  try {
+    cm.latency_us(mm, Processor::Gpu);
+    FAIL() << "no GPU numbers in the profile";
+  } catch (const soc::MissingData& e) {
+    EXPECT_NE(std::string(e.what()).find("/cost_model/gpu/fp16_overhead_us"), std::string::npos);
+  }
+  EXPECT_THROW(cm.sync_us(Processor::Gpu, Processor::Npu), soc::MissingData);
+  EXPECT_THROW(cm.active_power_w(Processor::Gpu), soc::MissingData);
+  EXPECT_THROW(soc::DeviceProfile::from_json(nlohmann::json::array(), "x"), FormatError);
+}
+
+TEST(PrefillGraph, DependenciesFollowEq2AndEq3) {
+  sched::ShapeConfig s;
+  s.d_model = 64;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 16;
+  s.d_ff = 128;
+  s.vocab_size = 100;
+  std::vector<sched::ShadowLoad> shadow(8);
+  shadow[3] = {false, 3.0, 1000.0};  // layer 0, down input: kept
+  for (size_t i = 0; i < shadow.size(); ++i)
+    if (i != 3) shadow[i].pruned = true;
+  const auto g = sched::build_prefill_graph(s, sched::Placement::llm_npu(), 40, 16, shadow);
+  // 3 chunks x (2 layers x 6 subgraphs + 1 shadow) + LM head
+  ASSERT_EQ(g.size(), 3 * 13 + 1);
+  auto find = [&](const std::string& name) {
+    for (const auto& t : g.tasks())
+      if (t.name == name) return t;
+    ADD_FAILURE() << "no task " << name;
+    return sched::Task{};
+  };
+  EXPECT_TRUE(find("c1.L0.attn_in").deps.empty());  // chunk 1 can start at once (out of order)
+  const auto att = find("c1.L1.attention");
+  EXPECT_EQ(att.processor, Processor::Cpu);
+  ASSERT_EQ(att.deps.size(), 2u);  // Eq. 3 (attn_in of the same chunk), Eq. 2 (previous chunk)
+  EXPECT_EQ(g.at(att.deps[0]).name, "c1.L1.attn_in");
+  EXPECT_EQ(g.at(att.deps[1]).name, "c0.L1.attention");
+  const auto sh = find("c2.L0.shadow.down");
+  EXPECT_EQ(sh.processor, Processor::Cpu);
+  EXPECT_EQ(g.at(sh.deps.at(0)).name, "c2.L0.mlp_act");  // reads the down input
+  const auto next = find("c2.L1.attn_in");                 // merges the shadow result
+  EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), sh.id), next.deps.end());
+  EXPECT_EQ(sh.ops.at(0).k, 3);
+  EXPECT_EQ(sh.ops.at(0).bytes, 1000);
+  // the attention's KV length grows by chunk
+  EXPECT_EQ(find("c2.L0.attention").ops.at(1).elements, 48);
+  EXPECT_THROW(sched::build_prefill_graph(s, sched::Placement::llm_npu(), 40, 16,
+                                          std::vector<sched::ShadowLoad>(3)),
+               ShapeError);
+  EXPECT_THROW(sched::build_prefill_graph(s, sched::Placement::llm_npu(), 0, 16), InvalidArgument);
+}
+
+TEST(Trace, OneTrackPerProcessorAndOneEventPerTask) {
+  const auto g = abcd();
+  const auto t = run(g, {3, 2, 3, 4}, Policy::OutOfOrder);
+  const auto j = sched::to_trace_json(g, t);
+  int complete = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++complete;
+    const int64_t id = e["args"]["task"];
+    EXPECT_EQ(e["tid"].get<int>(), static_cast<int>(g.at(id).processor));
+    EXPECT_DOUBLE_EQ(e["ts"].get<double>(), t.spans[static_cast<size_t>(id)].start_us);
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 3.0 * (id == 0 || id == 2) + 2.0 * (id == 1) + 4.0 * (id == 3));
+  }
+  EXPECT_EQ(complete, 4);
+}

@@ -65,7 +65,6 @@ void TaskGraph::validate() const {
   // Cycle check by depth-first search, reporting one cycle.
   enum : char { kNew, kOpen, kDone };
   std::vector<char> state(tasks_.size(), kNew);
-  std::vector<int64_t> stack;
   for (int64_t root = 0; root < size(); ++root) {
     if (state[static_cast<size_t>(root)] != kNew) continue;
     // iterative DFS over dependencies: (task, next dep index)

@@ -1,8 +1,8 @@
+#include "socllm/soc.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
-
-#include "socllm/soc.h"
 
 namespace socllm::soc {
 

@@ -3,6 +3,7 @@
 >>> import socllm
 >>> m = socllm.load("smollm2-135m")
 >>> m.generate("The capital of France is", max_new_tokens=8)
+>>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ from .errors import (  # noqa: E402
 )
 from .model import LanguageModel, PerplexityResult, load  # noqa: E402
 from .registry import BUILTIN_MODELS, DEFAULT_MODEL  # noqa: E402
+from .timeline import Timeline, simulate, simulate_model  # noqa: E402
 
 __all__ = [
     "ops",
@@ -27,6 +29,9 @@ __all__ = [
     "load",
     "LanguageModel",
     "PerplexityResult",
+    "simulate",
+    "simulate_model",
+    "Timeline",
     "Plan",
     "BUILTIN_MODELS",
     "DEFAULT_MODEL",

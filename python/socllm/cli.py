@@ -236,7 +236,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from . import simulate as sim
+    from . import timeline as sim
 
     _setup(args)
     if (args.config is None) == (args.model is None):

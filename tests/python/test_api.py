@@ -144,6 +144,12 @@ def test_cli_run_writes_report(tmp_path):
     assert (out / "token_loss.png").stat().st_size > 1000
     assert "WikiText-2 perplexity" in (out / "report.md").read_text()
     assert rep["calibration"]["samples"] == 4 and (out / "calib.h5").exists()
+    # the engine's chunked prefill timed on the SoC model, one run per policy
+    runs = {s["policy"]: s for s in rep["timeline"]["runs"]}
+    assert set(runs) == {"inorder", "fifo", "ooe"}
+    assert runs["ooe"]["busy_ms"] == pytest.approx(runs["inorder"]["busy_ms"])
+    assert (out / "timeline.png").stat().st_size > 1000
+    assert json.loads((out / "timeline_trace.json").read_text())["traceEvents"]
 
 
 def test_cli_convert(tmp_path):

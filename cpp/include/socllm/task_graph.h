@@ -107,9 +107,9 @@ class PrefillGraphBuilder {
   // Static graphs built at run time before the first chunk (naive NPU execution builds and
   // optimizes one graph per prompt shape, seed 001 §2.2): one NPU task per layer.
   void add_graph_builds(int64_t rows, double build_ms, double optimize_ms);
-  // One chunk of `rows` rows (padded length) with `valid_rows` real tokens, at chunk index
-  // `chunk` whose KV spans (kv_len) positions. shadow: empty, or n_layers * 4 loads
-  // (per layer: attn_in, o_proj, mlp_in, down inputs).
+  // One chunk of `rows` rows (a static graph's padded length) at chunk index `chunk`, whose
+  // attention covers `kv_len` positions. shadow: empty, or n_layers * 4 loads (per layer: the
+  // inputs of attn_in, o_proj, mlp_in, down).
   void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
                  const std::vector<ShadowLoad>& shadow = {});
   void add_lm_head(int64_t rows);

@@ -43,6 +43,7 @@ PROCESSORS = ("auto", "npu", "cpu", "gpu")
 SUBGRAPHS = ("attn_in", "attention", "o_proj", "mlp_in", "mlp_act", "down")
 SHADOW_SITES = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # shadow input order per layer
 DEFAULT_SHADOW_CHANNELS = 10.0
+MIN_GRAPH_ROWS = 32
 FP32_BYTES = 4
 
 
@@ -143,6 +144,17 @@ def graph_build_ms(config: dict, profile: dict) -> tuple[float, float]:
     gemma = load_config("gemma-2b")
     scale = _linear_params(config) / _linear_params(gemma)
     return build * scale, optimize * scale
+
+
+def graph_rows(prompt_len: int, chunk: int) -> int:
+    """Rows of the static graphs a prompt runs on: chunks of ``chunk``; a prompt shorter than
+    a chunk runs on the smallest pre-built size that holds it, powers of two from 32 (the
+    standard sizes of seed 002 §5.2.2). ``chunk`` 0: one graph of the whole prompt."""
+    if chunk <= 0:
+        return prompt_len
+    if prompt_len >= chunk:
+        return chunk
+    return min(chunk, max(MIN_GRAPH_ROWS, 1 << (prompt_len - 1).bit_length()))
 
 
 def _linear_params(c: dict) -> int:
@@ -283,7 +295,7 @@ def simulate(
     profile = device if isinstance(device, dict) else load_profile(device)
     p = _plan(plan)
     pl = placement(p, processor)
-    rows = chunk if chunk > 0 else prompt_len
+    rows = graph_rows(prompt_len, chunk)
     n_chunks = math.ceil(prompt_len / rows)
     shadow = None
     if pl["shadow"]:

@@ -22,6 +22,11 @@ per chunk of one prompt, and every CPU part that runs is one CPU-NPU synchroniza
   and the same on WikiText-2 held-out text.
 * memory: resident float bytes of the hot channels vs a full float copy of the linears' weights
   and vs the plan's whole weight memory (paper: 0.6-1% of total memory).
+* timeline: the cost side of the sweep on a phone: the engine's own chunked prefill of the first
+  --timeline-tokens held-out tokens at each pruning rate, simulated on --device under llm.npu's
+  out-of-order policy and FIFO (the CPU parts are what the engine measured in each chunk).
+
+An existing --json file is updated: only the studies run now are replaced.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from socllm.calibrate import (  # noqa: E402
 )
 from socllm.io_utils import atomic_write_text  # noqa: E402
 
-STUDIES = ("sweep", "auto", "domain", "memory")
+STUDIES = ("sweep", "auto", "domain", "memory", "timeline")
 
 
 def plan_name(rate: float, hot_share: float, chunk: int) -> str:
@@ -226,6 +231,26 @@ def study_memory(model, args) -> dict:
     return out
 
 
+def study_timeline(model, args) -> dict:
+    from socllm.timeline import simulate_model
+
+    ids = held_out_tokens(corpus_tokens(model))[: args.timeline_tokens]
+    keys = ("prefill_ms", "prefill_tokens_per_s", "energy_mj", "tasks", "bubble_rate", "busy_ms")
+    rows = []
+    for rate in args.rates:
+        plan = plan_name(rate, args.hot_share, args.chunk)
+        ooe = simulate_model(model, ids, args.device, plan, chunk=args.chunk, policy="ooe")
+        for policy in ("ooe", "fifo"):
+            s = (ooe if policy == "ooe" else ooe.with_policy(policy)).summary()
+            rows.append({"pruning_rate": rate, "policy": policy, **{k: s[k] for k in keys}})
+            print(
+                f"timeline: pruning {rate:>4.0%} {policy:<4}  prefill {s['prefill_ms']:.1f} ms "
+                f"({s['prefill_tokens_per_s']:.0f} tok/s), CPU busy {s['busy_ms']['cpu']:.1f} ms, "
+                f"NPU bubbles {100 * s['bubble_rate']['npu']:.0f}%"
+            )
+    return {"device": args.device, "tokens": len(ids), "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -240,6 +265,8 @@ def main() -> int:
     ap.add_argument("--auto-tokens", type=int, default=8192, help="auto: validation tokens")
     ap.add_argument("--prompts", type=int, default=100, help="domain: prompts per task")
     ap.add_argument("--memory-rate", type=float, default=0.85)
+    ap.add_argument("--device", default="snapdragon-8gen3", help="timeline: device profile")
+    ap.add_argument("--timeline-tokens", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -255,7 +282,9 @@ def main() -> int:
     if not model._engine.calibration().has_outlier_stats:
         raise SystemExit(f"{args.calib} has no outlier profile (--steps act-scales,outliers)")
     held = windows(held_out_tokens(corpus_tokens(model)), args.context, args.limit_tokens)
+    prev = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else {}
     out: dict = {
+        **prev,
         "model": args.model,
         "calib": args.calib,
         "chunk": args.chunk,
@@ -271,6 +300,8 @@ def main() -> int:
             out[s] = study_auto(model, args, held)
         elif s == "domain":
             out[s] = study_domain(model, args, held)
+        elif s == "timeline":
+            out[s] = study_timeline(model, args)
         else:
             out[s] = study_memory(model, args)
         print(f"[{s}: {time.perf_counter() - t0:.0f} s]", flush=True)

@@ -71,10 +71,15 @@ const std::vector<Preset>& presets() {
        "llm.npu's shadow outlier execution (seed 001 §3.3, Eq. 1): w8a8 per-tensor on the NPU with "
        "activations clipped to a calibrated threshold, the values beyond it in float on the CPU "
        "(hot channels' weights resident, cold ones fetched), the CPU part pruned on the "
-       "pruning_rate least important linears",
-       R"({"pruning_rate": 0.85, "hot_share": 0.8})",
+       "pruning_rate least important linears; weights per-tensor (the paper) or per-channel",
+       R"({"pruning_rate": 0.85, "hot_share": 0.8, "weights": "per-tensor"})",
        [](const json& o) {
-         auto s = scheme(WeightFormat::Int8, Granularity::PerTensor, ActFormat::Int8StaticPerTensor);
+         const auto w = o["weights"].get<std::string>();
+         if (w != "per-tensor" && w != "per-channel")
+           throw InvalidArgument("[Plan] shadow-outlier: weights must be per-tensor or per-channel, got '" +
+                                 w + "'");
+         auto s = scheme(WeightFormat::Int8, w == "per-tensor" ? Granularity::PerTensor : Granularity::PerChannel,
+                         ActFormat::Int8StaticPerTensor);
          s.shadow = quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
          return s;
        }},
@@ -145,7 +150,9 @@ LinearScheme parse_ops(const json& ops) {
 }
 
 // Number from a "key=value" string: integer if it parses fully as one, else double.
-json parse_scalar(const std::string& key, const std::string& v) {
+// A number if the text is one, else the text itself (string options such as weights=...);
+// from_json checks the type against the option's default.
+json parse_scalar(const std::string& v) {
   try {
     size_t used = 0;
     const long long i = std::stoll(v, &used);
@@ -154,7 +161,7 @@ json parse_scalar(const std::string& key, const std::string& v) {
     if (used == v.size()) return d;
   } catch (const std::exception&) {
   }
-  throw InvalidArgument("[Plan] option '" + key + "' needs a number, got '" + v + "'");
+  return v;
 }
 
 }  // namespace
@@ -199,7 +206,7 @@ Plan Plan::parse(const std::string& text) {
       const size_t eq = kv.find('=');
       if (eq == std::string::npos || eq == 0)
         throw InvalidArgument("[Plan] expected key=value in '" + text + "', got '" + kv + "'");
-      j[kv.substr(0, eq)] = parse_scalar(kv.substr(0, eq), kv.substr(eq + 1));
+      j[kv.substr(0, eq)] = parse_scalar(kv.substr(eq + 1));
       start = comma + 1;
     }
   }
@@ -221,6 +228,11 @@ Plan Plan::from_json(const json& j) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0)
         throw InvalidArgument("[Plan] chunk_len must be an integer >= 0, got " + v.dump());
       plan.chunk_len = v.get<int64_t>();
+    } else if (preset && plan.options.contains(key) && plan.options[key].is_string()) {
+      if (!v.is_string())
+        throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
+                              "' must be a string, got " + v.dump());
+      plan.options[key] = v;
     } else if (preset && plan.options.contains(key)) {
       if (!v.is_number())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +

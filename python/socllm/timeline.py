@@ -111,10 +111,13 @@ def expected_shadow_loads(
     ]
     rest = [(layer, s) for layer in range(n_layers) for s in range(4) if (layer, s) not in downs]
     kept = set((downs + rest)[:keep]) if keep > 0 else set()
-    out_width = {0: None, 1: config["d_model"], 2: None, 3: config["d_model"]}
-    hd = config["head_dim"]
-    out_width[0] = (config["n_heads"] + 2 * config["n_kv_heads"]) * hd
-    out_width[2] = 2 * config["d_ff"] if config.get("mlp", "gated") == "gated" else config["d_ff"]
+    gated = config.get("mlp", "gated") == "gated"
+    out_width = {  # output width of the linear each input feeds (its float weight columns)
+        0: (config["n_heads"] + 2 * config["n_kv_heads"]) * config["head_dim"],
+        1: config["d_model"],
+        2: 2 * config["d_ff"] if gated else config["d_ff"],
+        3: config["d_model"],
+    }
     loads = []
     for layer in range(n_layers):
         for s in range(4):
@@ -175,6 +178,14 @@ class Timeline:
     core: _core.sim.Timeline
     prompt_len: int
     meta: dict = field(default_factory=dict)
+    profile: dict = field(default_factory=dict, repr=False)
+
+    def with_policy(self, policy: str, device: str | dict | None = None) -> Timeline:
+        """The same task graph under another scheduling policy (and/or device profile)."""
+        if policy not in POLICIES:
+            raise InvalidArgumentError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+        profile = self.profile if device is None else _profile(device)
+        return _run(self.graph, profile, policy, self.prompt_len, 24, dict(self.meta))
 
     @property
     def tasks(self) -> list[dict]:
@@ -292,7 +303,7 @@ def simulate(
         raise InvalidArgumentError(f"chunk must be >= 0, got {chunk}")
     if policy not in POLICIES:
         raise InvalidArgumentError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    profile = device if isinstance(device, dict) else load_profile(device)
+    profile = _profile(device)
     p = _plan(plan)
     pl = placement(p, processor)
     rows = graph_rows(prompt_len, chunk)
@@ -328,6 +339,10 @@ def simulate(
     )
 
 
+def _profile(device: str | dict) -> dict:
+    return device if isinstance(device, dict) else load_profile(device)
+
+
 def _run(
     graph, profile: dict, policy: str, prompt_len: int, optimal_max_tasks: int, meta: dict
 ) -> Timeline:
@@ -335,7 +350,7 @@ def _run(
         _core.sim.DeviceProfile.from_json(profile, profile.get("name", "profile"))
     )
     core = _core.sim.simulate(graph, cost, policy, optimal_max_tasks)
-    return Timeline(graph, core, prompt_len, meta)
+    return Timeline(graph, core, prompt_len, meta, profile)
 
 
 def simulate_model(
@@ -360,7 +375,7 @@ def simulate_model(
     base["chunk_len"] = chunk
     p = _core.Plan(base)
     pl = placement(p, processor)
-    profile = device if isinstance(device, dict) else load_profile(device)
+    profile = _profile(device)
     cfg = dict(model.config)
     cache = model.new_cache(len(ids))
     per_chunk = []

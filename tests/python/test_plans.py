@@ -68,6 +68,13 @@ def test_presets_round_trip_through_json():
         "granularity": "per-group",
         "group_size": 32,
     }
+    pc = socllm.Plan("shadow-outlier:weights=per-channel,pruning_rate=0").to_json()
+    assert pc["ops"]["linear"]["weights"]["granularity"] == "per-channel"
+    assert pc["weights"] == "per-channel" and pc["pruning_rate"] == 0
+    assert (
+        socllm.Plan("shadow-outlier").to_json()["ops"]["linear"]["weights"]["granularity"]
+        == "per-tensor"
+    )
     custom = {"name": "custom", "ops": socllm.Plan("w8a8").to_json()["ops"]}
     assert socllm.Plan(custom).to_json()["ops"] == custom["ops"]
 
@@ -78,7 +85,9 @@ def test_presets_round_trip_through_json():
         ("int3", "unknown plan 'int3'"),
         ("smoothquant:beta=1", "has no option 'beta'"),
         ("w8a8:alpha=0.5", "has no option 'alpha'"),
-        ("smoothquant:alpha=x", "needs a number"),
+        ("smoothquant:alpha=x", "must be a number"),
+        ("shadow-outlier:weights=per-row", "per-tensor or per-channel, got 'per-row'"),
+        ("shadow-outlier:weights=1", "must be a string"),
         ("smoothquant:alpha=1.5", "alpha must be in"),
         ("llm-int8:threshold=-1", "threshold must be > 0"),
         ("w8-group:group_size=2.5", "must be an integer"),

@@ -121,6 +121,9 @@ def test_summary_trace_and_policies(tmp_path):
     spans = runs["ooe"].spans_us
     for e in complete[:50]:
         assert e["ts"] == pytest.approx(spans[e["args"]["task"], 0])
+    # the same graph under another policy
+    again = runs["ooe"].with_policy("inorder").summary()
+    assert again["prefill_ms"] == pytest.approx(runs["inorder"].summary()["prefill_ms"])
     # optimal refuses a graph this large
     with pytest.raises(socllm.InvalidArgumentError, match="optimal"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 1024, policy="optimal")
@@ -224,6 +227,29 @@ def test_cli_simulate(tmp_path, capsys):
         assert key in j
     assert j["policy"] == "fifo" and j["prompt_len"] == 512
     assert json.loads(trace.read_text())["traceEvents"]
+    # a real model: the engine runs the held-out prompt in chunks and the timeline times it
+    rc = cli_main(
+        [
+            "simulate",
+            "--model",
+            "smollm2-135m",
+            "--plan",
+            "w8-group",
+            "--prompt-len",
+            "200",
+            "--chunk",
+            "128",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    j = json.loads(out.read_text())
+    assert j["config"].startswith("Smollm2") and j["prompt_len"] == 200 and j["chunk"] == 128
+    assert j["tasks"] == 2 * 30 * 6 + 1
+    assert cli_main(["simulate", "--config", "qwen1.5-1.8b", "--model", "smollm2-135m"]) == 2
+    assert "exactly one of --config" in capsys.readouterr().err
     assert cli_main(["simulate", "--config", "no-such-model"]) == 2
     assert "unknown model config 'no-such-model'" in capsys.readouterr().err
     assert cli_main(["simulate", "--config", "qwen1.5-1.8b", "--device", "pixel-9"]) == 2

@@ -41,7 +41,6 @@ from .io_utils import atomic_write_text
 POLICIES = ("inorder", "fifo", "ooe", "optimal")
 PROCESSORS = ("auto", "npu", "cpu", "gpu")
 SUBGRAPHS = ("attn_in", "attention", "o_proj", "mlp_in", "mlp_act", "down")
-SHADOW_SITES = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # shadow input order per layer
 DEFAULT_SHADOW_CHANNELS = 10.0
 MIN_GRAPH_ROWS = 32
 FP32_BYTES = 4
@@ -65,10 +64,8 @@ def placement(plan, processor: str = "auto") -> dict:
     if processor == "auto":
         processor = "npu" if npu_ok else "cpu"
     if processor == "npu":
-        if not int8:
-            linear_dtype = "fp16"  # float activations on the NPU: its (slow) FP16 path
-        else:
-            linear_dtype = "int8"
+        # float activations on the NPU take its (slow) FP16 path
+        linear_dtype = "int8" if int8 else "fp16"
         procs = {s: "npu" for s in SUBGRAPHS}
         procs["attention"] = "cpu"
         float_dtype = "fp16"

@@ -27,6 +27,17 @@ nlohmann::json py_to_json(const py::handle& o);
 // before narrowing so 2**40 is reported, not wrapped.
 std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn);
 
+}  // namespace socllm::py_bind
+
+namespace socllm {
+struct Plan;
+}
+
+namespace socllm::py_bind {
+
+// A Plan from a Plan, a name ("w8a8", "smoothquant:alpha=0.8") or a dict (plan.h JSON form).
+Plan plan_from_py(const py::handle& p);
+
 void init_core(py::module_& m);
 void init_io(py::module_& m);
 void init_engine(py::module_& m);

@@ -1,7 +1,10 @@
 // Mirrors cpp/include/socllm/model.h and engine.h.
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "common.h"
+#include "socllm/block.h"
 #include "socllm/engine.h"
 #include "socllm/model.h"
 #include "socllm/static_graph.h"
@@ -26,15 +29,6 @@ std::string shape_str(const py::array& a) {
   std::string s = "[";
   for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
   return s + "]";
-}
-
-Plan plan_from_py(const py::handle& p) {
-  if (py::isinstance<Plan>(p)) return p.cast<Plan>();
-  if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
-  if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
-  throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
-                        std::string(py::str(py::type::of(p).attr("__name__"))) +
-                        " " + Plan::known_list());
 }
 
 std::vector<std::vector<int32_t>> to_batch(const py::handle& seqs, const char* fn) {
@@ -115,6 +109,15 @@ py::dict shadow_stats_to_py(const quant::ShadowStats& s) {
 
 }  // namespace
 
+Plan plan_from_py(const py::handle& p) {
+  if (py::isinstance<Plan>(p)) return p.cast<Plan>();
+  if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
+  if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
+  throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
+                        std::string(py::str(py::type::of(p).attr("__name__"))) +
+                        " " + Plan::known_list());
+}
+
 void init_engine(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model", "fp32 weights of a llama-family model.")
       .def_static("load", [](const std::string& path) {
@@ -131,6 +134,39 @@ void init_engine(py::module_& m) {
       .def_readonly("chunk_len", &Plan::chunk_len)
       .def_property_readonly("needs_calibration", &Plan::needs_calibration)
       .def("to_json", [](const Plan& p) { return json_to_py(p.to_json()); })
+      .def_property_readonly("placement", [](const Plan& p) {
+        py::dict d;
+        for (int i = 0; i < kNumOpClasses; ++i) {
+          const OpPlacement& o = p.placement[static_cast<size_t>(i)];
+          py::dict e;
+          e["processor"] = soc::processor_name(o.processor);
+          e["format"] = soc::dtype_name(o.format);
+          d[op_class_name(static_cast<OpClass>(i))] = e;
+        }
+        return d;
+      }, "{op class: {'processor': ..., 'format': ...}} (plan.h)")
+      .def("placed", [](const Plan& p, const std::string& op_class, const std::string& processor,
+                        const std::optional<std::string>& format) {
+        std::optional<soc::DType> f;
+        if (format) f = soc::dtype_from_name(*format);
+        return p.placed(op_class_from_name(op_class), soc::processor_from_name(processor), f);
+      }, py::arg("op_class"), py::arg("processor"), py::arg("format") = py::none(),
+      "A copy with one op class moved to another processor (and format).")
+      .def("all_on", [](const Plan& p, const std::string& processor) {
+        return p.all_on(soc::processor_from_name(processor));
+      }, py::arg("processor"), "A copy with every op class on one processor (float ops in fp16 off the CPU).")
+      .def("with_chunk_len", [](const Plan& p, int64_t chunk_len) {
+        if (chunk_len < 0)
+          throw InvalidArgument("[Plan] chunk_len must be >= 0, got " + std::to_string(chunk_len));
+        Plan q = p;
+        q.chunk_len = chunk_len;
+        return q;
+      }, py::arg("chunk_len"))
+      .def_static("op_classes", [] {
+        std::vector<std::string> out;
+        for (int i = 0; i < kNumOpClasses; ++i) out.emplace_back(op_class_name(static_cast<OpClass>(i)));
+        return out;
+      })
       .def_static("known", &Plan::known)
       .def_static("describe", &Plan::describe, py::arg("name"))
       .def("__repr__", [](const Plan& p) { return "Plan(" + p.to_json().dump() + ")"; });
@@ -216,15 +252,41 @@ void init_engine(py::module_& m) {
         return to_numpy(std::move(y));
       }, py::arg("x"));
 
-  m.def("chunk_graph_census", [](const py::dict& config, int64_t prompt_len, int64_t chunk_len,
-                                 bool sharing, double weight_bytes_per_param, int64_t act_bytes) {
-        ModelConfig c = ModelConfig::from_json(py_to_json(config));
-        c.validate();
-        return graph_stats_to_py(npu::chunk_graph_census(c, prompt_len, chunk_len, sharing,
-                                                         weight_bytes_per_param, act_bytes));
-      }, py::arg("config"), py::arg("prompt_len"), py::arg("chunk_len"), py::arg("sharing") = true,
-      py::arg("weight_bytes_per_param") = 1.0, py::arg("activation_bytes_per_value") = 1,
+  m.def("graph_census", [](const py::object& config, const py::handle& plan, int64_t prompt_len,
+                           int64_t chunk_len, bool sharing) {
+        return graph_stats_to_py(
+            graph_census(ModelConfig::from_json(py_to_json(config)), plan_from_py(plan), prompt_len,
+                         chunk_len, sharing));
+      }, py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
+      py::arg("sharing") = true,
       "Static graphs one chunked prefill builds, from a model config alone (seed 001 §3.2).");
+
+  m.def("task_graph", [](const py::object& config, const py::handle& plan, int64_t prompt_len,
+                         int64_t chunk_len, double shadow_channels) {
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config));
+        const Plan p = plan_from_py(plan);
+        PrefillGraphOptions o;
+        if (p.linear.shadow) o.expected = expected_shadow_loads(c, *p.linear.shadow, shadow_channels);
+        return prefill_task_graph(c, p, prompt_len, chunk_len, o);
+      }, py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
+      py::arg("shadow_channels") = kDefaultShadowChannels,
+      "The prefill task graph of a config (block.h), shadow loads expected (shadow_channels).");
+
+  m.attr("DEFAULT_SHADOW_CHANNELS") = kDefaultShadowChannels;
+  m.def("prefill_graph_rows", &prefill_graph_rows, py::arg("prompt_len"), py::arg("chunk_len"));
+
+  m.def("decoder_block", [] {
+        py::list l;
+        for (const BlockOpInfo& op : decoder_block()) {
+          py::dict d;
+          d["name"] = op.name;
+          d["op_class"] = op_class_name(op.op_class);
+          d["subgraph"] = npu::subgraph_kind_name(op.subgraph);
+          d["site"] = op.site ? py::object(py::str(linear_site_name(*op.site))) : py::object(py::none());
+          l.append(d);
+        }
+        return l;
+      }, "The ops of a decoder block in execution order (block.h).");
 
   py::class_<KVCache>(m, "KVCache", "Key/value cache of one sequence.")
       .def_property_readonly("length", &KVCache::length)
@@ -260,6 +322,37 @@ void init_engine(py::module_& m) {
       }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
       py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
       "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
+      .def("prefill", [](const Engine& e, const py::handle& tokens, const py::handle& plan,
+                         bool all_positions, bool return_graph) -> py::object {
+        auto ids = to_token_ids(tokens, "Engine.prefill");
+        Plan p = plan_from_py(plan);
+        Engine::Prefill r;
+        {
+          py::gil_scoped_release nogil;
+          r = e.prefill(ids, p, all_positions, return_graph);
+        }
+        py::object logits = to_numpy(std::move(r.logits));
+        if (!return_graph) return logits;
+        return py::make_tuple(logits, std::move(r.graph));
+      }, py::arg("tokens"), py::arg("plan"), py::arg("all_positions") = false,
+      py::arg("return_graph") = false,
+      "Prefill from an empty cache: logits of the last position (or all), and the executed task graph.")
+      .def("task_graph", [](const Engine& e, const py::handle& plan, int64_t prompt_len, int64_t chunk_len) {
+        Plan p = plan_from_py(plan);
+        py::gil_scoped_release nogil;
+        return e.task_graph(p, prompt_len, chunk_len);
+      }, py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"))
+      .def("expected_shadow_loads", [](const Engine& e, const py::handle& plan) {
+        py::list l;
+        for (const auto& ld : e.expected_shadow_loads(plan_from_py(plan))) {
+          py::dict d;
+          d["pruned"] = ld.pruned;
+          d["outlier_channels"] = ld.outlier_channels;
+          d["cold_fetch_bytes"] = ld.cold_fetch_bytes;
+          l.append(d);
+        }
+        return l;
+      }, py::arg("plan"))
       .def("graph_stats", [](const Engine& e) { return graph_stats_to_py(e.graph_stats()); })
       .def("graph_events", [](const Engine& e) {
         py::list l;

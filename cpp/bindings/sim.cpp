@@ -3,6 +3,8 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "socllm/plan.h"
+#include "socllm/simulate.h"
 #include "socllm/simulator.h"
 
 namespace socllm::py_bind {
@@ -10,42 +12,6 @@ namespace socllm::py_bind {
 namespace {
 soc::OpDesc op_from_py(const py::handle& o) { return soc::OpDesc::from_json(py_to_json(o)); }
 
-sched::Placement placement_from_py(const py::dict& d) {
-  sched::Placement p;
-  const auto j = py_to_json(d);
-  if (!j.contains("processor") || !j["processor"].is_object())
-    throw InvalidArgument("[Placement] needs 'processor': {subgraph kind: npu|cpu|gpu} for attn_in, "
-                          "attention, o_proj, mlp_in, mlp_act, down; got " + j.dump());
-  for (int k = 0; k < 6; ++k) {
-    const char* name = sched::task_kind_name(static_cast<sched::TaskKind>(k));
-    if (!j["processor"].contains(name))
-      throw InvalidArgument(std::string("[Placement] no processor for subgraph '") + name + "'");
-    p.processor[static_cast<size_t>(k)] = soc::processor_from_name(j["processor"][name].get<std::string>());
-  }
-  p.linear_dtype = soc::dtype_from_name(j.value("linear_dtype", std::string("int8")));
-  p.float_dtype = soc::dtype_from_name(j.value("float_dtype", std::string("fp16")));
-  p.linear_group_size = j.value("linear_group_size", int64_t{0});
-  if (p.linear_group_size < 0)
-    throw InvalidArgument("[Placement] linear_group_size must be >= 0, got " +
-                          std::to_string(p.linear_group_size));
-  return p;
-}
-
-std::vector<sched::ShadowLoad> shadow_from_py(const py::object& o) {
-  std::vector<sched::ShadowLoad> out;
-  if (o.is_none()) return out;
-  for (const auto& item : o) {
-    const auto j = py_to_json(item);
-    sched::ShadowLoad s;
-    s.pruned = j.value("pruned", false);
-    s.outlier_channels = j.value("outlier_channels", 0.0);
-    s.cold_fetch_bytes = j.value("cold_fetch_bytes", 0.0);
-    if (s.outlier_channels < 0 || s.cold_fetch_bytes < 0)
-      throw InvalidArgument("[ShadowLoad] negative load " + j.dump());
-    out.push_back(s);
-  }
-  return out;
-}
 }  // namespace
 
 void init_sim(py::module_& m) {
@@ -79,45 +45,11 @@ void init_sim(py::module_& m) {
       .def(py::init<>())
       .def_static("from_json", [](const py::object& j) { return sched::TaskGraph::from_json(py_to_json(j)); })
       .def("to_json", [](const sched::TaskGraph& g) { return json_to_py(g.to_json()); })
+      .def_property("meta", [](const sched::TaskGraph& g) { return json_to_py(g.meta); },
+                    [](sched::TaskGraph& g, const py::object& m) { g.meta = py_to_json(m); })
       .def("validate", &sched::TaskGraph::validate)
       .def("__len__", &sched::TaskGraph::size)
       .def("topological_order", &sched::TaskGraph::topological_order);
-
-  s.def("build_prefill_graph", [](const py::object& config, const py::dict& placement, int64_t prompt_len,
-                                   int64_t chunk_len, const py::object& shadow) {
-    return sched::build_prefill_graph(sched::ShapeConfig::from_json(py_to_json(config)),
-                                      placement_from_py(placement), prompt_len, chunk_len,
-                                      shadow_from_py(shadow));
-  }, py::arg("config"), py::arg("placement"), py::arg("prompt_len"), py::arg("chunk_len"),
-  py::arg("shadow") = py::none(),
-  "llm.npu prefill task graph of a shape-only config (task_graph.h): chunks of chunk_len, the "
-  "six subgraphs per layer placed as `placement` says, and shadow-outlier CPU tasks from "
-  "`shadow` (n_layers * 4 dicts: pruned, outlier_channels, cold_fetch_bytes).");
-
-  s.def("graph_builder_chunks", [](const py::object& config, const py::dict& placement,
-                                    const std::vector<int64_t>& chunks,
-                                    const py::object& shadow_per_chunk, double build_ms, double optimize_ms,
-                                    int64_t lm_head_rows) {
-    sched::PrefillGraphBuilder b(sched::ShapeConfig::from_json(py_to_json(config)), placement_from_py(placement));
-    if (build_ms > 0 || optimize_ms > 0) b.add_graph_builds(chunks.empty() ? 0 : chunks[0], build_ms, optimize_ms);
-    std::vector<py::object> per_chunk;
-    if (!shadow_per_chunk.is_none())
-      for (const auto& x : shadow_per_chunk) per_chunk.push_back(py::reinterpret_borrow<py::object>(x));
-    if (!per_chunk.empty() && per_chunk.size() != chunks.size())
-      throw ShapeError("[graph_builder_chunks] " + std::to_string(per_chunk.size()) + " shadow lists for " +
-                       std::to_string(chunks.size()) + " chunks");
-    int64_t kv = 0;
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      kv += chunks[c];
-      b.add_chunk(static_cast<int64_t>(c), chunks[c], kv,
-                  per_chunk.empty() ? std::vector<sched::ShadowLoad>{} : shadow_from_py(per_chunk[c]));
-    }
-    if (lm_head_rows > 0) b.add_lm_head(lm_head_rows);
-    return b.take();
-  }, py::arg("config"), py::arg("placement"), py::arg("chunks"), py::arg("shadow_per_chunk") = py::none(),
-  py::arg("build_ms") = 0.0, py::arg("optimize_ms") = 0.0, py::arg("lm_head_rows") = 1,
-  "A prefill graph chunk by chunk: chunks = rows of each chunk (padded length), optional run-time graph builds "
-  "(naive NPU execution) and per-chunk shadow loads (what an engine run measured).");
 
   py::class_<sched::Timeline>(s, "Timeline")
       .def_readonly("policy", &sched::Timeline::policy)
@@ -157,6 +89,52 @@ void init_sim(py::module_& m) {
   }, py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0, py::arg("policy") = "ooe",
   py::arg("optimal_max_tasks") = 24,
   "Simulation with given task durations and one cross-processor sync cost (hand examples).");
+
+  s.def("policies", [] {
+    py::list l;
+    for (const auto& p : sched::policies()) {
+      py::dict d;
+      d["name"] = p.name;
+      d["alias"] = p.alias;
+      d["description"] = p.description;
+      l.append(d);
+    }
+    return l;
+  }, "The scheduling policies (simulator.h): name, alias (earlier short name), description.");
+  s.def("policy_name", [](const std::string& s) { return sched::policy_name(sched::policy_from_name(s)); },
+        py::arg("policy"), "Canonical name of a policy name or alias (InvalidArgument if unknown).");
+
+  py::class_<PrefillTimeline>(s, "PrefillTimeline", "A simulated prefill (simulate.h).")
+      .def_readonly("graph", &PrefillTimeline::graph)
+      .def_readonly("timeline", &PrefillTimeline::timeline)
+      .def("summary", [](const PrefillTimeline& t) { return json_to_py(t.summary()); });
+
+  s.def("simulate_prefill", [](const py::object& config, const py::handle& plan, const py::object& profile,
+                               int64_t prompt_len, int64_t chunk_len, const std::string& policy,
+                               bool runtime_graph_build, double shadow_channels, int64_t optimal_max_tasks) {
+    const ModelConfig c = ModelConfig::from_json(py_to_json(config));
+    const Plan p = plan_from_py(plan);
+    const auto prof = py_to_json(profile);
+    const auto dev = soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+    PrefillSimOptions o;
+    o.policy = policy;
+    o.runtime_graph_build = runtime_graph_build;
+    o.shadow_channels = shadow_channels;
+    o.optimal_max_tasks = optimal_max_tasks;
+    py::gil_scoped_release nogil;
+    return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
+  }, py::arg("config"), py::arg("plan"), py::arg("profile"), py::arg("prompt_len"), py::arg("chunk_len"),
+  py::arg("policy") = "npu-stall-first", py::arg("runtime_graph_build") = false,
+  py::arg("shadow_channels") = kDefaultShadowChannels, py::arg("optimal_max_tasks") = 24);
+
+  s.def("simulate_graph", [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
+                             int64_t optimal_max_tasks) {
+    const auto prof = py_to_json(profile);
+    const auto dev = soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+    py::gil_scoped_release nogil;
+    return simulate_graph(g, dev, policy, optimal_max_tasks);
+  }, py::arg("graph"), py::arg("profile"), py::arg("policy") = "npu-stall-first",
+  py::arg("optimal_max_tasks") = 24, "Times a task graph (meta must give prompt_len).");
 
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
   s.def("to_trace_json", [](const sched::TaskGraph& g, const sched::Timeline& t) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "socllm/block.h"
 #include "socllm/kernels.h"
 
 namespace socllm {
@@ -91,22 +92,6 @@ int64_t site_out(const ModelConfig& c, LinearSite s) {
   return 0;
 }
 
-// Storage widths of the plan's graphs, for their memory accounting.
-double weight_bytes_per_param(const quant::LinearScheme& s) {
-  switch (s.weights) {
-    case quant::WeightFormat::F32: return 4.0;
-    case quant::WeightFormat::Int8: return 1.0;
-    case quant::WeightFormat::Int4: return 0.5;
-  }
-  return 4.0;
-}
-
-int64_t activation_bytes_per_value(const quant::LinearScheme& s) {
-  return s.activations == quant::ActFormat::Int8StaticPerTensor ? 1
-         : s.activations == quant::ActFormat::F16              ? 2
-                                                                : 4;
-}
-
 }  // namespace
 
 int64_t PreparedLinears::weight_bytes() const {
@@ -185,23 +170,14 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   return prep;
 }
 
-npu::StaticGraph Engine::describe_graph(const Plan& plan, const PreparedLinears* prep,
-                                        npu::SubgraphKind kind, int64_t layer, int64_t rows,
-                                        int64_t chunk_index) const {
-  npu::StaticGraph g =
-      npu::describe_subgraph(model_->config(), kind, layer, rows, chunk_index,
-                             weight_bytes_per_param(plan.linear), activation_bytes_per_value(plan.linear));
-  // The linear a subgraph holds, whose static activation scale the graph bakes in.
-  std::optional<LinearSite> site;
-  switch (kind) {
-    case npu::SubgraphKind::AttnIn: site = LinearSite::AttnIn; break;
-    case npu::SubgraphKind::OProj: site = LinearSite::AttnOut; break;
-    case npu::SubgraphKind::MlpIn: site = LinearSite::MlpIn; break;
-    case npu::SubgraphKind::Down: site = LinearSite::MlpAct; break;
-    case npu::SubgraphKind::Attention:
-    case npu::SubgraphKind::MlpAct: break;
-  }
-  if (prep && site) g.scales = {prep->at(layer, *site).static_act_scale()};
+npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep,
+                                  npu::SubgraphKind kind, int64_t layer, int64_t rows,
+                                  int64_t chunk_index) const {
+  npu::StaticGraph g = describe_subgraph(model_->config(), plan, kind, layer, rows, chunk_index);
+  // The static activation scale of the linear the subgraph holds is baked into the graph.
+  if (prep)
+    for (const BlockOpInfo& op : decoder_block())
+      if (op.subgraph == kind && op.site) g.scales = {prep->at(layer, *op.site).static_act_scale()};
   return g;
 }
 
@@ -211,11 +187,10 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
   if (layer < 0 || layer >= c.n_layers)
     throw InvalidArgument("[Engine.linear_graph] layer " + std::to_string(layer) + " outside [0, " +
                           std::to_string(c.n_layers) + ")");
-  constexpr npu::SubgraphKind kKindOf[] = {npu::SubgraphKind::AttnIn, npu::SubgraphKind::OProj,
-                                           npu::SubgraphKind::MlpIn, npu::SubgraphKind::Down};
   LinearGraph g;
   g.owner = prepare(plan);
-  g.graph = describe_graph(plan, g.owner.get(), kKindOf[static_cast<int>(site)], layer, rows, -1);
+  for (const BlockOpInfo& op : decoder_block())
+    if (op.site == site) g.graph = subgraph(plan, g.owner.get(), op.subgraph, layer, rows, -1);
   // The graph's input is the linear's input (the norms of attn_in/mlp_in run before it).
   g.graph.in_cols = linear_site_width(c, site);
   g.graph.out_cols = site_out(c, site);
@@ -229,72 +204,100 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
 }
 
 void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLinears* prep,
-                        int64_t chunk_index, Calibration* observe) const {
+                        int64_t chunk_index, Calibration* observe,
+                        std::vector<quant::ShadowStats>* shadow_sink) const {
   const auto& c = model_->config();
   const int64_t N = b.N;
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), dff = c.d_ff;
-  const int64_t qkv_w = qd + 2 * kvd;
+  const int64_t qkv_w = c.qkv_dim();
   std::vector<float> h(static_cast<size_t>(N * d)), qkv(static_cast<size_t>(N * qkv_w)),
       att(static_cast<size_t>(N * qd)), gu(static_cast<size_t>(N * 2 * dff)),
-      act(static_cast<size_t>(N * dff));
+      act(static_cast<size_t>(N * dff)), o(static_cast<size_t>(N * d));
   int64_t scratch = 0;
   for (const auto& s : b.seqs)
     scratch = std::max(scratch, k::attention_scratch_floats(s.T, s.cache->length() + s.T,
                                                             c.n_heads, c.n_kv_heads, c.head_dim));
   std::vector<float> S(static_cast<size_t>(scratch));
+  // An op placed in fp16 stores its output in fp16 (plan.h): rounding emulates it.
+  auto store = [&](OpClass cls, float* y, int64_t n) {
+    if (plan.at(cls).format == soc::DType::Fp16) k::round_to_fp16(y, n);
+  };
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = model_->layer(l);
-    // In chunked prefill every subgraph is a static graph of the chunk length: acquire it
-    // (built once, or per chunk for attention) and check the input has its shape.
-    auto graph = [&](npu::SubgraphKind kind) {
-      if (chunk_index < 0) return;
-      const npu::StaticGraph& g =
-          graphs_.acquire(describe_graph(plan, prep, kind, l, plan.chunk_len, chunk_index));
-      g.check_input(N, g.in_cols);
-    };
-    auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo, bool acc) {
+    auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo) {
       const int64_t w = linear_site_width(c, site);
       if (observe)
         for (const auto& s : b.seqs) observe->observe(l, site, in + s.row0 * w, s.T, w);
       if (prep)
-        prep->at(l, site).forward(in, N, out, ldo, acc, b.segments);
+        prep->at(l, site).forward(
+            in, N, out, ldo, false, b.segments,
+            shadow_sink ? &(*shadow_sink)[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(site))]
+                        : nullptr);
       else
-        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out,
-                  ldo, acc);
+        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out, ldo);
     };
-
-    graph(npu::SubgraphKind::AttnIn);
-    k::rms_norm(x, L.attn_norm.ptr(), N, d, c.rms_eps, h.data());
-    lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w, false);
-    graph(npu::SubgraphKind::Attention);
-    k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv_freq_.data());
-    k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(),
-                 inv_freq_.data());
-    // Only real rows enter the KV cache and attention; padding rows come after them, so causal
-    // attention never lets a real row see one (their attention output stays 0).
-    for (const auto& s : b.seqs) {
-      KVCache& cache = *s.cache;
-      const int64_t past = cache.length();
-      float* K = cache.k(l);
-      float* Vc = cache.v(l);
-      for (int64_t t = 0; t < s.T; ++t) {
-        const float* src = qkv.data() + (s.row0 + t) * qkv_w;
-        std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
-        std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
+    std::optional<npu::SubgraphKind> current;
+    // The block description's ops in order (block.h); in chunked prefill every subgraph is a
+    // static graph of the chunk length: acquire it (built once, or per chunk for attention)
+    // and check the input has its shape.
+    for (const BlockOpInfo& op : decoder_block()) {
+      if (chunk_index >= 0 && op.subgraph != current) {
+        current = op.subgraph;
+        const npu::StaticGraph& g =
+            graphs_.acquire(subgraph(plan, prep, op.subgraph, l, N, chunk_index));
+        g.check_input(N, g.in_cols);
       }
-      k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past, c.n_heads,
-                          c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd, S.data());
+      switch (op.op) {
+        case BlockOp::AttnNorm:
+          k::rms_norm(x, L.attn_norm.ptr(), N, d, c.rms_eps, h.data());
+          store(op.op_class, h.data(), N * d);
+          break;
+        case BlockOp::Qkv: lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w); break;
+        case BlockOp::Rope:
+          k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv_freq_.data());
+          k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(),
+                       inv_freq_.data());
+          if (plan.at(op.op_class).format == soc::DType::Fp16)
+            for (int64_t r = 0; r < N; ++r) k::round_to_fp16(qkv.data() + r * qkv_w, qd + kvd);
+          break;
+        case BlockOp::Attention:
+          // Only real rows enter the KV cache and attention; padding rows come after them, so
+          // causal attention never lets a real row see one (their attention output stays 0).
+          for (const auto& s : b.seqs) {
+            KVCache& cache = *s.cache;
+            const int64_t past = cache.length();
+            float* K = cache.k(l);
+            float* Vc = cache.v(l);
+            for (int64_t t = 0; t < s.T; ++t) {
+              const float* src = qkv.data() + (s.row0 + t) * qkv_w;
+              std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
+              std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
+            }
+            k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
+                                c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
+                                S.data());
+          }
+          store(op.op_class, att.data(), N * qd);
+          break;
+        case BlockOp::OProj: lin(LinearSite::AttnOut, att.data(), o.data(), d); break;
+        case BlockOp::AttnResidual:
+        case BlockOp::FfnResidual:
+          k::add_inplace(x, o.data(), N * d);
+          store(op.op_class, x, N * d);
+          break;
+        case BlockOp::FfnNorm:
+          k::rms_norm(x, L.ffn_norm.ptr(), N, d, c.rms_eps, h.data());
+          store(op.op_class, h.data(), N * d);
+          break;
+        case BlockOp::GateUp: lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff); break;
+        case BlockOp::Act:
+          k::silu_mul(gu.data(), N, dff, act.data());
+          store(op.op_class, act.data(), N * dff);
+          break;
+        case BlockOp::Down: lin(LinearSite::MlpAct, act.data(), o.data(), d); break;
+      }
     }
-    graph(npu::SubgraphKind::OProj);
-    lin(LinearSite::AttnOut, att.data(), x, d, /*acc=*/true);
-    graph(npu::SubgraphKind::MlpIn);
-    k::rms_norm(x, L.ffn_norm.ptr(), N, d, c.rms_eps, h.data());
-    lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff, false);
-    graph(npu::SubgraphKind::MlpAct);
-    k::silu_mul(gu.data(), N, dff, act.data());
-    graph(npu::SubgraphKind::Down);
-    lin(LinearSite::MlpAct, act.data(), x, d, true);
   }
   for (auto& s : b.seqs) s.cache->length_ += s.T;
   if (observe) observe->tokens += [&] {
@@ -304,19 +307,39 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
   }();
 }
 
+// Shadow loads of one chunk from the counters its linears reported.
+std::vector<ShadowLoad> Engine::chunk_shadow_loads(const PreparedLinears& prep,
+                                                   const std::vector<quant::ShadowStats>& st) const {
+  std::vector<ShadowLoad> loads(st.size());
+  const int64_t L = model_->config().n_layers;
+  for (int64_t l = 0; l < L; ++l)
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      const size_t i = static_cast<size_t>(l * kNumLinearSites + s);
+      const quant::ShadowLinearConfig* cfg = prep.at(l, static_cast<LinearSite>(s)).shadow();
+      loads[i].pruned = cfg && cfg->pruned;
+      loads[i].outlier_channels = static_cast<double>(st[i].outlier_channels);
+      loads[i].cold_fetch_bytes = static_cast<double>(st[i].cold_fetch_bytes);
+    }
+  return loads;
+}
+
 TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
                                   const std::vector<std::span<const int32_t>>& seqs,
-                                  const Plan& plan, const PreparedLinears* prep) const {
+                                  const Plan& plan, const PreparedLinears* prep,
+                                  BlockGraphBuilder* record) const {
   const auto& c = model_->config();
-  const int64_t d = c.d_model, C = plan.chunk_len;
+  const int64_t d = c.d_model;
   int64_t total = 0;
   for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
   TensorF32 out({total, d});
-  std::vector<float> x(static_cast<size_t>(C * d)), normed(static_cast<size_t>(C * d));
   int64_t out_row = 0;
+  std::vector<quant::ShadowStats> stats;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const auto& seq = seqs[si];
     const int64_t T = static_cast<int64_t>(seq.size());
+    // Static graph rows: chunk_len, or a smaller pre-built graph for a short prompt (block.h).
+    const int64_t C = prefill_graph_rows(T, plan.chunk_len);
+    std::vector<float> x(static_cast<size_t>(C * d));
     for (int64_t c0 = 0; c0 < T; c0 += C) {
       const int64_t valid = std::min(C, T - c0);
       Batch b;
@@ -330,8 +353,14 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       for (int64_t t = 0; t < C; ++t) b.pos[static_cast<size_t>(t)] = past + t;
       b.seqs = {{caches[si], 0, valid}};
       b.segments = {{0, valid}};
+      if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
       // The attention graph is fixed by the KV length it sees: chunk index = past / C.
-      run_blocks(b, x.data(), plan, prep, past / C, nullptr);
+      run_blocks(b, x.data(), plan, prep, past / C, nullptr, record ? &stats : nullptr);
+      if (record) {
+        const auto loads = prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
+                                                      : std::vector<ShadowLoad>{};
+        record->add_chunk(past / C, C, past + C, loads);
+      }
       k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
                   out.ptr() + out_row * d);
       out_row += valid;
@@ -343,11 +372,18 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
 TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
                                  const std::vector<std::span<const int32_t>>& seqs,
                                  const Plan& plan) const {
+  return forward(caches, seqs, plan, nullptr);
+}
+
+TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
+                          const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
+                          BlockGraphBuilder* record) const {
   const auto& c = model_->config();
   if (seqs.empty()) throw InvalidArgument("[Engine.forward] no sequences given");
   if (caches.size() != seqs.size())
     throw ShapeError("[Engine.forward] " + std::to_string(seqs.size()) + " sequences but " +
                      std::to_string(caches.size()) + " caches");
+  plan.validate_placement();
   int64_t N = 0;
   bool prefill = false;
   Batch b;
@@ -377,7 +413,7 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
   const auto prep = prepare(plan);
   // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
   // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.
-  if (plan.chunk_len > 0 && prefill) return forward_chunked(caches, seqs, plan, prep.get());
+  if (plan.chunk_len > 0 && prefill) return forward_chunked(caches, seqs, plan, prep.get(), record);
 
   const int64_t d = c.d_model;
   TensorF32 x({N, d});
@@ -389,10 +425,73 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
     for (int64_t t = 0; t < s.T; ++t)
       b.pos[static_cast<size_t>(s.row0 + t)] = s.cache->length() + t;
   }
-  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr);
+  std::vector<quant::ShadowStats> stats;
+  if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
+  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr);
+  if (record)  // one chunk of the whole prompt
+    record->add_chunk(0, N, N, prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
+                                                          : std::vector<ShadowLoad>{});
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
   return out;
+}
+
+Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& plan,
+                                bool all_positions, bool return_graph) const {
+  check_tokens(tokens, "Engine.prefill");
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const auto& c = model_->config();
+  if (T > c.context_length)
+    throw ContextOverflow("[Engine.prefill] prompt of " + std::to_string(T) +
+                          " tokens exceeds the model's context length " +
+                          std::to_string(c.context_length));
+  if (plan.chunk_len > c.context_length)
+    throw InvalidArgument("[Engine.prefill] chunk length " + std::to_string(plan.chunk_len) +
+                          " exceeds the model's context length " +
+                          std::to_string(c.context_length));
+  KVCache cache = new_cache(T);
+  std::optional<BlockGraphBuilder> record;
+  if (return_graph) record.emplace(c, plan);
+  TensorF32 h = forward({&cache}, {tokens}, plan, record ? &*record : nullptr);
+  Prefill out;
+  const int64_t d = h.dim(1);
+  out.logits = all_positions ? logits_from_hidden(h.ptr(), T)
+                             : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
+  if (record) {
+    record->add_lm_head(1);
+    out.graph = record->take();
+    out.graph.meta = prefill_graph_meta(c, plan, T, plan.chunk_len);
+  }
+  return out;
+}
+
+std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
+  if (!plan.linear.shadow) return {};
+  const auto prep = prepare(plan);
+  const auto calib = calibration();
+  const auto& c = model_->config();
+  std::vector<ShadowLoad> loads(static_cast<size_t>(c.n_layers * kNumLinearSites));
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      const auto site = static_cast<LinearSite>(s);
+      auto& ld = loads[static_cast<size_t>(l * kNumLinearSites + s)];
+      const quant::ShadowLinearConfig& cfg = *prep->at(l, site).shadow();
+      ld.pruned = cfg.pruned;
+      // Distinct outlier channels per calibration sequence, the cold ones fetched from flash.
+      const auto seqs = calib->outlier_seqs[s][static_cast<size_t>(l)];
+      ld.outlier_channels = seqs > 0 ? static_cast<double>(calib->outlier_seq_channels[s][static_cast<size_t>(l)]) /
+                                           static_cast<double>(seqs)
+                                     : 0.0;
+      ld.cold_fetch_bytes = ld.outlier_channels * (1.0 - plan.linear.shadow->hot_share) *
+                            static_cast<double>(site_out(c, site)) * sizeof(float);
+    }
+  return loads;
+}
+
+sched::TaskGraph Engine::task_graph(const Plan& plan, int64_t prompt_len, int64_t chunk_len) const {
+  PrefillGraphOptions o;
+  o.expected = expected_shadow_loads(plan);
+  return prefill_task_graph(model_->config(), plan, prompt_len, chunk_len, o);
 }
 
 void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
@@ -410,7 +509,7 @@ void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
     TensorF32 x({T, d});
     embed_rows(s, x.ptr());
     for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = t;
-    run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into);
+    run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into, nullptr);
   }
 }
 

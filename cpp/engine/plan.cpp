@@ -1,6 +1,7 @@
 #include "socllm/plan.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 
 #include "socllm/core.h"
@@ -121,32 +122,103 @@ const Preset& preset_or_throw(const std::string& name) {
   throw InvalidArgument("[Plan] unknown plan '" + name + "' " + Plan::known_list());
 }
 
-constexpr const char* kOpClasses[] = {"linear", "attention", "norm", "embedding", "lm_head"};
+constexpr std::array<const char*, kNumOpClasses> kOpClassNames = {
+    "norm", "linear", "rope", "attention", "activation", "residual", "shadow", "lm_head"};
 
-json fp32_ops(const LinearScheme& linear) {
-  return {{"linear", linear.to_json()},
-          {"attention", "fp32"},
-          {"norm", "fp32"},
-          {"embedding", "fp32"},
-          {"lm_head", "fp32"}};
+std::string known_op_classes() {
+  std::string s;
+  for (const char* n : kOpClassNames) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
 }
 
-LinearScheme parse_ops(const json& ops) {
+bool is_float_class(OpClass c) { return c != OpClass::Linear; }
+
+// llm.npu's placement for plans whose linears a static NPU graph runs (seed 001 §3.4, §4
+// "Implementation": linears, RMSNorm and SiLU are QNN ops; attention, RoPE's graph and the
+// shadow outlier part run on the CPU), float ops in FP16 except the float outlier part and the
+// LM head (fp32 on the CPU). Other plans run on the CPU, float ops in fp32 when the linears
+// are fp32 and fp16 otherwise (the CPU baselines of seed 001 Table 4 are fp16 inference
+// engines).
+std::array<OpPlacement, kNumOpClasses> default_placement(const LinearScheme& s) {
+  using soc::DType;
+  using soc::Processor;
+  std::array<OpPlacement, kNumOpClasses> p{};
+  const bool npu = s.activations == ActFormat::Int8StaticPerTensor ||
+                   (s.activations == ActFormat::Int8DynamicPerGroup && !s.outlier_threshold);
+  const DType flt = npu || s.activations != ActFormat::F32 ? DType::Fp16 : DType::Fp32;
+  for (auto& o : p) o = {Processor::Cpu, flt};
+  auto at = [&](OpClass c) -> OpPlacement& { return p[static_cast<size_t>(c)]; };
+  at(OpClass::Linear) = {npu ? Processor::Npu : Processor::Cpu, Plan::linear_format(s)};
+  if (npu)
+    for (OpClass c : {OpClass::Norm, OpClass::Activation, OpClass::Residual})
+      at(c).processor = Processor::Npu;
+  at(OpClass::Shadow) = {Processor::Cpu, DType::Fp32};
+  at(OpClass::LmHead) = {Processor::Cpu, DType::Fp32};
+  return p;
+}
+
+// {"processor": "npu", "format": "fp16"}, "gpu" (processor only) or the legacy "fp32" (format).
+void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
+  auto proc = plan.at(c).processor;
+  std::optional<soc::DType> fmt;
+  if (v.is_string()) {
+    const auto t = v.get<std::string>();
+    if (t == "npu" || t == "cpu" || t == "gpu")
+      proc = soc::processor_from_name(t);
+    else
+      fmt = soc::dtype_from_name(t);
+  } else if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) {
+      if (k == "processor") proc = soc::processor_from_name(x.get<std::string>());
+      else if (k == "format") fmt = soc::dtype_from_name(x.get<std::string>());
+      else if (c != OpClass::Linear)
+        throw InvalidArgument("[Plan] op class '" + std::string(op_class_name(c)) +
+                              "' has no field '" + k + "' (processor, format)");
+    }
+  } else {
+    throw InvalidArgument("[Plan] placement of '" + std::string(op_class_name(c)) +
+                          "' must be a processor name or {\"processor\", \"format\"}, got " +
+                          v.dump());
+  }
+  if (c == OpClass::Linear && fmt && *fmt != Plan::linear_format(plan.linear))
+    throw InvalidArgument(std::string("[Plan] the linear format follows its scheme (") +
+                          soc::dtype_name(Plan::linear_format(plan.linear)) + "), got '" +
+                          soc::dtype_name(*fmt) + "'");
+  plan = plan.placed(c, proc, fmt);
+}
+
+// The scheme of an "ops" object (its "linear" entry without the placement fields).
+std::optional<LinearScheme> ops_linear_scheme(const json& ops) {
   if (!ops.is_object())
     throw InvalidArgument("[Plan] 'ops' must be an object of operator classes, got " + ops.dump());
-  LinearScheme linear;
-  for (const auto& [op, mode] : ops.items()) {
-    if (std::find(std::begin(kOpClasses), std::end(kOpClasses), op) == std::end(kOpClasses))
-      throw InvalidArgument("[Plan] unknown operator class '" + op +
-                            "' (known: linear, attention, norm, embedding, lm_head)");
-    if (op == "linear") {
-      linear = LinearScheme::from_json(mode);
-    } else if (mode != "fp32") {
-      throw InvalidArgument("[Plan] unknown mode " + mode.dump() + " for operator class '" + op +
-                            "' (known: \"fp32\")");
+  for (const auto& [op, mode] : ops.items())
+    if (op != "embedding") op_class_from_name(op);  // names the unknown class
+  if (!ops.contains("linear")) return std::nullopt;
+  json lin = ops["linear"];
+  if (!lin.is_object())
+    throw InvalidArgument("[Plan] ops.linear must be a linear scheme object, got " + lin.dump());
+  lin.erase("processor");
+  lin.erase("format");
+  return LinearScheme::from_json(lin);
+}
+
+void apply_ops_placement(Plan& plan, const json& ops) {
+  for (const auto& [op, v] : ops.items()) {
+    if (op == "embedding") {  // legacy: the embedding is always an fp32 table read
+      if (v != "fp32")
+        throw InvalidArgument("[Plan] the embedding is an fp32 lookup on the CPU, got " + v.dump());
+      continue;
+    }
+    const OpClass c = op_class_from_name(op);
+    if (c == OpClass::Linear) {
+      json pl = json::object();
+      if (v.contains("processor")) pl["processor"] = v["processor"];
+      if (v.contains("format")) pl["format"] = v["format"];
+      if (!pl.empty()) apply_placement_entry(plan, c, pl);
+    } else {
+      apply_placement_entry(plan, c, v);
     }
   }
-  return linear;
 }
 
 // Number from a "key=value" string: integer if it parses fully as one, else double.
@@ -165,6 +237,77 @@ json parse_scalar(const std::string& v) {
 }
 
 }  // namespace
+
+const char* op_class_name(OpClass c) { return kOpClassNames.at(static_cast<size_t>(c)); }
+
+OpClass op_class_from_name(const std::string& s) {
+  for (int i = 0; i < kNumOpClasses; ++i)
+    if (s == kOpClassNames[static_cast<size_t>(i)]) return static_cast<OpClass>(i);
+  throw InvalidArgument("[Plan] unknown op class '" + s + "' (known: " + known_op_classes() + ")");
+}
+
+bool Plan::can_run(soc::Processor p, soc::DType f) {
+  // The NPU (Hexagon HTP) computes INT8/INT16 and FP16, not FP32 (seed 001 §2.3, seed 002 §3).
+  return !(p == soc::Processor::Npu && f == soc::DType::Fp32);
+}
+
+soc::DType Plan::linear_format(const LinearScheme& s) {
+  switch (s.activations) {
+    case ActFormat::F32: return soc::DType::Fp32;
+    case ActFormat::F16: return soc::DType::Fp16;
+    default: return soc::DType::Int8;
+  }
+}
+
+void Plan::validate_placement() const {
+  for (int i = 0; i < kNumOpClasses; ++i) {
+    const auto c = static_cast<OpClass>(i);
+    const OpPlacement& p = placement[static_cast<size_t>(i)];
+    if (!can_run(p.processor, p.format))
+      throw InvalidArgument("[Plan] '" + name + "': op class '" + op_class_name(c) + "' in " +
+                            soc::dtype_name(p.format) + " cannot run on the " +
+                            soc::processor_name(p.processor) +
+                            " (the NPU runs int8 and fp16 ops; give the class format fp16, or "
+                            "another processor)");
+    if (p.processor != soc::Processor::Npu) continue;
+    if (c == OpClass::Shadow && linear.shadow)
+      throw InvalidArgument("[Plan] '" + name + "': op class 'shadow' (the float outlier part, "
+                            "gathered per input at run time) cannot run on a static NPU graph");
+    if (c == OpClass::Linear &&
+        (linear.activations == ActFormat::Int8DynamicPerRow || linear.outlier_threshold))
+      throw InvalidArgument("[Plan] '" + name + "': linears with activations '" +
+                            quant::act_format_name(linear.activations) +
+                            (linear.outlier_threshold ? "' and float outlier columns" : "'") +
+                            " cannot run on the npu: a static graph fixes its scales and shapes "
+                            "when built (seed 001 §2.3)");
+  }
+}
+
+Plan Plan::placed(OpClass c, soc::Processor processor, std::optional<soc::DType> format) const {
+  Plan p = *this;
+  OpPlacement& o = p.placement[static_cast<size_t>(c)];
+  o.processor = processor;
+  if (c == OpClass::Linear)
+    o.format = linear_format(linear);
+  else if (format)
+    o.format = *format;
+  p.validate_placement();
+  return p;
+}
+
+Plan Plan::all_on(soc::Processor processor) const {
+  Plan p = *this;
+  for (int i = 0; i < kNumOpClasses; ++i) {
+    // The float outlier part is what a static NPU graph cannot run: it stays where it was.
+    if (static_cast<OpClass>(i) == OpClass::Shadow && processor == soc::Processor::Npu) continue;
+    OpPlacement& o = p.placement[static_cast<size_t>(i)];
+    o.processor = processor;
+    if (is_float_class(static_cast<OpClass>(i)) && processor != soc::Processor::Cpu)
+      o.format = soc::DType::Fp16;
+  }
+  p.validate_placement();
+  return p;
+}
 
 std::vector<std::string> Plan::known() {
   std::vector<std::string> out;
@@ -222,8 +365,19 @@ Plan Plan::from_json(const json& j) {
   const bool custom = plan.name == "custom";
   const Preset* preset = custom ? nullptr : &preset_or_throw(plan.name);
   if (preset) plan.options = json::parse(preset->options);
+  json placement_keys = json::object();  // op class -> placement, applied after the scheme
   for (const auto& [key, v] : j.items()) {
     if (key == "name" || key == "ops") continue;
+    if (key == "placement") {
+      if (!v.is_object())
+        throw InvalidArgument("[Plan] 'placement' must map op classes to processors, got " + v.dump());
+      for (const auto& [c, pv] : v.items()) placement_keys[c] = pv;
+      continue;
+    }
+    if (std::find(kOpClassNames.begin(), kOpClassNames.end(), key) != kOpClassNames.end()) {
+      placement_keys[key] = v;
+      continue;
+    }
     if (key == "chunk_len") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0)
         throw InvalidArgument("[Plan] chunk_len must be an integer >= 0, got " + v.dump());
@@ -242,7 +396,7 @@ Plan Plan::from_json(const json& j) {
                               "' must be an integer, got " + v.dump());
       plan.options[key] = v;
     } else {
-      std::string allowed = "chunk_len, ops";
+      std::string allowed = "chunk_len, ops, placement, " + known_op_classes();
       for (const auto& [k, _] : plan.options.items()) allowed += ", " + k;
       throw InvalidArgument("[Plan] plan '" + plan.name + "' has no option '" + key +
                             "' (its options: " + allowed + ")");
@@ -251,14 +405,21 @@ Plan Plan::from_json(const json& j) {
   if (custom) {
     if (!j.contains("ops"))
       throw InvalidArgument("[Plan] plan 'custom' needs 'ops' naming how each operator class runs");
-    plan.linear = parse_ops(j["ops"]);
+    plan.linear = ops_linear_scheme(j["ops"]).value_or(LinearScheme{});
   } else {
     plan.linear = preset->linear(plan.options);
     plan.linear.validate();
-    if (j.contains("ops") && parse_ops(j["ops"]).to_json() != plan.linear.to_json())
-      throw InvalidArgument("[Plan] 'ops' differ from what plan '" + plan.name +
-                            "' runs; name a composed plan 'custom'");
+    if (j.contains("ops")) {
+      const auto given = ops_linear_scheme(j["ops"]);
+      if (given && given->to_json() != plan.linear.to_json())
+        throw InvalidArgument("[Plan] 'ops' differ from what plan '" + plan.name +
+                              "' runs; name a composed plan 'custom'");
+    }
   }
+  plan.placement = default_placement(plan.linear);
+  if (j.contains("ops")) apply_ops_placement(plan, j["ops"]);
+  for (const auto& [c, v] : placement_keys.items()) apply_placement_entry(plan, op_class_from_name(c), v);
+  plan.validate_placement();
   return plan;
 }
 
@@ -266,7 +427,18 @@ json Plan::to_json() const {
   json j = {{"name", name}};
   for (const auto& [k, v] : options.items()) j[k] = v;
   j["chunk_len"] = chunk_len;
-  j["ops"] = fp32_ops(linear);
+  json ops = json::object();
+  for (int i = 0; i < kNumOpClasses; ++i) {
+    const OpPlacement& p = placement[static_cast<size_t>(i)];
+    json e = {{"processor", soc::processor_name(p.processor)}, {"format", soc::dtype_name(p.format)}};
+    if (static_cast<OpClass>(i) == OpClass::Linear) {
+      json lin = linear.to_json();
+      lin.update(e);
+      e = lin;
+    }
+    ops[kOpClassNames[static_cast<size_t>(i)]] = e;
+  }
+  j["ops"] = ops;
   return j;
 }
 

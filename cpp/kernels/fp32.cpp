@@ -186,3 +186,19 @@ int64_t argmax(const float* x, int64_t n) {
 }
 
 }  // namespace socllm::kernels
+
+namespace socllm::kernels {
+
+void round_to_fp16(float* x, int64_t n) {
+  // _Float16 conversions round to nearest even and overflow to inf; with F16C (-march=native on
+  // x86) the loop compiles to vcvtps2ph / vcvtph2ps.
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace socllm::kernels

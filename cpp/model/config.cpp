@@ -6,10 +6,19 @@ namespace socllm {
 
 std::vector<std::string> ModelConfig::supported_archs() { return {"llama", "qwen2"}; }
 
-void ModelConfig::validate() const {
+void ModelConfig::check_runnable() const {
   auto archs = supported_archs();
   if (std::find(archs.begin(), archs.end(), arch) == archs.end())
-    throw Unsupported("[ModelConfig] architecture '" + arch + "' is not supported (llama, qwen2)");
+    throw Unsupported("[ModelConfig] architecture '" + arch +
+                      "' is not supported by the engine (llama, qwen2); shape-only configs of "
+                      "other architectures can be timed, not run");
+  if (!gated_mlp)
+    throw Unsupported("[ModelConfig] '" + name + "': plain (non-gated) MLPs are not supported by "
+                      "the engine");
+}
+
+void ModelConfig::validate() const {
+  if (arch.empty()) throw InvalidArgument("[ModelConfig] arch must not be empty");
   auto positive = [](const char* what, int64_t v) {
     if (v <= 0)
       throw InvalidArgument(std::string("[ModelConfig] ") + what + " must be > 0, got " +
@@ -34,7 +43,8 @@ void ModelConfig::validate() const {
 }
 
 nlohmann::json ModelConfig::to_json() const {
-  return {{"arch", arch},
+  nlohmann::json j = extra;
+  j.update(nlohmann::json{{"arch", arch},
           {"name", name},
           {"vocab_size", vocab_size},
           {"d_model", d_model},
@@ -49,7 +59,9 @@ nlohmann::json ModelConfig::to_json() const {
           {"tie_embeddings", tie_embeddings},
           {"qkv_bias", qkv_bias},
           {"bos_id", bos_id},
-          {"eos_id", eos_id}};
+          {"eos_id", eos_id},
+          {"mlp", gated_mlp ? "gated" : "plain"}});
+  return j;
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
@@ -71,8 +83,16 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     c.qkv_bias = j.value("qkv_bias", false);
     c.bos_id = j.value("bos_id", int64_t{-1});
     c.eos_id = j.value("eos_id", int64_t{-1});
+    const std::string mlp = j.value("mlp", std::string("gated"));
+    if (mlp != "gated" && mlp != "plain")
+      throw InvalidArgument("[ModelConfig.from_json] unknown mlp '" + mlp + "' (gated, plain)");
+    c.gated_mlp = mlp == "gated";
+    const nlohmann::json modelled = c.to_json();
+    for (const auto& [k, v] : j.items())
+      if (!modelled.contains(k) && k != "_source") c.extra[k] = v;
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(std::string("[ModelConfig.from_json] ") + e.what());
+    throw InvalidArgument(std::string("[ModelConfig.from_json] ") + e.what() + " in " +
+                          j.dump().substr(0, 200));
   }
   c.validate();
   return c;

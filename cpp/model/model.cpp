@@ -65,10 +65,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
   c.qkv_bias = f.attr_int(g, "qkv_bias") != 0;
   c.bos_id = f.has_attr(g, "bos_id") ? f.attr_int(g, "bos_id") : -1;
   c.eos_id = f.has_attr(g, "eos_id") ? f.attr_int(g, "eos_id") : -1;
+  c.check_runnable();
   try {
     c.validate();
-  } catch (const Unsupported&) {
-    throw;
   } catch (const InvalidArgument& e) {
     throw FormatError("[Model.load] bad config in '" + path + "': " + e.what());
   }

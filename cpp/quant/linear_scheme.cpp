@@ -299,7 +299,7 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
 }
 
 void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, bool accumulate,
-                             std::span<const RowSegment> segments) const {
+                             std::span<const RowSegment> segments, ShadowStats* call_stats) const {
   if (N <= 0) return;
   if (scheme_.is_fp32()) {
     kernels::linear(x, N, in_, in_, w_hat_.data(), out_, bias_.empty() ? nullptr : bias_.data(), y,
@@ -328,6 +328,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
       for (const auto& p : shadow_parts)
         for (float v : p.values) st.pruned_values += v != 0.0f;
       shadow_counters_.add(st);
+      if (call_stats) *call_stats += st;
       shadow_parts.clear();
     }
   }
@@ -387,7 +388,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
                     bias_.empty() ? nullptr : bias_.data(), y, ldy, accumulate);
   }
 
-  if (scheme_.shadow && !shadow_.pruned) add_shadow_residuals(shadow_parts, y, ldy);
+  if (scheme_.shadow && !shadow_.pruned) add_shadow_residuals(shadow_parts, y, ldy, call_stats);
   for (const OutlierPart& p : parts) {
     const int64_t nc = static_cast<int64_t>(p.cols.size());
     std::vector<float> wo(static_cast<size_t>(out_ * nc));
@@ -399,7 +400,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
 }
 
 void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y,
-                                          int64_t ldy) const {
+                                          int64_t ldy, ShadowStats* call_stats) const {
   ShadowStats st;
   st.segments = static_cast<int64_t>(parts.size());
   for (const OutlierResidual& p : parts) {
@@ -426,6 +427,7 @@ void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& pa
                     y + p.row_begin * ldy, ldy, /*accumulate=*/true);
   }
   shadow_counters_.add(st);
+  if (call_stats) *call_stats += st;
 }
 
 }  // namespace socllm::quant

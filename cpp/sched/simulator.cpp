@@ -9,7 +9,19 @@
 namespace socllm::sched {
 
 namespace {
-constexpr std::array<const char*, 4> kPolicyNames = {"inorder", "fifo", "ooe", "optimal"};
+// The policies, defined once: canonical name, the earlier short name (still accepted), and what
+// each does (listed by policies(), shown by `socllm simulate --help` and socllm.policies()).
+constexpr std::array<PolicyInfo, 4> kPolicies = {{
+    {Policy::InOrder, "in-order", "inorder",
+     "each processor runs its tasks in program order, chunk after chunk (llm.npu's baseline, "
+     "seed 001 Fig. 13a)"},
+    {Policy::Fifo, "first-ready", "fifo", "each processor runs the task that became ready first"},
+    {Policy::OutOfOrder, "npu-stall-first", "ooe",
+     "llm.npu's out-of-order subgraph scheduling (seed 001 §3.4, Eq. 6): the NPU runs its "
+     "shortest ready task, CPU/GPU the task whose completion readies the most NPU time"},
+    {Policy::Optimal, "optimal", "optimal",
+     "exact minimum makespan by branch and bound over non-idling schedules (small graphs only)"},
+}};
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr size_t kProcs = static_cast<size_t>(soc::kNumProcessors);
 
@@ -299,15 +311,22 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
 }
 }  // namespace
 
+std::span<const PolicyInfo> policies() { return kPolicies; }
+
 const char* policy_name(Policy p) {
-  const int i = static_cast<int>(p);
-  return i >= 0 && i < 4 ? kPolicyNames[static_cast<size_t>(i)] : "?";
+  for (const auto& i : kPolicies)
+    if (i.policy == p) return i.name;
+  return "?";
 }
 
 Policy policy_from_name(const std::string& s) {
-  for (int i = 0; i < 4; ++i)
-    if (s == kPolicyNames[static_cast<size_t>(i)]) return static_cast<Policy>(i);
-  throw InvalidArgument("[simulate] unknown policy '" + s + "' (inorder, fifo, ooe, optimal)");
+  std::string known;
+  for (const auto& i : kPolicies) {
+    if (s == i.name || s == i.alias) return i.policy;
+    known += (known.empty() ? "" : ", ") + std::string(i.name);
+  }
+  throw InvalidArgument("[simulate] unknown policy '" + s + "' (known: " + known +
+                        "; aliases inorder, fifo, ooe)");
 }
 
 nlohmann::json Timeline::summary() const {

@@ -132,13 +132,17 @@ nlohmann::json TaskGraph::to_json() const {
                    {"working_bytes", t.working_bytes},
                    {"ops", ops}});
   }
-  return {{"format", "socllm-task-graph"}, {"tasks", arr}};
+  return {{"format", "socllm-task-graph"}, {"version", kJsonVersion}, {"meta", meta}, {"tasks", arr}};
 }
 
 TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array())
     throw FormatError("[TaskGraph] JSON needs an object with a 'tasks' array");
+  if (j.contains("version") && j["version"] != kJsonVersion)
+    throw FormatError("[TaskGraph] JSON version " + j["version"].dump() + " (this socllm reads " +
+                      std::to_string(kJsonVersion) + ")");
   TaskGraph g;
+  if (j.contains("meta")) g.meta = j["meta"];
   int64_t i = 0;
   for (const auto& jt : j["tasks"]) {
     try {
@@ -163,223 +167,6 @@ TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
   }
   g.validate();
   return g;
-}
-
-// ---------------------------------------------------------------------------------------------
-
-ShapeConfig ShapeConfig::from_json(const nlohmann::json& j) {
-  ShapeConfig s;
-  auto get = [&](const char* key) -> int64_t {
-    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
-      throw InvalidArgument(std::string("[ShapeConfig] model config needs a positive integer '") +
-                            key + "'" + (j.contains(key) ? ", got " + j[key].dump() : ""));
-    return j[key].get<int64_t>();
-  };
-  s.name = j.value("name", std::string("model"));
-  s.d_model = get("d_model");
-  s.n_layers = get("n_layers");
-  s.n_heads = get("n_heads");
-  s.n_kv_heads = get("n_kv_heads");
-  s.head_dim = get("head_dim");
-  s.d_ff = get("d_ff");
-  s.vocab_size = get("vocab_size");
-  const std::string mlp = j.value("mlp", std::string("gated"));
-  if (mlp != "gated" && mlp != "plain")
-    throw InvalidArgument("[ShapeConfig] unknown mlp '" + mlp + "' (gated, plain)");
-  s.gated_mlp = mlp == "gated";
-  return s;
-}
-
-Placement Placement::llm_npu() {
-  // llm.npu runs linears on the NPU and implements RMSNorm, SiLU, RoPE as QNN ops (seed 001
-  // §4 "Implementation"); attention and the shadow outlier part run on the CPU (§3.4).
-  Placement p;
-  p.processor.fill(soc::Processor::Npu);
-  p.processor[static_cast<size_t>(TaskKind::Attention)] = soc::Processor::Cpu;
-  return p;
-}
-
-Placement Placement::all_on(soc::Processor proc, soc::DType linear, soc::DType flt) {
-  Placement p;
-  p.processor.fill(proc);
-  p.linear_dtype = linear;
-  p.float_dtype = flt;
-  return p;
-}
-
-PrefillGraphBuilder::PrefillGraphBuilder(ShapeConfig shapes, Placement placement)
-    : s_(std::move(shapes)), p_(placement),
-      prev_attention_(static_cast<size_t>(s_.n_layers), -1),
-      builds_(static_cast<size_t>(s_.n_layers), -1) {}
-
-void PrefillGraphBuilder::add_graph_builds(int64_t rows, double build_ms, double optimize_ms) {
-  for (int64_t l = 0; l < s_.n_layers; ++l) {
-    Task t;
-    t.name = "build.L" + std::to_string(l) + ".r" + std::to_string(rows);
-    t.kind = TaskKind::GraphBuild;
-    t.processor = soc::Processor::Npu;
-    t.layer = l;
-    soc::OpDesc op;
-    op.kind = soc::OpKind::Fixed;
-    op.fixed_us = 1000.0 * (build_ms + optimize_ms) / static_cast<double>(s_.n_layers);
-    t.ops.push_back(op);
-    if (l > 0) t.deps.push_back(builds_[static_cast<size_t>(l - 1)]);
-    builds_[static_cast<size_t>(l)] = graph_.add(std::move(t));
-  }
-}
-
-namespace {
-soc::OpDesc matmul(soc::DType dt, int64_t m, int64_t k, int64_t n, int64_t group_size) {
-  soc::OpDesc o;
-  o.kind = soc::OpKind::MatMul;
-  o.dtype = dt;
-  o.m = m;
-  o.k = k;
-  o.n = n;
-  o.groups = group_size > 0 ? std::max<int64_t>(1, (k + group_size - 1) / group_size) : 1;
-  return o;
-}
-soc::OpDesc elementwise(soc::DType dt, int64_t elements) {
-  soc::OpDesc o;
-  o.kind = soc::OpKind::Elementwise;
-  o.dtype = dt;
-  o.elements = elements;
-  return o;
-}
-}  // namespace
-
-void PrefillGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
-                                    const std::vector<ShadowLoad>& shadow) {
-  if (rows <= 0 || kv_len < rows)
-    throw InvalidArgument("[PrefillGraphBuilder] chunk " + std::to_string(chunk) + ": rows " +
-                          std::to_string(rows) + ", kv_len " + std::to_string(kv_len));
-  if (!shadow.empty() && static_cast<int64_t>(shadow.size()) != s_.n_layers * 4)
-    throw ShapeError("[PrefillGraphBuilder] shadow loads: " + std::to_string(shadow.size()) +
-                     " given, " + std::to_string(s_.n_layers * 4) + " (n_layers x 4) expected");
-  const auto ld = p_.linear_dtype, fd = p_.float_dtype;
-  const int64_t g = p_.linear_group_size;
-  const std::string cp = "c" + std::to_string(chunk) + ".";
-  int64_t prev = -1;
-  int64_t pending_shadow = -1;  // shadow task the next subgraph also waits for (Eq. 1 merge)
-  // The four linear inputs in shadow order: which subgraph, its matmul's k and n.
-  struct Lin { TaskKind kind; int64_t k, n; };
-  const std::array<Lin, 4> lins = {{{TaskKind::AttnIn, s_.d_model, s_.qkv_out()},
-                                    {TaskKind::OProj, s_.n_heads * s_.head_dim, s_.d_model},
-                                    {TaskKind::MlpIn, s_.d_model, s_.mlp_in_out()},
-                                    {TaskKind::Down, s_.d_ff, s_.d_model}}};
-  for (int64_t l = 0; l < s_.n_layers; ++l) {
-    const std::string lp = cp + "L" + std::to_string(l) + ".";
-    for (int k = 0; k < 6; ++k) {
-      const auto kind = static_cast<TaskKind>(k);
-      Task t;
-      t.kind = kind;
-      t.name = lp + task_kind_name(kind);
-      t.processor = p_.processor[static_cast<size_t>(k)];
-      t.chunk = chunk;
-      t.layer = l;
-      switch (kind) {
-        case TaskKind::AttnIn:
-          t.ops = {elementwise(fd, rows * s_.d_model), matmul(ld, rows, s_.d_model, s_.qkv_out(), g)};
-          break;
-        case TaskKind::Attention: {
-          soc::OpDesc a;
-          a.kind = soc::OpKind::Attention;
-          a.dtype = fd;
-          a.m = rows;
-          a.k = s_.head_dim;
-          a.n = s_.n_heads;
-          a.elements = kv_len;
-          t.ops = {elementwise(fd, rows * s_.qkv_out()), a};  // RoPE, then attention
-          break;
-        }
-        case TaskKind::OProj:
-          t.ops = {matmul(ld, rows, s_.n_heads * s_.head_dim, s_.d_model, g),
-                   elementwise(fd, rows * s_.d_model)};  // + residual
-          break;
-        case TaskKind::MlpIn:
-          t.ops = {elementwise(fd, rows * s_.d_model), matmul(ld, rows, s_.d_model, s_.mlp_in_out(), g)};
-          break;
-        case TaskKind::MlpAct:
-          t.ops = {elementwise(fd, rows * s_.d_ff * (s_.gated_mlp ? 2 : 1))};
-          break;
-        default:  // Down
-          t.ops = {matmul(ld, rows, s_.d_ff, s_.d_model, g), elementwise(fd, rows * s_.d_model)};
-          break;
-      }
-      int64_t act_in = 0, act_out = 0;
-      for (const auto& o : t.ops) {
-        if (o.kind == soc::OpKind::MatMul) { act_in = o.m * o.k; act_out = o.m * o.n; }
-      }
-      t.working_bytes = 2 * (act_in + act_out + rows * s_.d_model);
-      if (prev >= 0) t.deps.push_back(prev);  // Eq. 3: intra-chunk order
-      if (pending_shadow >= 0) t.deps.push_back(pending_shadow);
-      if (kind == TaskKind::Attention && prev_attention_[static_cast<size_t>(l)] >= 0)
-        t.deps.push_back(prev_attention_[static_cast<size_t>(l)]);  // Eq. 2: KV of earlier chunks
-      if (builds_[static_cast<size_t>(l)] >= 0 && t.processor == soc::Processor::Npu &&
-          std::find(t.deps.begin(), t.deps.end(), builds_[static_cast<size_t>(l)]) == t.deps.end())
-        t.deps.push_back(builds_[static_cast<size_t>(l)]);
-      const int64_t prev_before = prev;
-      prev = graph_.add(std::move(t));
-      pending_shadow = -1;
-      if (kind == TaskKind::Attention) prev_attention_[static_cast<size_t>(l)] = prev;
-      // The shadow part of this subgraph's linear reads the same input and runs beside it;
-      // the next subgraph adds its result (Eq. 1).
-      for (int s = 0; s < 4 && !shadow.empty(); ++s) {
-        if (lins[static_cast<size_t>(s)].kind != kind) continue;
-        const auto& sl = shadow[static_cast<size_t>(l * 4 + s)];
-        if (sl.pruned || sl.outlier_channels <= 0) continue;
-        Task sh;
-        sh.kind = TaskKind::Shadow;
-        sh.name = lp + "shadow." + task_kind_name(kind);
-        sh.processor = soc::Processor::Cpu;
-        sh.chunk = chunk;
-        sh.layer = l;
-        soc::OpDesc o;
-        o.kind = soc::OpKind::OutlierMatMul;
-        o.dtype = soc::DType::Fp32;
-        o.m = rows;
-        o.k = static_cast<int64_t>(std::ceil(sl.outlier_channels));
-        o.n = lins[static_cast<size_t>(s)].n;
-        o.bytes = static_cast<int64_t>(sl.cold_fetch_bytes);
-        sh.ops = {o};
-        sh.working_bytes = 4 * (o.m * o.k + o.m * o.n) + o.bytes;
-        if (prev_before >= 0) sh.deps.push_back(prev_before);
-        pending_shadow = graph_.add(std::move(sh));
-      }
-    }
-  }
-}
-
-void PrefillGraphBuilder::add_lm_head(int64_t rows) {
-  Task t;
-  t.kind = TaskKind::LmHead;
-  t.name = "lm_head";
-  t.processor = soc::Processor::Cpu;
-  // Final norm, then the LM head for the last position(s): a GEMV that streams its fp16
-  // weights at the DRAM rate (memory-bound, unlike the batched matmuls of Table 3).
-  soc::OpDesc head;
-  head.kind = soc::OpKind::MemoryCopy;
-  head.bytes = s_.vocab_size * s_.d_model * 2;
-  t.ops = {elementwise(p_.float_dtype, rows * s_.d_model), head};
-  // after the last subgraph of every chunk: the last task added so far
-  for (int64_t i = graph_.size() - 1; i >= 0; --i) {
-    if (graph_.at(i).kind == TaskKind::Down) { t.deps.push_back(i); break; }
-  }
-  graph_.add(std::move(t));
-}
-
-TaskGraph build_prefill_graph(const ShapeConfig& shapes, const Placement& placement,
-                              int64_t prompt_len, int64_t chunk_len,
-                              const std::vector<ShadowLoad>& shadow) {
-  if (prompt_len <= 0)
-    throw InvalidArgument("[build_prefill_graph] prompt_len must be positive, got " +
-                          std::to_string(prompt_len));
-  if (chunk_len <= 0) chunk_len = prompt_len;
-  PrefillGraphBuilder b(shapes, placement);
-  const int64_t chunks = (prompt_len + chunk_len - 1) / chunk_len;
-  for (int64_t c = 0; c < chunks; ++c) b.add_chunk(c, chunk_len, (c + 1) * chunk_len, shadow);
-  b.add_lm_head(1);
-  return b.take();
 }
 
 }  // namespace socllm::sched

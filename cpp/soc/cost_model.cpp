@@ -48,6 +48,8 @@ double OpDesc::flops() const {
 
 nlohmann::json OpDesc::to_json() const {
   nlohmann::json j = {{"op", op_kind_name(kind)}, {"dtype", dtype_name(dtype)}};
+  if (!name.empty()) j["name"] = name;
+  if (!op_class.empty()) j["op_class"] = op_class;
   if (m) j["m"] = m;
   if (k) j["k"] = k;
   if (n) j["n"] = n;
@@ -55,6 +57,8 @@ nlohmann::json OpDesc::to_json() const {
   if (bytes) j["bytes"] = bytes;
   if (groups != 1) j["groups"] = groups;
   if (fixed_us != 0) j["fixed_us"] = fixed_us;
+  if (weight_bytes) j["weight_bytes"] = weight_bytes;
+  if (activation_bytes) j["activation_bytes"] = activation_bytes;
   return j;
 }
 
@@ -69,7 +73,11 @@ OpDesc OpDesc::from_json(const nlohmann::json& j) {
   o.bytes = j.value("bytes", int64_t{0});
   o.groups = j.value("groups", int64_t{1});
   o.fixed_us = j.value("fixed_us", 0.0);
-  for (int64_t v : {o.m, o.k, o.n, o.elements, o.bytes})
+  o.name = j.value("name", std::string());
+  o.op_class = j.value("op_class", std::string());
+  o.weight_bytes = j.value("weight_bytes", int64_t{0});
+  o.activation_bytes = j.value("activation_bytes", int64_t{0});
+  for (int64_t v : {o.m, o.k, o.n, o.elements, o.bytes, o.weight_bytes, o.activation_bytes})
     if (v < 0) throw InvalidArgument("[OpDesc] negative size in " + j.dump());
   if (o.groups < 1 || o.fixed_us < 0 || !std::isfinite(o.fixed_us))
     throw InvalidArgument("[OpDesc] bad groups / fixed_us in " + j.dump());

@@ -20,8 +20,15 @@ TEST(ModelConfig, Validation) {
   EXPECT_EQ(c.head_dim, 4);
   EXPECT_EQ(c.kv_dim(), 4);
   auto bad = j;
-  bad["arch"] = "gpt-neo";
-  EXPECT_THROW(ModelConfig::from_json(bad), Unsupported);
+  bad["arch"] = "gpt-neo";  // a shape-only config of another architecture: timed, not run
+  EXPECT_NO_THROW(ModelConfig::from_json(bad));
+  EXPECT_THROW(ModelConfig::from_json(bad).check_runnable(), Unsupported);
+  EXPECT_NO_THROW(c.check_runnable());
+  bad["mlp"] = "plain";
+  EXPECT_EQ(ModelConfig::from_json(bad).mlp_in_dim(), 16);
+  EXPECT_EQ(ModelConfig::from_json(bad).to_json()["mlp"], "plain");
+  bad["mlp"] = "moe";
+  EXPECT_THROW(ModelConfig::from_json(bad), InvalidArgument);
   bad = j;
   bad["n_kv_heads"] = 3;
   EXPECT_THROW(ModelConfig::from_json(bad), InvalidArgument);

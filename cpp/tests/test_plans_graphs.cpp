@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "socllm/block.h"
 #include "socllm/calibration.h"
 #include "socllm/core.h"
 #include "socllm/linear_scheme.h"
@@ -157,7 +158,7 @@ TEST(PreparedLinear, MissingOrForeignCalibrationIsAnError) {
 
 TEST(StaticGraph, RunsOnlyOnItsShape) {
   const ModelConfig c = tiny_config();
-  const npu::StaticGraph g = npu::describe_subgraph(c, npu::SubgraphKind::AttnIn, 0, 16, -1, 1.0, 1);
+  const npu::StaticGraph g = describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::AttnIn, 0, 16, -1);
   EXPECT_EQ(g.in_cols, c.d_model);
   EXPECT_EQ(g.out_cols, c.q_dim() + 2 * c.kv_dim());
   EXPECT_NO_THROW(g.check_input(16, c.d_model));
@@ -170,7 +171,7 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
   npu::GraphCache cache(/*sharing=*/true);
   for (int64_t chunk = 0; chunk < 3; ++chunk)
     for (int k = 0; k < npu::kSubgraphsPerLayer; ++k)
-      cache.acquire(npu::describe_subgraph(c, static_cast<npu::SubgraphKind>(k), 0, 8, chunk, 1.0, 1));
+      cache.acquire(describe_subgraph(c, Plan::from_name("w8a8"), static_cast<npu::SubgraphKind>(k), 0, 8, chunk));
   const npu::GraphCacheStats s = cache.stats();
   EXPECT_EQ(s.requests, 18);
   EXPECT_EQ(s.built_shared, 5);
@@ -181,10 +182,10 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
 
   npu::GraphCache naive(/*sharing=*/false);
   for (int64_t chunk = 0; chunk < 3; ++chunk)
-    naive.acquire(npu::describe_subgraph(c, npu::SubgraphKind::Down, 0, 8, chunk, 1.0, 1));
+    naive.acquire(describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, chunk));
   const int64_t down_bytes =
-      npu::describe_subgraph(c, npu::SubgraphKind::Down, 0, 8, 0, 1.0, 1).weight_bytes;
-  EXPECT_EQ(down_bytes, c.d_ff * c.d_model);  // int8 weights, 1 byte per parameter
+      describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, 0).weight_bytes;
+  EXPECT_EQ(down_bytes, c.d_ff * c.d_model);  // int8 weights, 1 byte per parameter, no norm
   EXPECT_EQ(naive.stats().built, 3);
   EXPECT_EQ(naive.stats().weight_bytes, 3 * down_bytes);
 }
@@ -192,15 +193,15 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
 TEST(GraphCache, Qwen15CensusMatchesThePaper) {
   // seed 001 §3.2: 120 of the 144 subgraphs of one chunk of Qwen1.5-1.8B are shareable.
   const ModelConfig c = qwen15_18b();
-  const auto one = npu::chunk_graph_census(c, 256, 256, true, 1.0, 1);
+  const auto one = graph_census(c, Plan::from_name("w8a8"), 256, 256, true);
   EXPECT_EQ(one.built, 144);
   EXPECT_EQ(one.built_shared, 120);
-  const auto shared = npu::chunk_graph_census(c, 1024, 256, true, 1.0, 1);
-  const auto naive = npu::chunk_graph_census(c, 1024, 256, false, 1.0, 1);
+  const auto shared = graph_census(c, Plan::from_name("w8a8"), 1024, 256, true);
+  const auto naive = graph_census(c, Plan::from_name("w8a8"), 1024, 256, false);
   EXPECT_EQ(shared.built, 120 + 4 * 24);
   EXPECT_EQ(naive.built, 4 * 144);
   EXPECT_LT(shared.weight_bytes * 3, naive.weight_bytes + 1);  // weights held once, not 4x
-  EXPECT_THROW(npu::chunk_graph_census(c, 1024, 0, true, 1.0, 1), InvalidArgument);
+  EXPECT_THROW(graph_census(c, Plan::from_name("w8a8"), 1024, 0, true), InvalidArgument);
 }
 
 TEST(Calibration, RunningMaxAndModelCheck) {

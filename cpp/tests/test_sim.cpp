@@ -286,49 +286,6 @@ TEST(CostModel, MissingNumbersNameThePointer) {
   EXPECT_THROW(soc::DeviceProfile::from_json(nlohmann::json::array(), "x"), FormatError);
 }
 
-TEST(PrefillGraph, DependenciesFollowEq2AndEq3) {
-  sched::ShapeConfig s;
-  s.d_model = 64;
-  s.n_layers = 2;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.d_ff = 128;
-  s.vocab_size = 100;
-  std::vector<sched::ShadowLoad> shadow(8);
-  shadow[3] = {false, 3.0, 1000.0};  // layer 0, down input: kept
-  for (size_t i = 0; i < shadow.size(); ++i)
-    if (i != 3) shadow[i].pruned = true;
-  const auto g = sched::build_prefill_graph(s, sched::Placement::llm_npu(), 40, 16, shadow);
-  // 3 chunks x (2 layers x 6 subgraphs + 1 shadow) + LM head
-  ASSERT_EQ(g.size(), 3 * 13 + 1);
-  auto find = [&](const std::string& name) {
-    for (const auto& t : g.tasks())
-      if (t.name == name) return t;
-    ADD_FAILURE() << "no task " << name;
-    return sched::Task{};
-  };
-  EXPECT_TRUE(find("c1.L0.attn_in").deps.empty());  // chunk 1 can start at once (out of order)
-  const auto att = find("c1.L1.attention");
-  EXPECT_EQ(att.processor, Processor::Cpu);
-  ASSERT_EQ(att.deps.size(), 2u);  // Eq. 3 (attn_in of the same chunk), Eq. 2 (previous chunk)
-  EXPECT_EQ(g.at(att.deps[0]).name, "c1.L1.attn_in");
-  EXPECT_EQ(g.at(att.deps[1]).name, "c0.L1.attention");
-  const auto sh = find("c2.L0.shadow.down");
-  EXPECT_EQ(sh.processor, Processor::Cpu);
-  EXPECT_EQ(g.at(sh.deps.at(0)).name, "c2.L0.mlp_act");  // reads the down input
-  const auto next = find("c2.L1.attn_in");                 // merges the shadow result
-  EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), sh.id), next.deps.end());
-  EXPECT_EQ(sh.ops.at(0).k, 3);
-  EXPECT_EQ(sh.ops.at(0).bytes, 1000);
-  // the attention's KV length grows by chunk
-  EXPECT_EQ(find("c2.L0.attention").ops.at(1).elements, 48);
-  EXPECT_THROW(sched::build_prefill_graph(s, sched::Placement::llm_npu(), 40, 16,
-                                          std::vector<sched::ShadowLoad>(3)),
-               ShapeError);
-  EXPECT_THROW(sched::build_prefill_graph(s, sched::Placement::llm_npu(), 0, 16), InvalidArgument);
-}
-
 TEST(Trace, OneTrackPerProcessorAndOneEventPerTask) {
   const auto g = abcd();
   const auto t = run(g, {3, 2, 3, 4}, Policy::OutOfOrder);

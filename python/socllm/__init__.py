@@ -21,7 +21,7 @@ from .errors import (  # noqa: E402
 )
 from .model import LanguageModel, PerplexityResult, load  # noqa: E402
 from .registry import BUILTIN_MODELS, DEFAULT_MODEL  # noqa: E402
-from .timeline import Timeline, simulate, simulate_model  # noqa: E402
+from .timeline import TaskGraph, Timeline, policies, simulate, simulate_model, task_graph  # noqa: E402
 
 __all__ = [
     "ops",
@@ -32,6 +32,9 @@ __all__ = [
     "simulate",
     "simulate_model",
     "Timeline",
+    "TaskGraph",
+    "task_graph",
+    "policies",
     "Plan",
     "BUILTIN_MODELS",
     "DEFAULT_MODEL",

@@ -104,9 +104,68 @@ class LanguageModel:
         self.calibration_path = Path(path)
         self.calibration_provenance = dict(cal.provenance)
 
+    @property
+    def calibration(self) -> _core.Calibration | None:
+        """A copy of the loaded calibration statistics (``Calibration.array(name, site)``,
+        ``shadow_configs(...)``, ``outlier_importance()``), or None."""
+        return self._engine.calibration()
+
     def prepare(self, plan: PlanLike) -> int:
         """Quantize/pack the plan's linears now (else on first use); returns their bytes."""
         return self._engine.prepare(plan)
+
+    def linear_graph(self, plan: PlanLike, layer: int, site: str, rows: int) -> _core.LinearGraph:
+        """One linear static graph of the plan built for ``rows`` rows: ``.run(x)`` takes exactly
+        ``[rows, in_cols]``; ``.scales`` are the static activation scales it bakes in."""
+        return self._engine.linear_graph(plan, layer, site, rows)
+
+    def shadow_stats(self, plan: PlanLike, *, reset: bool = False) -> list[dict]:
+        """Per linear input of a shadow-outlier plan: its profiled configuration (threshold,
+        pruned, hot channels, resident float bytes) and what its CPU part did since the last
+        reset (syncs, outlier values and channels, hot hits, cold fetches and bytes)."""
+        return self._engine.shadow_stats(plan, reset)
+
+    def graph_stats(self) -> dict:
+        """Static graphs built by chunked prefill so far (llm.npu's chunk-sharing cache)."""
+        return self._engine.graph_stats()
+
+    def graph_events(self) -> list[dict]:
+        """Every static graph built so far, in order (kind, layer, rows, chunk index, bytes)."""
+        return self._engine.graph_events()
+
+    def clear_graphs(self) -> None:
+        self._engine.clear_graphs()
+
+    # -- graphs and timelines -------------------------------------------------------------
+    def prefill(
+        self,
+        ids: Sequence[int],
+        plan: PlanLike = "fp32",
+        *,
+        chunk_len: int | None = None,
+        all_positions: bool = False,
+        return_graph: bool = False,
+    ):
+        """A prefill of ``ids`` from an empty cache: logits of the last position ``[1, V]`` (or
+        all ``[T, V]``). ``chunk_len`` (None: the plan's) runs it in chunks on static graphs.
+        With ``return_graph`` returns ``(logits, TaskGraph)``: the graph the engine executed,
+        with the shadow loads it measured (equal to :meth:`task_graph` but for those loads)."""
+        from .timeline import _chunk
+
+        ids = _token_ids(ids, "prefill")
+        p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
+        if chunk_len is not None:
+            p = p.with_chunk_len(_chunk(chunk_len, len(ids), "prefill"))
+        return self._engine.prefill(ids, p, all_positions, return_graph)
+
+    def task_graph(self, plan: PlanLike, prompt_len: int, chunk_len: int | None = None):
+        """The prefill task graph of ``prompt_len`` tokens from the config, with this model's
+        calibrated shadow pruning and expected loads (see :func:`socllm.task_graph`)."""
+        from .timeline import _chunk
+
+        p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
+        chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")
+        return self._engine.task_graph(p, prompt_len, chunk)
 
     # -- text <-> ids -------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "socllm/block.h"
 #include "socllm/calibration.h"
 #include "socllm/core.h"
 #include "socllm/linear_scheme.h"
@@ -77,6 +78,24 @@ class Engine {
   TensorF32 forward_hidden(const std::vector<KVCache*>& caches,
                            const std::vector<std::span<const int32_t>>& seqs,
                            const Plan& plan) const;
+  // A prefill of one prompt from an empty cache under `plan` (chunked if plan.chunk_len > 0):
+  // the logits of the last position [1, V] (all positions [T, V] with all_positions), and with
+  // return_graph the task graph it executed (block.h): its chunks as run, with the shadow loads
+  // each linear input measured in each chunk. It equals task_graph(plan, T, chunk_len) task for
+  // task but for those loads.
+  struct Prefill {
+    TensorF32 logits;
+    sched::TaskGraph graph;
+  };
+  Prefill prefill(std::span<const int32_t> tokens, const Plan& plan, bool all_positions = false,
+                  bool return_graph = false) const;
+  // The prefill graph of a prompt of prompt_len tokens from the config (no numerics), with this
+  // model's calibrated shadow pruning and expected loads (expected_shadow_loads).
+  sched::TaskGraph task_graph(const Plan& plan, int64_t prompt_len, int64_t chunk_len) const;
+  // Per input [layer * 4 + site]: the plan's pruning, and the outlier channels a calibration
+  // sequence had on average (cold share 1 - hot_share). Empty for plans without shadow outliers.
+  std::vector<ShadowLoad> expected_shadow_loads(const Plan& plan) const;
+
   // logits [rows, vocab] for hidden states h [rows, d_model].
   TensorF32 logits_from_hidden(const float* h, int64_t rows) const;
 
@@ -117,16 +136,24 @@ class Engine {
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
   // x[t, :] = embedding of tokens[t] (rows of d_model floats).
   void embed_rows(std::span<const int32_t> tokens, float* x) const;
-  // All decoder blocks on x [batch.N, d_model] in place; chunk_rows > 0 runs them as the
-  // static graphs of a chunk of that many rows at `chunk_index`.
+  // All decoder blocks on x [batch.N, d_model] in place, op by op as the block description
+  // lists them; chunk_index >= 0 runs each subgraph as the static graph of a chunk of batch.N
+  // rows at that index. shadow_sink (n_layers * 4) receives the shadow counters of each input.
   void run_blocks(Batch& batch, float* x, const Plan& plan, const PreparedLinears* prep,
-                  int64_t chunk_index, Calibration* observe) const;
+                  int64_t chunk_index, Calibration* observe,
+                  std::vector<quant::ShadowStats>* shadow_sink) const;
+  // forward_hidden, recording each executed chunk into `record` if given.
+  TensorF32 forward(const std::vector<KVCache*>& caches,
+                    const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
+                    BlockGraphBuilder* record) const;
   TensorF32 forward_chunked(const std::vector<KVCache*>& caches,
                             const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
-                            const PreparedLinears* prep) const;
-  npu::StaticGraph describe_graph(const Plan& plan, const PreparedLinears* prep,
-                                  npu::SubgraphKind kind, int64_t layer, int64_t rows,
-                                  int64_t chunk_index) const;
+                            const PreparedLinears* prep, BlockGraphBuilder* record) const;
+  std::vector<ShadowLoad> chunk_shadow_loads(const PreparedLinears& prep,
+                                             const std::vector<quant::ShadowStats>& st) const;
+  // The static graph of one subgraph with the static scale of the linear it holds.
+  npu::StaticGraph subgraph(const Plan& plan, const PreparedLinears* prep, npu::SubgraphKind kind,
+                            int64_t layer, int64_t rows, int64_t chunk_index) const;
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
   mutable std::mutex mu_;

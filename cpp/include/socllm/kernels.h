@@ -67,6 +67,13 @@ inline float exp_nonpositive(float x) {
   return y * std::bit_cast<float>((k_int + 127) << 23);
 }
 
+// x[i] = binary16(x[i]) (round to nearest even, overflow to inf): how the engine emulates an
+// op whose plan format is fp16 (its output is stored in fp16).
+void round_to_fp16(float* x, int64_t n);
+
+// y[i] += x[i] (residual add).
+void add_inplace(float* y, const float* x, int64_t n);
+
 // Index of the largest value of x[n] (first one on ties).
 int64_t argmax(const float* x, int64_t n);
 

@@ -79,9 +79,10 @@ class PreparedLinear {
                  const ShadowLinearConfig* shadow = nullptr);
 
   // y[N, out] (ldy) (+)= x[N, in] · W^T + b. Rows outside every segment are computed (a static
-  // graph computes its padding) but never influence other rows.
+  // graph computes its padding) but never influence other rows. call_stats, if given, also
+  // receives this call's shadow counters (what one chunk measured, for the executed graph).
   void forward(const float* x, int64_t N, float* y, int64_t ldy, bool accumulate,
-               std::span<const RowSegment> segments) const;
+               std::span<const RowSegment> segments, ShadowStats* call_stats = nullptr) const;
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -101,7 +102,8 @@ class PreparedLinear {
   void forward_integer(const float* xs, int64_t N, float* y, int64_t ldy, bool accumulate) const;
   // y += the residuals beyond the threshold times their weight columns (hot: resident; cold:
   // fetched from the float copy standing for the model file, and counted).
-  void add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y, int64_t ldy) const;
+  void add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y, int64_t ldy,
+                            ShadowStats* call_stats) const;
   int64_t out_ = 0, in_ = 0;
   LinearScheme scheme_;
   std::vector<float> bias_;

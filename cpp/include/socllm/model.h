@@ -12,8 +12,12 @@
 
 namespace socllm {
 
+// The one model configuration type. A config read from a model file describes weights the
+// engine can run; a shape-only config (python/socllm/configs/*.json: published models timed
+// without weights) is the same type, accepted everywhere a config is (block description, task
+// graphs, graph census, simulation), and refused only where weights would be needed.
 struct ModelConfig {
-  std::string arch;  // "llama" | "qwen2"
+  std::string arch;  // "llama" | "qwen2" run in the engine; shape-only configs name others
   std::string name;
   int64_t vocab_size = 0;
   int64_t d_model = 0;
@@ -29,12 +33,23 @@ struct ModelConfig {
   bool qkv_bias = false;
   int64_t bos_id = -1;
   int64_t eos_id = -1;
+  // Gated MLP (SwiGLU/GeGLU: gate and up projections) or plain (one up projection, Phi-2).
+  bool gated_mlp = true;
+  // Keys of a shape-only config this type does not model (hidden_act, norm, sliding_window ...),
+  // kept verbatim so to_json round-trips them.
+  nlohmann::json extra = nlohmann::json::object();
 
+  // Architectures the engine runs numerically.
   static std::vector<std::string> supported_archs();
-  // Throws Unsupported for an unknown arch, InvalidArgument for inconsistent sizes.
+  // InvalidArgument naming the field for inconsistent or non-positive sizes.
   void validate() const;
+  // Unsupported unless the engine can run weights of this config (arch and MLP kind).
+  void check_runnable() const;
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // Output width of the MLP's input projection(s): gate and up stacked, or up alone.
+  int64_t mlp_in_dim() const { return gated_mlp ? 2 * d_ff : d_ff; }
   nlohmann::json to_json() const;
   static ModelConfig from_json(const nlohmann::json& j);
 };

@@ -2,20 +2,21 @@
 // Each processor runs one task at a time (seed 001 Eq. 4); a task starts when all its
 // dependencies have finished, plus the cross-processor synchronization cost of each edge that
 // crosses processors. When a processor falls idle the policy picks its next task among the
-// ready ones:
-//   inorder  the program order (task id): a processor runs its tasks in the order the engine
-//            issued them, chunk after chunk (llm.npu's baseline, Fig. 13a);
-//   fifo     the task that became ready first;
-//   ooe      llm.npu's out-of-order policy (seed 001 §3.4, Eq. 6): the largest contribution to
-//            reducing NPU stalls: on the NPU the shortest task (C = -t), on CPU/GPU the task
-//            whose completion makes ready the most NPU time;
-//   optimal  exact minimum makespan by branch and bound over all non-idling schedules (small
-//            graphs only: InvalidArgument above `optimal_max_tasks`).
+// ready ones (names as policies() lists them; the earlier short names are aliases):
+//   in-order         (inorder) the program order (task id): a processor runs its tasks in the
+//                    order the engine issued them, chunk after chunk (llm.npu's baseline, Fig. 13a);
+//   first-ready      (fifo) the task that became ready first;
+//   npu-stall-first  (ooe) llm.npu's out-of-order policy (seed 001 §3.4, Eq. 6): the largest
+//                    contribution to reducing NPU stalls: on the NPU the shortest task
+//                    (C = -t), on CPU/GPU the task whose completion makes ready the most NPU time;
+//   optimal          exact minimum makespan by branch and bound over all non-idling schedules
+//                    (small graphs only: InvalidArgument above `optimal_max_tasks`).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,16 @@
 namespace socllm::sched {
 
 enum class Policy : int { InOrder = 0, Fifo, OutOfOrder, Optimal };
-const char* policy_name(Policy p);
-Policy policy_from_name(const std::string& s);  // "inorder" | "fifo" | "ooe" | "optimal"
+struct PolicyInfo {
+  Policy policy;
+  const char* name;         // canonical
+  const char* alias;        // earlier short name, still accepted
+  const char* description;
+};
+std::span<const PolicyInfo> policies();
+const char* policy_name(Policy p);  // canonical name
+// Canonical name or alias; InvalidArgument naming the value and listing the policies.
+Policy policy_from_name(const std::string& s);
 
 struct SimOptions {
   Policy policy = Policy::OutOfOrder;

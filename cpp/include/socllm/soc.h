@@ -44,6 +44,10 @@ const char* op_kind_name(OpKind k);
 OpKind op_kind_from_name(const std::string& s);
 
 struct OpDesc {
+  // What the op is in the block description (block.h), for display and graph comparison; the
+  // cost model reads only the shape fields below.
+  std::string name;      // e.g. "qkv", "attn_norm"; empty for ops outside a block
+  std::string op_class;  // the plan's op class: "linear", "norm", "attention" ...
   OpKind kind = OpKind::MatMul;
   DType dtype = DType::Fp32;
   int64_t m = 0, k = 0, n = 0;
@@ -51,6 +55,8 @@ struct OpDesc {
   int64_t bytes = 0;            // DRAM traffic (MemoryCopy) / flash reads (OutlierMatMul)
   int64_t groups = 1;           // per-group quantized matmul on the NPU: sub-matmuls
   double fixed_us = 0;
+  int64_t weight_bytes = 0;     // constants the op reads (weights, norm gains), as stored
+  int64_t activation_bytes = 0; // activations it reads and writes, at its format
   // Multiply-accumulates x 2 (Attention: QK^T and PV).
   double flops() const;
   nlohmann::json to_json() const;

@@ -9,7 +9,8 @@
 //   mlp_in    RMSNorm + gate/up linear          static
 //   mlp_act   SiLU(gate) * up                   static
 //   down      down linear + residual            static
-// With sharing, static subgraphs are built once per (layer, chunk length) and reused by every
+// The ops each subgraph groups, and its shapes and bytes, come from the block description
+// (block.h: describe_subgraph). With sharing, static subgraphs are built once per (layer, chunk length) and reused by every
 // chunk; the attention subgraph is built per chunk index (it holds no weights, only buffers).
 // For a 24-layer model one chunk needs 24 x 6 = 144 subgraphs, of which 120 are shareable:
 // seed 001 §3.2's "120 out of 144" for Qwen1.5-1.8B.
@@ -69,14 +70,6 @@ struct GraphCacheStats {
   int64_t activation_bytes = 0; // buffers of all built graphs
 };
 
-// Shapes and sizes of one subgraph of layer `layer` for a chunk of `rows` rows at chunk
-// `chunk_index` (its KV covers (chunk_index + 1) * rows positions), with weights stored at
-// `weight_bytes_per_param` bytes (1 for int8 W8A8, 4 for fp32), activations at
-// `activation_bytes_per_value`. From the config alone: no weights needed.
-StaticGraph describe_subgraph(const ModelConfig& c, SubgraphKind kind, int64_t layer, int64_t rows,
-                              int64_t chunk_index, double weight_bytes_per_param,
-                              int64_t activation_bytes_per_value);
-
 class GraphCache {
  public:
   // sharing = false models the naive per-chunk graphs: every chunk builds its own copy of
@@ -97,11 +90,5 @@ class GraphCache {
   std::vector<GraphBuildEvent> events_;
   GraphCacheStats stats_;
 };
-
-// Graph census of one prefill of `prompt_len` tokens in chunks of `chunk_len` from the config
-// alone: the graphs an engine would build (the same keys the engine acquires).
-GraphCacheStats chunk_graph_census(const ModelConfig& c, int64_t prompt_len, int64_t chunk_len,
-                                   bool sharing, double weight_bytes_per_param,
-                                   int64_t activation_bytes_per_value);
 
 }  // namespace socllm::npu

@@ -1,0 +1,412 @@
+#include "socllm/block.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "socllm/core.h"
+
+namespace socllm {
+
+namespace {
+
+using npu::SubgraphKind;
+
+constexpr std::array<BlockOpInfo, kNumBlockOps> kBlock = {{
+    {BlockOp::AttnNorm, "attn_norm", OpClass::Norm, SubgraphKind::AttnIn, std::nullopt},
+    {BlockOp::Qkv, "qkv", OpClass::Linear, SubgraphKind::AttnIn, LinearSite::AttnIn},
+    {BlockOp::Rope, "rope", OpClass::Rope, SubgraphKind::Attention, std::nullopt},
+    {BlockOp::Attention, "attention", OpClass::Attention, SubgraphKind::Attention, std::nullopt},
+    {BlockOp::OProj, "o_proj", OpClass::Linear, SubgraphKind::OProj, LinearSite::AttnOut},
+    {BlockOp::AttnResidual, "attn_residual", OpClass::Residual, SubgraphKind::OProj, std::nullopt},
+    {BlockOp::FfnNorm, "ffn_norm", OpClass::Norm, SubgraphKind::MlpIn, std::nullopt},
+    {BlockOp::GateUp, "gate_up", OpClass::Linear, SubgraphKind::MlpIn, LinearSite::MlpIn},
+    {BlockOp::Act, "act", OpClass::Activation, SubgraphKind::MlpAct, std::nullopt},
+    {BlockOp::Down, "down", OpClass::Linear, SubgraphKind::Down, LinearSite::MlpAct},
+    {BlockOp::FfnResidual, "ffn_residual", OpClass::Residual, SubgraphKind::Down, std::nullopt},
+}};
+
+int64_t dtype_bytes(soc::DType d) { return d == soc::DType::Int8 ? 1 : d == soc::DType::Fp16 ? 2 : 4; }
+
+sched::TaskKind task_kind_of(SubgraphKind k) { return static_cast<sched::TaskKind>(static_cast<int>(k)); }
+
+// Input and output widths (values per row) of an op.
+std::pair<int64_t, int64_t> op_widths(const ModelConfig& c, BlockOp op) {
+  const int64_t d = c.d_model;
+  switch (op) {
+    case BlockOp::AttnNorm:
+    case BlockOp::FfnNorm:
+    case BlockOp::AttnResidual:
+    case BlockOp::FfnResidual: return {d, d};
+    case BlockOp::Qkv: return {d, c.qkv_dim()};
+    case BlockOp::Rope: return {c.qkv_dim(), c.qkv_dim()};
+    case BlockOp::Attention: return {c.qkv_dim(), c.q_dim()};
+    case BlockOp::OProj: return {c.q_dim(), d};
+    case BlockOp::GateUp: return {d, c.mlp_in_dim()};
+    case BlockOp::Act: return {c.mlp_in_dim(), c.d_ff};
+    case BlockOp::Down: return {c.d_ff, d};
+  }
+  return {0, 0};
+}
+
+soc::OpDesc elementwise(soc::DType dt, int64_t elements) {
+  soc::OpDesc o;
+  o.kind = soc::OpKind::Elementwise;
+  o.dtype = dt;
+  o.elements = elements;
+  return o;
+}
+
+}  // namespace
+
+std::span<const BlockOpInfo> decoder_block() { return kBlock; }
+
+const BlockOpInfo& block_op(BlockOp op) { return kBlock.at(static_cast<size_t>(op)); }
+
+double weight_bytes_per_param(const quant::LinearScheme& s) {
+  switch (s.weights) {
+    case quant::WeightFormat::F32: return 4.0;
+    case quant::WeightFormat::Int8: return 1.0;
+    case quant::WeightFormat::Int4: return 0.5;
+  }
+  return 4.0;
+}
+
+soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int64_t rows,
+                        int64_t kv_len) {
+  const BlockOpInfo& info = block_op(op);
+  const soc::DType fmt = plan.at(info.op_class).format;
+  const auto [in_w, out_w] = op_widths(c, op);
+  soc::OpDesc o;
+  switch (op) {
+    case BlockOp::AttnNorm:
+    case BlockOp::FfnNorm:
+      o = elementwise(fmt, rows * c.d_model);
+      o.weight_bytes = c.d_model * static_cast<int64_t>(sizeof(float));
+      break;
+    case BlockOp::Rope:  // rotates q and k
+      o = elementwise(fmt, rows * (c.q_dim() + c.kv_dim()));
+      break;
+    case BlockOp::Attention:
+      o.kind = soc::OpKind::Attention;
+      o.dtype = fmt;
+      o.m = rows;
+      o.k = c.head_dim;
+      o.n = c.n_heads;
+      o.elements = kv_len;
+      break;
+    case BlockOp::Act: o = elementwise(fmt, rows * c.mlp_in_dim()); break;
+    case BlockOp::AttnResidual:
+    case BlockOp::FfnResidual: o = elementwise(fmt, rows * c.d_model); break;
+    case BlockOp::Qkv:
+    case BlockOp::OProj:
+    case BlockOp::GateUp:
+    case BlockOp::Down: {
+      o.kind = soc::OpKind::MatMul;
+      o.dtype = fmt;
+      o.m = rows;
+      o.k = in_w;
+      o.n = out_w;
+      // Per-group quantized activations run on an NPU as one sub-matmul per group plus a float
+      // reduction (seed 001 §2.3, Fig. 3b/4).
+      const auto& s = plan.linear;
+      const int64_t g = s.activations == quant::ActFormat::Int8DynamicPerGroup ? s.group_size : 0;
+      o.groups = g > 0 ? std::max<int64_t>(1, (in_w + g - 1) / g) : 1;
+      o.weight_bytes = static_cast<int64_t>(static_cast<double>(in_w * out_w) *
+                                            weight_bytes_per_param(s));
+      break;
+    }
+  }
+  o.name = info.name;
+  o.op_class = op_class_name(info.op_class);
+  // Buffers the op reads and writes at its format; attention also reads K and V of kv_len
+  // positions and holds the [heads, rows, kv_len] scores.
+  int64_t values = rows * (in_w + out_w);
+  if (op == BlockOp::Attention) values += 2 * kv_len * c.kv_dim() + c.n_heads * rows * kv_len;
+  o.activation_bytes = values * dtype_bytes(fmt);
+  return o;
+}
+
+npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, npu::SubgraphKind kind,
+                                   int64_t layer, int64_t rows, int64_t chunk_index) {
+  if (rows <= 0) throw InvalidArgument("[StaticGraph] rows must be > 0, got " + std::to_string(rows));
+  if (layer < 0 || layer >= c.n_layers)
+    throw InvalidArgument("[StaticGraph] layer " + std::to_string(layer) + " outside [0, " +
+                          std::to_string(c.n_layers) + ")");
+  npu::StaticGraph g;
+  g.key = {kind, layer, rows, chunk_index};
+  const int64_t kv_len = (std::max<int64_t>(chunk_index, 0) + 1) * rows;
+  bool first = true;
+  for (const BlockOpInfo& info : decoder_block()) {
+    if (info.subgraph != kind) continue;
+    const auto [in_w, out_w] = op_widths(c, info.op);
+    if (first) g.in_cols = in_w;
+    first = false;
+    g.out_cols = out_w;
+    const soc::OpDesc o = describe_op(c, plan, info.op, rows, kv_len);
+    g.weight_bytes += o.weight_bytes;
+    g.activation_bytes += o.activation_bytes;
+  }
+  return g;
+}
+
+npu::GraphCacheStats graph_census(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                  int64_t chunk_len, bool sharing) {
+  if (chunk_len <= 0)
+    throw InvalidArgument("[graph_census] chunk_len must be > 0, got " + std::to_string(chunk_len));
+  const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
+  npu::GraphCache cache(sharing);
+  const int64_t chunks = (prompt_len + rows - 1) / rows;
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      for (int k = 0; k < npu::kSubgraphsPerLayer; ++k)
+        cache.acquire(describe_subgraph(c, plan, static_cast<SubgraphKind>(k), l, rows, ch));
+  return cache.stats();
+}
+
+int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len) {
+  if (prompt_len <= 0)
+    throw InvalidArgument("[prefill] prompt length must be positive, got " + std::to_string(prompt_len));
+  if (chunk_len < 0)
+    throw InvalidArgument("[prefill] chunk length must be >= 0, got " + std::to_string(chunk_len));
+  if (chunk_len == 0) return prompt_len;
+  if (prompt_len >= chunk_len) return chunk_len;
+  int64_t rows = kMinGraphRows;
+  while (rows < prompt_len) rows *= 2;
+  return std::min(rows, chunk_len);
+}
+
+std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant::ShadowOptions& o,
+                                              double channels) {
+  const int64_t L = c.n_layers, n = kNumLinearSites * L;
+  const int64_t keep = n - static_cast<int64_t>(std::llround(o.pruning_rate * static_cast<double>(n)));
+  // kept first: down inputs of evenly spaced layers, then the other inputs layer by layer
+  std::vector<int64_t> order;  // input indices in keep order
+  const int64_t downs = std::clamp<int64_t>(keep, 1, L);
+  std::vector<bool> is_down(static_cast<size_t>(n), false);
+  for (int64_t i = 0; i < downs; ++i) {
+    const int64_t layer = downs == 1 ? 0 : std::llround(static_cast<double>(i) * (L - 1) / (downs - 1));
+    const int64_t idx = layer * kNumLinearSites + static_cast<int>(LinearSite::MlpAct);
+    if (!is_down[static_cast<size_t>(idx)]) order.push_back(idx);
+    is_down[static_cast<size_t>(idx)] = true;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (!is_down[static_cast<size_t>(i)]) order.push_back(i);
+  std::vector<ShadowLoad> loads(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto site = static_cast<LinearSite>(i % kNumLinearSites);
+    const int64_t out_w = site == LinearSite::AttnIn  ? c.qkv_dim()
+                          : site == LinearSite::MlpIn ? c.mlp_in_dim()
+                                                      : c.d_model;
+    auto& s = loads[static_cast<size_t>(i)];
+    s.pruned = true;
+    s.outlier_channels = channels;
+    s.cold_fetch_bytes = channels * (1.0 - o.hot_share) * static_cast<double>(out_w) * sizeof(float);
+  }
+  for (int64_t i = 0; i < std::max<int64_t>(keep, 0); ++i)
+    loads[static_cast<size_t>(order[static_cast<size_t>(i)])].pruned = false;
+  return loads;
+}
+
+BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan)
+    : c_(std::move(config)), plan_(std::move(plan)),
+      prev_attention_(static_cast<size_t>(c_.n_layers), -1),
+      builds_(static_cast<size_t>(c_.n_layers), -1) {
+  c_.validate();
+  plan_.validate_placement();
+}
+
+void BlockGraphBuilder::add_graph_builds(int64_t rows, double build_ms, double optimize_ms) {
+  for (int64_t l = 0; l < c_.n_layers; ++l) {
+    sched::Task t;
+    t.name = "build.L" + std::to_string(l) + ".r" + std::to_string(rows);
+    t.kind = sched::TaskKind::GraphBuild;
+    t.processor = soc::Processor::Npu;
+    t.layer = l;
+    soc::OpDesc op;
+    op.kind = soc::OpKind::Fixed;
+    op.name = "graph_build";
+    op.fixed_us = 1000.0 * (build_ms + optimize_ms) / static_cast<double>(c_.n_layers);
+    t.ops.push_back(op);
+    if (l > 0) t.deps.push_back(builds_[static_cast<size_t>(l - 1)]);
+    builds_[static_cast<size_t>(l)] = graph_.add(std::move(t));
+  }
+}
+
+void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
+                                  std::span<const ShadowLoad> shadow) {
+  if (rows <= 0 || kv_len < rows)
+    throw InvalidArgument("[BlockGraphBuilder] chunk " + std::to_string(chunk) + ": rows " +
+                          std::to_string(rows) + ", kv_len " + std::to_string(kv_len));
+  const bool shadowed = plan_.linear.shadow.has_value();
+  if (shadowed && static_cast<int64_t>(shadow.size()) != c_.n_layers * kNumLinearSites)
+    throw ShapeError("[BlockGraphBuilder] shadow loads: " + std::to_string(shadow.size()) +
+                     " given, " + std::to_string(c_.n_layers * kNumLinearSites) +
+                     " (n_layers x 4) expected for plan '" + plan_.name + "'");
+  const std::string cp = "c" + std::to_string(chunk) + ".";
+  int64_t prev = -1;  // chunks depend on each other only through attention (Eq. 2)
+  int64_t pending_shadow = -1;  // shadow task the next task also waits for (Eq. 1 merge)
+  const auto block = decoder_block();
+  for (int64_t l = 0; l < c_.n_layers; ++l) {
+    const std::string lp = cp + "L" + std::to_string(l) + ".";
+    size_t i = 0;
+    while (i < block.size()) {
+      // One task: consecutive ops of one subgraph placed on one processor.
+      const auto sub = block[i].subgraph;
+      const auto proc = plan_.at(block[i].op_class).processor;
+      size_t j = i;
+      while (j < block.size() && block[j].subgraph == sub &&
+             plan_.at(block[j].op_class).processor == proc)
+        ++j;
+      const bool whole = (i == 0 || block[i - 1].subgraph != sub) &&
+                         (j == block.size() || block[j].subgraph != sub);
+      sched::Task t;
+      t.kind = task_kind_of(sub);
+      t.name = lp + npu::subgraph_kind_name(sub) + (whole ? "" : std::string(".") + block[i].name);
+      t.processor = proc;
+      t.chunk = chunk;
+      t.layer = l;
+      bool has_attention = false;
+      std::optional<LinearSite> site;
+      BlockOp linear_op = BlockOp::Qkv;
+      int64_t act_in = 0, act_out = 0;
+      for (size_t k = i; k < j; ++k) {
+        t.ops.push_back(describe_op(c_, plan_, block[k].op, rows, kv_len));
+        has_attention = has_attention || block[k].op == BlockOp::Attention;
+        if (block[k].site) {
+          site = block[k].site;
+          linear_op = block[k].op;
+          act_in = t.ops.back().m * t.ops.back().k;
+          act_out = t.ops.back().m * t.ops.back().n;
+        }
+      }
+      // Activations alive while the task runs, at fp16 (the NPU/CPU buffers of seed 001 §3.4).
+      t.working_bytes = 2 * (act_in + act_out + rows * c_.d_model);
+      if (prev >= 0) t.deps.push_back(prev);  // Eq. 3: intra-chunk order
+      if (pending_shadow >= 0) t.deps.push_back(pending_shadow);
+      const int64_t prev_attn = prev_attention_[static_cast<size_t>(l)];
+      if (has_attention && prev_attn >= 0 &&
+          std::find(t.deps.begin(), t.deps.end(), prev_attn) == t.deps.end())
+        t.deps.push_back(prev_attn);  // Eq. 2: KV of earlier chunks
+      const int64_t build = builds_[static_cast<size_t>(l)];
+      if (build >= 0 && t.processor == soc::Processor::Npu &&
+          std::find(t.deps.begin(), t.deps.end(), build) == t.deps.end())
+        t.deps.push_back(build);
+      const int64_t prev_before = prev;
+      prev = graph_.add(std::move(t));
+      pending_shadow = -1;
+      if (has_attention) prev_attention_[static_cast<size_t>(l)] = prev;
+      // The shadow part of this task's linear reads the same input and runs beside it; the next
+      // task adds its result (Eq. 1).
+      if (shadowed && site) {
+        const ShadowLoad& sl = shadow[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(*site))];
+        if (!sl.pruned) {
+          sched::Task sh;
+          sh.kind = sched::TaskKind::Shadow;
+          sh.name = lp + "shadow." + block_op(linear_op).name;
+          sh.processor = plan_.at(OpClass::Shadow).processor;
+          sh.chunk = chunk;
+          sh.layer = l;
+          soc::OpDesc o;
+          o.kind = soc::OpKind::OutlierMatMul;
+          o.name = std::string("shadow.") + block_op(linear_op).name;
+          o.op_class = op_class_name(OpClass::Shadow);
+          o.dtype = plan_.at(OpClass::Shadow).format;
+          o.m = rows;
+          o.k = static_cast<int64_t>(std::ceil(sl.outlier_channels));
+          o.n = op_widths(c_, linear_op).second;
+          o.bytes = static_cast<int64_t>(sl.cold_fetch_bytes);
+          sh.ops = {o};
+          sh.working_bytes = 4 * (o.m * o.k + o.m * o.n) + o.bytes;
+          if (prev_before >= 0) sh.deps.push_back(prev_before);
+          pending_shadow = graph_.add(std::move(sh));
+        }
+      }
+      i = j;
+    }
+  }
+  last_ = {prev};  // what the LM head waits for: the last task, and a shadow part beside it
+  if (pending_shadow >= 0) last_.push_back(pending_shadow);
+}
+
+void BlockGraphBuilder::add_lm_head(int64_t rows) {
+  sched::Task t;
+  t.kind = sched::TaskKind::LmHead;
+  t.name = "lm_head";
+  const OpPlacement& p = plan_.at(OpClass::LmHead);
+  t.processor = p.processor;
+  // Final norm, then the LM head for the last position(s): a GEMV that streams its weights at
+  // the DRAM rate (memory-bound, unlike the batched matmuls of Table 3).
+  soc::OpDesc norm = elementwise(p.format, rows * c_.d_model);
+  norm.name = "final_norm";
+  norm.op_class = op_class_name(OpClass::LmHead);
+  norm.weight_bytes = c_.d_model * static_cast<int64_t>(sizeof(float));
+  soc::OpDesc head;
+  head.kind = soc::OpKind::MemoryCopy;
+  head.name = "lm_head";
+  head.op_class = op_class_name(OpClass::LmHead);
+  head.dtype = p.format;
+  head.bytes = c_.vocab_size * c_.d_model * dtype_bytes(p.format);
+  head.weight_bytes = head.bytes;
+  t.ops = {norm, head};
+  t.working_bytes = 4 * rows * (c_.d_model + c_.vocab_size);
+  t.deps = last_;
+  last_ = {graph_.add(std::move(t))};
+}
+
+int64_t prefill_resident_bytes(const ModelConfig& c, const Plan& plan, int64_t prompt_len) {
+  int64_t linear_params = 0;
+  for (const BlockOpInfo& info : decoder_block())
+    if (info.site) {
+      const auto [in_w, out_w] = op_widths(c, info.op);
+      linear_params += in_w * out_w;
+    }
+  const double per_param = static_cast<double>(dtype_bytes(plan.at(OpClass::Linear).format));
+  const int64_t kv = 2 * c.n_layers * prompt_len * c.kv_dim() * 2;
+  return static_cast<int64_t>(static_cast<double>(c.n_layers * linear_params) * per_param) +
+         c.vocab_size * c.d_model * 2 + kv;
+}
+
+sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                    int64_t chunk_len, const PrefillGraphOptions& opts) {
+  const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
+  if (prompt_len > c.context_length)
+    throw ContextOverflow("[prefill_task_graph] prompt of " + std::to_string(prompt_len) +
+                          " tokens exceeds the model's context length " +
+                          std::to_string(c.context_length));
+  if (chunk_len > c.context_length)
+    throw InvalidArgument("[prefill_task_graph] chunk length " + std::to_string(chunk_len) +
+                          " exceeds the model's context length " + std::to_string(c.context_length));
+  const int64_t chunks = (prompt_len + rows - 1) / rows;
+  if (!opts.shadow_per_chunk.empty() && static_cast<int64_t>(opts.shadow_per_chunk.size()) != chunks)
+    throw ShapeError("[prefill_task_graph] " + std::to_string(opts.shadow_per_chunk.size()) +
+                     " chunks of shadow loads for " + std::to_string(chunks) + " chunks");
+  std::vector<ShadowLoad> expected = opts.expected;
+  if (plan.linear.shadow && expected.empty()) expected = expected_shadow_loads(c, *plan.linear.shadow);
+  BlockGraphBuilder b(c, plan);
+  if (opts.build_ms > 0 || opts.optimize_ms > 0) b.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const auto& loads = opts.shadow_per_chunk.empty() ? expected
+                                                      : opts.shadow_per_chunk[static_cast<size_t>(ch)];
+    b.add_chunk(ch, rows, (ch + 1) * rows, plan.linear.shadow ? std::span<const ShadowLoad>(loads)
+                                                             : std::span<const ShadowLoad>());
+  }
+  b.add_lm_head(1);
+  sched::TaskGraph g = b.take();
+  g.meta = prefill_graph_meta(c, plan, prompt_len, chunk_len);
+  return g;
+}
+
+nlohmann::json prefill_graph_meta(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                  int64_t chunk_len) {
+  Plan as_run = plan;  // the plan as the prefill ran it: with this chunk length
+  as_run.chunk_len = chunk_len;
+  return {{"config", c.name.empty() ? c.arch : c.name},
+          {"plan", as_run.to_json()},
+          {"prompt_len", prompt_len},
+          {"chunk_len", chunk_len},
+          {"graph_rows", prefill_graph_rows(prompt_len, chunk_len)},
+          {"resident_bytes", prefill_resident_bytes(c, plan, prompt_len)}};
+}
+
+}  // namespace socllm

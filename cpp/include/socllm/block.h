@@ -1,0 +1,142 @@
+// Engine layer: the decoder block, described once at operator granularity (DESIGN.md, "one task
+// graph, two interpretations").
+//
+// A llama-family block is the op list below, in execution order. Each op has a class (placed
+// by the plan: processor + format, plan.h), a linear site if it is a linear, and the NPU
+// subgraph it belongs to (static_graph.h: what one NPU graph executes, seed 001 §3.2):
+//
+//   subgraph   ops                          subgraph   ops
+//   attn_in    attn_norm, qkv               mlp_in     ffn_norm, gate_up
+//   attention  rope, attention              mlp_act    act
+//   o_proj     o_proj, attn_residual        down       down, ffn_residual
+//
+// From (config, plan, rows, kv_len) every op gets its shapes, format and bytes (describe_op).
+// The engine executes this list op by op (engine.cpp run_blocks walks decoder_block()); the
+// task graph groups consecutive ops of one subgraph on one processor into a task, adds the
+// shadow-outlier CPU parts and llm.npu's dependencies (Eq. 2/3), and is what the simulator
+// times. A prefill that returns its graph builds it with the same builder from what it ran, so
+// the executed graph and the config-only graph agree task for task.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "socllm/calibration.h"
+#include "socllm/model.h"
+#include "socllm/plan.h"
+#include "socllm/static_graph.h"
+#include "socllm/task_graph.h"
+
+namespace socllm {
+
+enum class BlockOp : int {
+  AttnNorm = 0, Qkv, Rope, Attention, OProj, AttnResidual, FfnNorm, GateUp, Act, Down, FfnResidual
+};
+constexpr int kNumBlockOps = 11;
+
+struct BlockOpInfo {
+  BlockOp op;
+  const char* name;                 // "attn_norm", "qkv" ...
+  OpClass op_class;
+  npu::SubgraphKind subgraph;
+  std::optional<LinearSite> site;   // the linear site (linears only)
+};
+
+// The ops of one decoder block in execution order.
+std::span<const BlockOpInfo> decoder_block();
+const BlockOpInfo& block_op(BlockOp op);
+
+// Shapes, format and bytes of one op for `rows` rows whose attention covers `kv_len` positions,
+// placed as the plan says. Pure function of the config: no weights needed.
+soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int64_t rows,
+                        int64_t kv_len);
+
+// The static graph of one subgraph (its ops' input/output widths, weight and buffer bytes) for a
+// chunk of `rows` rows at `chunk_index` (attention covers (chunk_index + 1) * rows positions).
+npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, npu::SubgraphKind kind,
+                                   int64_t layer, int64_t rows, int64_t chunk_index);
+
+// Graph census of one chunked prefill from the config alone: the graphs the engine acquires.
+npu::GraphCacheStats graph_census(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                  int64_t chunk_len, bool sharing = true);
+
+// Rows of the static graphs a prompt of prompt_len runs on with chunk_len (0: one graph of the
+// whole prompt). A prompt shorter than a chunk runs on the smallest pre-built graph that holds
+// it: powers of two from kMinGraphRows (the standard graph sizes of seed 002 §5.2.2), capped at
+// chunk_len. InvalidArgument for a non-positive prompt or negative chunk.
+constexpr int64_t kMinGraphRows = 32;
+int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len);
+
+// The CPU work of one shadow-outlier linear input in one chunk.
+struct ShadowLoad {
+  bool pruned = false;          // CPU part pruned (no task)
+  double outlier_channels = 0;  // channels gathered into the dense tensor
+  double cold_fetch_bytes = 0;  // float weight columns read from flash
+  bool operator==(const ShadowLoad&) const = default;
+};
+
+// Expected loads of every input ([layer * kNumLinearSites + site]) when no calibration of the
+// model exists (shape-only configs): `channels` outlier channels per input per chunk ("around
+// 5-15", seed 001 §3.3 Fig. 10), a share 1 - hot_share of them fetched cold; the pruned inputs
+// are round(pruning_rate * n), keeping first the FFN-down inputs of evenly spaced layers (on
+// SmolLM2 the profile keeps down-projection inputs almost only: notebooks/02_outliers.ipynb).
+constexpr double kDefaultShadowChannels = 10.0;
+std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant::ShadowOptions& o,
+                                              double channels = kDefaultShadowChannels);
+
+// Builds a prefill task graph chunk by chunk with llm.npu's dependencies (seed 001 §3.4): within
+// a chunk each task waits for the previous one (Eq. 3); the task holding a chunk's attention
+// waits for the same layer's attention of the previous chunk, whose KV it reads (Eq. 2). A
+// shadow task reads the linear's input beside the linear's task; the task after it waits for it
+// (Eq. 1's merge).
+class BlockGraphBuilder {
+ public:
+  BlockGraphBuilder(ModelConfig config, Plan plan);
+  // Static graphs built at run time before the first chunk (naive NPU execution builds and
+  // optimizes one graph per prompt shape, seed 001 §2.2): one NPU task per layer.
+  void add_graph_builds(int64_t rows, double build_ms, double optimize_ms);
+  // One chunk of `rows` rows (a static graph's padded length) at index `chunk`, whose attention
+  // covers `kv_len` positions. shadow: per input [layer * kNumLinearSites + site] (required for
+  // plans with shadow outliers, else empty).
+  void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len, std::span<const ShadowLoad> shadow = {});
+  void add_lm_head(int64_t rows);
+  const sched::TaskGraph& graph() const { return graph_; }
+  sched::TaskGraph take() { return std::move(graph_); }
+
+ private:
+  ModelConfig c_;
+  Plan plan_;
+  sched::TaskGraph graph_;
+  std::vector<int64_t> prev_attention_;  // per layer: attention task of the previous chunk
+  std::vector<int64_t> builds_;          // per layer: graph-build task, if any
+  std::vector<int64_t> last_;            // the tasks the latest chunk ends with
+};
+
+struct PrefillGraphOptions {
+  // Run-time graph build and optimize times of the whole model (0: graphs are pre-built).
+  double build_ms = 0, optimize_ms = 0;
+  // Shadow loads per chunk (what an engine measured); empty: `expected` for every chunk.
+  std::vector<std::vector<ShadowLoad>> shadow_per_chunk;
+  std::vector<ShadowLoad> expected;  // empty: expected_shadow_loads(config, plan options)
+};
+
+// The prefill graph of a prompt from a config alone: chunks of prefill_graph_rows(prompt_len,
+// chunk_len), the last one padded, then the LM head of the last position. meta records the
+// request (config, plan, prompt_len, chunk_len, graph_rows) and resident_bytes.
+sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                    int64_t chunk_len, const PrefillGraphOptions& opts = {});
+
+// The request a prefill graph describes, as its meta.
+nlohmann::json prefill_graph_meta(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
+                                  int64_t chunk_len);
+
+// Bytes resident during a prefill: linear weights at their stored width, the fp16 embedding and
+// the fp16 KV cache of the prompt.
+int64_t prefill_resident_bytes(const ModelConfig& c, const Plan& plan, int64_t prompt_len);
+
+// Stored bytes per linear weight of a scheme (int4 packed two per byte).
+double weight_bytes_per_param(const quant::LinearScheme& s);
+
+}  // namespace socllm

@@ -1,0 +1,50 @@
+// Engine layer: a prefill timed on a modelled SoC in one call (DESIGN.md, "one task graph, two
+// interpretations"): config + plan -> the block description's task graph (block.h) -> the
+// discrete-event simulator (simulator.h) on a device profile -> summary numbers. The Python
+// `socllm.simulate` and `Timeline` are views over this.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "socllm/block.h"
+#include "socllm/simulator.h"
+#include "socllm/soc.h"
+
+namespace socllm {
+
+struct PrefillSimOptions {
+  std::string policy = "npu-stall-first";  // a name or alias of sched::policies()
+  // Build and optimize the NPU graphs at run time, as naive NPU execution must for every new
+  // prompt length (seed 001 §2.2): the profile's whole-model times scaled by linear weights.
+  bool runtime_graph_build = false;
+  double shadow_channels = kDefaultShadowChannels;  // expected loads of shape-only configs
+  int64_t optimal_max_tasks = 24;
+};
+
+// A simulated prefill: the graph, its schedule, and summary() numbers.
+struct PrefillTimeline {
+  sched::TaskGraph graph;
+  sched::Timeline timeline;
+  // graph meta (config, plan, prompt_len, chunk_len, resident_bytes) + policy, device,
+  // prefill_ms, prefill_tokens_per_s, ttft_ms (the first token comes with the prefill's last
+  // task, the LM head), energy_mj, graph_build_ms, peak_memory_bytes (resident + the peak of
+  // running tasks' working bytes), tasks, busy_ms / bubble_rate per processor, scheduler
+  // decisions and host µs per decision.
+  nlohmann::json summary() const;
+};
+
+// Run-time (build, optimize) ms of a whole model's NPU graph on a device (see the option above).
+std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c, const soc::DeviceProfile& p);
+
+// Times `graph` (whose meta gives prompt_len) under a policy on a device.
+PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile& device,
+                               const std::string& policy, int64_t optimal_max_tasks = 24);
+
+// The prefill of prompt_len tokens (chunks of chunk_len, 0: whole prompt) of a config.
+PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
+                                 const soc::DeviceProfile& device, int64_t prompt_len,
+                                 int64_t chunk_len, const PrefillSimOptions& opts = {});
+
+}  // namespace socllm

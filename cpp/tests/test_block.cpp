@@ -1,0 +1,218 @@
+// The block description (block.h): task graphs from a config and a plan, placement in the plan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "socllm/block.h"
+#include "socllm/core.h"
+#include "socllm/kernels.h"
+#include "socllm/plan.h"
+
+using namespace socllm;
+using soc::DType;
+using soc::Processor;
+
+namespace {
+
+ModelConfig small() {
+  return ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 100}, {"d_model", 64},
+                                 {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 2},
+                                 {"head_dim", 16}, {"d_ff", 128}, {"context_length", 256}});
+}
+
+const sched::Task& find(const sched::TaskGraph& g, const std::string& name) {
+  for (const auto& t : g.tasks())
+    if (t.name == name) return t;
+  throw std::runtime_error("no task " + name);
+}
+
+}  // namespace
+
+TEST(BlockDescription, OpsInOrderWithClassesSitesAndSubgraphs) {
+  const auto b = decoder_block();
+  ASSERT_EQ(b.size(), static_cast<size_t>(kNumBlockOps));
+  std::vector<std::string> names;
+  for (const auto& op : b) names.emplace_back(op.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"attn_norm", "qkv", "rope", "attention", "o_proj",
+                                             "attn_residual", "ffn_norm", "gate_up", "act", "down",
+                                             "ffn_residual"}));
+  int linears = 0;
+  for (const auto& op : b) linears += op.site.has_value();
+  EXPECT_EQ(linears, kNumLinearSites);
+  EXPECT_EQ(block_op(BlockOp::Down).site, LinearSite::MlpAct);
+  EXPECT_EQ(block_op(BlockOp::Rope).subgraph, npu::SubgraphKind::Attention);
+}
+
+TEST(BlockDescription, OpShapesAndBytes) {
+  const ModelConfig c = small();
+  const Plan w8 = Plan::from_name("w8a8");
+  const soc::OpDesc qkv = describe_op(c, w8, BlockOp::Qkv, 10, 10);
+  EXPECT_EQ(qkv.kind, soc::OpKind::MatMul);
+  EXPECT_EQ(qkv.m, 10);
+  EXPECT_EQ(qkv.k, 64);
+  EXPECT_EQ(qkv.n, (4 + 2 * 2) * 16);
+  EXPECT_EQ(qkv.dtype, DType::Int8);
+  EXPECT_EQ(qkv.weight_bytes, 64 * 128);             // int8: one byte per weight
+  EXPECT_EQ(qkv.activation_bytes, 10 * (64 + 128));  // int8 in and out
+  const soc::OpDesc att = describe_op(c, w8, BlockOp::Attention, 8, 24);
+  EXPECT_EQ(att.elements, 24);
+  EXPECT_EQ(att.dtype, DType::Fp16);
+  // q, k, v in; out; K and V of 24 positions; 4 heads x 8 x 24 scores; fp16
+  EXPECT_EQ(att.activation_bytes, 2 * (8 * (128 + 64) + 2 * 24 * 32 + 4 * 8 * 24));
+  const soc::OpDesc fp = describe_op(c, Plan::from_name("fp32"), BlockOp::GateUp, 3, 3);
+  EXPECT_EQ(fp.dtype, DType::Fp32);
+  EXPECT_EQ(fp.weight_bytes, 4 * 64 * 256);
+  const soc::OpDesc g32 = describe_op(c, Plan::from_name("w8-group"), BlockOp::Down, 3, 3);
+  EXPECT_EQ(g32.groups, 128 / 32);  // one NPU sub-matmul per group (seed 001 Fig. 3b)
+}
+
+TEST(BlockGraph, DependenciesFollowEq2AndEq3) {
+  const ModelConfig c = small();
+  const Plan plan = Plan::parse("shadow-outlier");
+  std::vector<ShadowLoad> shadow(8);
+  for (auto& s : shadow) s.pruned = true;
+  shadow[3] = {false, 3.0, 1000.0};  // layer 0, down input: kept
+  PrefillGraphOptions o;
+  o.expected = shadow;
+  const auto g = prefill_task_graph(c, plan, 40, 16, o);
+  // 3 chunks x (2 layers x 6 subgraphs + 1 shadow) + LM head
+  ASSERT_EQ(g.size(), 3 * 13 + 1);
+  EXPECT_TRUE(find(g, "c1.L0.attn_in").deps.empty());  // chunk 1 can start at once (out of order)
+  const auto& att = find(g, "c1.L1.attention");
+  EXPECT_EQ(att.processor, Processor::Cpu);
+  ASSERT_EQ(att.deps.size(), 2u);  // Eq. 3 (attn_in of the same chunk), Eq. 2 (previous chunk)
+  EXPECT_EQ(g.at(att.deps[0]).name, "c1.L1.attn_in");
+  EXPECT_EQ(g.at(att.deps[1]).name, "c0.L1.attention");
+  const auto& sh = find(g, "c2.L0.shadow.down");
+  EXPECT_EQ(sh.processor, Processor::Cpu);
+  EXPECT_EQ(g.at(sh.deps.at(0)).name, "c2.L0.mlp_act");  // reads the down input
+  const auto& next = find(g, "c2.L1.attn_in");            // merges the shadow result
+  EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), sh.id), next.deps.end());
+  EXPECT_EQ(sh.ops.at(0).k, 3);
+  EXPECT_EQ(sh.ops.at(0).n, 64);
+  EXPECT_EQ(sh.ops.at(0).bytes, 1000);
+  EXPECT_EQ(find(g, "c2.L0.attention").ops.at(1).elements, 48);  // KV grows by chunk
+  EXPECT_EQ(find(g, "c1.L0.attn_in").processor, Processor::Npu);
+  EXPECT_EQ(g.meta["graph_rows"], 16);
+  o.expected.resize(3);
+  EXPECT_THROW(prefill_task_graph(c, plan, 40, 16, o), ShapeError);
+  EXPECT_THROW(prefill_task_graph(c, plan, 0, 16), InvalidArgument);
+  EXPECT_THROW(prefill_task_graph(c, plan, 300, 16), ContextOverflow);
+  EXPECT_THROW(prefill_task_graph(c, plan, 40, 300), InvalidArgument);
+}
+
+TEST(BlockGraph, MovingAnOpClassSplitsItsSubgraph) {
+  const ModelConfig c = small();
+  const Plan plan = Plan::from_name("w8a8").placed(OpClass::Norm, Processor::Cpu);
+  const auto g = prefill_task_graph(c, plan, 16, 16);
+  const auto& norm = find(g, "c0.L0.attn_in.attn_norm");
+  const auto& qkv = find(g, "c0.L0.attn_in.qkv");
+  EXPECT_EQ(norm.processor, Processor::Cpu);
+  EXPECT_EQ(qkv.processor, Processor::Npu);
+  EXPECT_EQ(qkv.deps, std::vector<int64_t>{norm.id});
+  EXPECT_EQ(norm.ops.size(), 1u);
+  EXPECT_EQ(norm.ops[0].name, "attn_norm");
+  // 2 layers x (6 subgraphs + 2 split norms) + LM head
+  EXPECT_EQ(g.size(), 2 * 8 + 1);
+  // the whole block on the GPU: one task per subgraph again
+  const auto gg = prefill_task_graph(c, Plan::from_name("w8a8").all_on(Processor::Gpu), 16, 16);
+  EXPECT_EQ(gg.size(), 2 * 6 + 1);
+  for (const auto& t : gg.tasks())
+    if (t.kind != sched::TaskKind::LmHead) EXPECT_EQ(t.processor, Processor::Gpu);
+}
+
+TEST(PlanPlacement, PresetsCarryLlmNpuPlacementAndRoundTrip) {
+  const Plan w8 = Plan::from_name("w8a8");
+  EXPECT_EQ(w8.at(OpClass::Linear).processor, Processor::Npu);
+  EXPECT_EQ(w8.at(OpClass::Attention).processor, Processor::Cpu);
+  EXPECT_EQ(w8.at(OpClass::Norm).format, DType::Fp16);
+  const Plan fp = Plan::from_name("fp32");
+  for (const auto& p : fp.placement) EXPECT_EQ(p, (OpPlacement{Processor::Cpu, DType::Fp32}));
+  EXPECT_EQ(Plan::from_name("llm-int8").at(OpClass::Linear).processor, Processor::Cpu);
+  for (const auto& name : Plan::known()) {
+    const Plan p = Plan::from_name(name).placed(OpClass::Attention, Processor::Gpu, DType::Fp16);
+    const Plan back = Plan::from_json(p.to_json());
+    EXPECT_EQ(back.placement, p.placement) << name;
+    EXPECT_EQ(back.to_json(), p.to_json()) << name;
+  }
+  const Plan moved = Plan::parse("w8a8:attention=gpu,norm=cpu");
+  EXPECT_EQ(moved.at(OpClass::Attention).processor, Processor::Gpu);
+  EXPECT_EQ(moved.at(OpClass::Norm).processor, Processor::Cpu);
+  const Plan dict = Plan::from_json(
+      {{"name", "w8a8"}, {"placement", {{"norm", {{"processor", "cpu"}, {"format", "fp32"}}}}}});
+  EXPECT_EQ(dict.at(OpClass::Norm), (OpPlacement{Processor::Cpu, DType::Fp32}));
+}
+
+TEST(PlanPlacement, OpsAProcessorCannotRunAreRefused) {
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // a float op in fp32 on the INT8/FP16 NPU
+  EXPECT_NE(message([] { Plan::from_name("fp32").placed(OpClass::Norm, Processor::Npu); })
+                .find("'norm' in fp32 cannot run on the npu"),
+            std::string::npos);
+  EXPECT_NE(message([] { Plan::from_name("fp32").all_on(Processor::Npu); }).find("'linear' in fp32"),
+            std::string::npos);
+  EXPECT_NE(message([] { Plan::from_name("llm-int8").placed(OpClass::Linear, Processor::Npu); })
+                .find("cannot run on the npu"),
+            std::string::npos);
+  EXPECT_NE(message([] { Plan::from_name("shadow-outlier").placed(OpClass::Shadow, Processor::Npu); })
+                .find("'shadow'"),
+            std::string::npos);
+  EXPECT_NE(message([] { Plan::parse("w8a8:softmax=gpu"); }).find("softmax"), std::string::npos);
+  EXPECT_NE(message([] { Plan::parse("w8a8:attention=tpu"); }).find("tpu"), std::string::npos);
+  EXPECT_THROW(Plan::from_json({{"name", "w8a8"}, {"placement", {{"linear", {{"format", "fp16"}}}}}}),
+               InvalidArgument);  // a linear's format follows its scheme
+  // fp16 linears (w4a16) run on the NPU's FP16 path
+  EXPECT_NO_THROW(Plan::from_name("w4a16").all_on(Processor::Npu));
+}
+
+TEST(BlockGraph, GraphRowsForShortPrompts) {
+  EXPECT_EQ(prefill_graph_rows(1000, 0), 1000);
+  EXPECT_EQ(prefill_graph_rows(1000, 256), 256);
+  EXPECT_EQ(prefill_graph_rows(20, 256), 32);
+  EXPECT_EQ(prefill_graph_rows(33, 256), 64);
+  EXPECT_EQ(prefill_graph_rows(200, 128), 128);
+  EXPECT_EQ(prefill_graph_rows(100, 100), 100);
+  EXPECT_EQ(prefill_graph_rows(70, 100), 100);  // 128 capped at the chunk length
+  EXPECT_THROW(prefill_graph_rows(0, 16), InvalidArgument);
+  EXPECT_THROW(prefill_graph_rows(10, -1), InvalidArgument);
+}
+
+TEST(BlockGraph, ExpectedShadowLoadsKeepDownInputsFirst) {
+  const ModelConfig c = ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 100}, {"d_model", 64},
+                                                {"n_layers", 10}, {"n_heads", 4}, {"n_kv_heads", 2},
+                                                {"head_dim", 16}, {"d_ff", 128}, {"context_length", 256}});
+  const auto loads = expected_shadow_loads(c, {0.85, 0.8}, 10.0);
+  ASSERT_EQ(loads.size(), 40u);
+  int kept = 0;
+  for (const auto& l : loads) kept += !l.pruned;
+  EXPECT_EQ(kept, 40 - 34);  // round(0.85 * 40) = 34 pruned
+  EXPECT_FALSE(loads[0 * 4 + 3].pruned);  // down inputs of layers 0 and 9 among the kept
+  EXPECT_FALSE(loads[9 * 4 + 3].pruned);
+  EXPECT_TRUE(loads[0 * 4 + 0].pruned);
+  // 10 channels, 20% cold, fp32 columns of the qkv output (128 values)
+  EXPECT_DOUBLE_EQ(loads[0].cold_fetch_bytes, 10 * 0.2 * 128 * 4);
+  const auto none = expected_shadow_loads(c, {1.0, 0.8}, 10.0);
+  for (const auto& l : none) EXPECT_TRUE(l.pruned);
+}
+
+TEST(Kernels, RoundToFp16) {
+  std::vector<float> x = {1.0f, 1.0f + 1.0f / 4096, 1.0f + 3.0f / 4096, 65504.0f, 70000.0f,
+                          -2.0f / 3.0f, 1e-8f};
+  kernels::round_to_fp16(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_EQ(x[1], 1.0f);                 // half an ulp (2^-11): ties to even
+  EXPECT_EQ(x[2], 1.0f + 2.0f / 2048);   // 1.5 ulp: rounds up to the even 2 ulp
+  EXPECT_EQ(x[3], 65504.0f);             // largest half
+  EXPECT_TRUE(std::isinf(x[4]));         // overflows
+  EXPECT_NEAR(x[5], -0.66650390625f, 0);  // 0x3955: the nearest half to -2/3
+  EXPECT_EQ(x[6], 0.0f);                 // below half the smallest subnormal
+}

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from socllm.configs import graph_census, known
+from socllm.io_utils import atomic_write_text
 
 
 def main() -> None:
@@ -17,12 +19,15 @@ def main() -> None:
     ap.add_argument("--config", default="qwen1.5-1.8b", choices=known())
     ap.add_argument("--prompt-len", type=int, default=1024)
     ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--plan", default="w8a8", help="plan whose graphs are counted")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    shared = graph_census(a.config, a.prompt_len, a.chunk)
-    naive = graph_census(a.config, a.prompt_len, a.chunk, sharing=False)
+    shared = graph_census(a.config, a.prompt_len, a.chunk, plan=a.plan)
+    naive = graph_census(a.config, a.prompt_len, a.chunk, plan=a.plan, sharing=False)
     gb = 1e9
-    print(f"{a.config}, prompt {a.prompt_len}, chunk {a.chunk} ({shared['chunks']} chunks), W8A8")
+    print(
+        f"{a.config}, prompt {a.prompt_len}, chunk {a.chunk} ({shared['chunks']} chunks), {a.plan}"
+    )
     print(
         f"subgraphs per chunk: {shared['subgraphs_per_chunk']}, shareable: "
         f"{shared['shareable_per_chunk']}   (paper, seed 001 §3.2: 120 of 144)"
@@ -41,8 +46,8 @@ def main() -> None:
         "(paper: up to 75%, 7.2 GB)"
     )
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"shared": shared, "per_chunk": naive, "args": vars(a)}, f, indent=2)
+        out = {"shared": shared, "per_chunk": naive, "args": vars(a)}
+        atomic_write_text(Path(a.json), json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -177,6 +177,35 @@ void init_engine(py::module_& m) {
         return std::make_shared<Calibration>(Calibration::empty_for(mdl.config()));
       }, py::arg("model"))
       .def_readwrite("tokens", &Calibration::tokens)
+      .def_static("schema", [] {
+        py::list l;
+        for (const auto& a : Calibration::schema()) {
+          py::dict d;
+          d["name"] = a.name;
+          d["dtype"] = a.dtype;
+          d["shape"] = a.shape;
+          d["step"] = a.step;
+          d["required"] = a.required;
+          d["description"] = a.description;
+          l.append(d);
+        }
+        return l;
+      }, "The arrays of the calibration artifact (calibration.h): name, dtype, per-site shape, "
+         "the step that writes it, required, description.")
+      .def_property_readonly_static("format_version", [](const py::object&) { return Calibration::kFormatVersion; })
+      .def("save", [](const Calibration& c, const std::string& path, const Model& mdl,
+                      const py::object& provenance) {
+        const auto prov = py_to_json(provenance);
+        py::gil_scoped_release nogil;
+        c.save(path, mdl.config(), prov);
+      }, py::arg("path"), py::arg("model"), py::arg("provenance"),
+      "Write the artifact atomically with the provenance as root attributes.")
+      .def_static("load", [](const std::string& path, const Model& mdl) {
+        nlohmann::json prov;
+        auto c = std::make_shared<Calibration>(Calibration::load(path, mdl.config(), &prov));
+        return py::make_tuple(c, json_to_py(prov));
+      }, py::arg("path"), py::arg("model"),
+      "(Calibration, provenance dict) from an artifact file, checked against the model.")
       .def_static("sites", [] {
         std::vector<std::string> out;
         for (int s = 0; s < kNumLinearSites; ++s) out.push_back(linear_site_name(static_cast<LinearSite>(s)));

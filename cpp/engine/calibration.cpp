@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "socllm/core.h"
+#include "socllm/model_store.h"
 
 namespace socllm {
 
@@ -173,6 +174,182 @@ std::vector<quant::ShadowLinearConfig> Calibration::shadow_configs(
       out[i].pruned = pruned[i];
     }
   return out;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The artifact file.
+
+namespace {
+
+constexpr std::array<CalibrationArraySpec, 6> kSchema = {{
+    {"act_absmax", "float32", "[n_layers, width]", "act-scales", true,
+     "running max of |x| per input channel (static scales: max / 127)"},
+    {"abs_hist", "int64", "[n_layers, 16384]", "act-scales", true,
+     "histogram of |x|, bin = float bits >> 17 (64 bins per octave), for percentile thresholds"},
+    {"outlier_threshold", "float32", "[n_layers]", "outliers", false,
+     "shadow-outlier threshold t of each input (seed 001 §3.3; the NPU scale is t / 127)"},
+    {"outlier_count", "int64", "[n_layers, width]", "outliers", false,
+     "values beyond t per input channel (hot channels, Fig. 11)"},
+    {"outlier_seq_channels", "int64", "[n_layers]", "outliers", false,
+     "distinct channels beyond t per calibration window, summed"},
+    {"outlier_seqs", "int64", "[n_layers]", "outliers", false, "calibration windows counted"},
+}};
+
+// The config keys that decide whether statistics fit a model (its name may differ).
+constexpr const char* kShapeKeys[] = {"arch", "vocab_size", "d_model", "n_layers", "n_heads",
+                                      "n_kv_heads", "head_dim", "d_ff", "rope_theta", "rms_eps",
+                                      "tie_embeddings", "qkv_bias", "mlp"};
+
+struct SiteArrays {
+  std::vector<float>* f;
+  std::vector<int64_t>* i;
+};
+
+SiteArrays site_arrays(Calibration& c, const std::string& name, int s) {
+  if (name == "act_absmax") return {&c.channel_absmax[s], nullptr};
+  if (name == "abs_hist") return {nullptr, &c.abs_hist[s]};
+  if (name == "outlier_threshold") return {&c.outlier_threshold[s], nullptr};
+  if (name == "outlier_count") return {nullptr, &c.outlier_count[s]};
+  if (name == "outlier_seq_channels") return {nullptr, &c.outlier_seq_channels[s]};
+  return {nullptr, &c.outlier_seqs[s]};  // outlier_seqs
+}
+
+// The per-site shape a spec gives for a model.
+std::vector<int64_t> spec_shape(const CalibrationArraySpec& spec, int64_t n_layers, int64_t width) {
+  const std::string sh = spec.shape;
+  if (sh == "[n_layers]") return {n_layers};
+  if (sh == "[n_layers, width]") return {n_layers, width};
+  return {n_layers, Calibration::kAbsHistBins};
+}
+
+}  // namespace
+
+std::span<const CalibrationArraySpec> Calibration::schema() { return kSchema; }
+
+void Calibration::save(const std::string& path, const ModelConfig& model,
+                       const nlohmann::json& provenance) const {
+  check_matches(model);
+  if (!provenance.is_object())
+    throw InvalidArgument("[Calibration.save] provenance must be an object, got " + provenance.dump());
+  H5Writer w(path);
+  for (const auto& [k, v] : provenance.items())
+    w.attr("/", k, v.is_array() || v.is_object() ? nlohmann::json(v.dump()) : v);
+  w.attr("/", "format", kFormat);
+  w.attr("/", "format_version", kFormatVersion);
+  w.attr("/", "model_name", model.name);
+  w.attr("/", "model_config", model.to_json().dump());
+  w.attr("/", "tokens", tokens);
+  auto& self = const_cast<Calibration&>(*this);  // site_arrays hands out mutable views
+  for (const auto& spec : kSchema) {
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      const auto a = site_arrays(self, spec.name, s);
+      const size_t n = a.f ? a.f->size() : a.i->size();
+      if (n == 0) continue;  // its step did not run
+      const auto shape = spec_shape(spec, n_layers, width[s]);
+      const std::string ds = std::string(spec.name) + "/" + linear_site_name(static_cast<LinearSite>(s));
+      if (a.f) w.write(ds, shape, a.f->data());
+      else w.write(ds, shape, a.i->data());
+    }
+  }
+  if (has_outlier_stats()) {
+    // What the shadow-outlier plan builds at its default options, for inspection.
+    const quant::ShadowOptions d;
+    const auto cfgs = shadow_configs(d);
+    const auto imp = outlier_importance();
+    std::vector<float> importance(imp.begin(), imp.end());
+    std::vector<uint8_t> pruned(cfgs.size());
+    for (size_t i = 0; i < cfgs.size(); ++i) pruned[i] = cfgs[i].pruned;
+    w.group("/shadow_defaults");
+    w.attr("/shadow_defaults", "hot_share", d.hot_share);
+    w.attr("/shadow_defaults", "pruning_rate", d.pruning_rate);
+    std::string sites;
+    for (int s = 0; s < kNumLinearSites; ++s)
+      sites += (s ? "," : "") + std::string(linear_site_name(static_cast<LinearSite>(s)));
+    w.attr("/shadow_defaults", "sites", sites);
+    w.write("/shadow_defaults/importance", {n_layers, kNumLinearSites}, importance.data());
+    w.write("/shadow_defaults/pruned", {n_layers, kNumLinearSites}, pruned.data());
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      std::vector<uint8_t> hot(static_cast<size_t>(n_layers * width[s]), 0);
+      for (int64_t l = 0; l < n_layers; ++l)
+        for (int64_t ch : cfgs[static_cast<size_t>(l * kNumLinearSites + s)].hot_channels)
+          hot[static_cast<size_t>(l * width[s] + ch)] = 1;
+      w.write(std::string("/shadow_defaults/hot_mask/") + linear_site_name(static_cast<LinearSite>(s)),
+              {n_layers, width[s]}, hot.data());
+    }
+  }
+  w.commit();
+}
+
+Calibration Calibration::load(const std::string& path, const ModelConfig& model,
+                              nlohmann::json* provenance) {
+  H5File f(path);
+  if (!f.has_attr("/", "format") || f.attr_json("/", "format") != kFormat)
+    throw FormatError("[Calibration] '" + path + "' is not a socllm calibration file (format attribute missing)");
+  const auto version = f.has_attr("/", "format_version") ? f.attr_json("/", "format_version") : nlohmann::json(0);
+  if (version != kFormatVersion)
+    throw InvalidArgument("[Calibration] '" + path + "' has schema version " + version.dump() +
+                          "; this socllm reads version " + std::to_string(kFormatVersion) +
+                          " (recalibrate: socllm calibrate)");
+  const std::string name = f.has_attr("/", "model_name") ? f.attr_str("/", "model_name") : "";
+  if (!f.has_attr("/", "model_config"))
+    throw FormatError("[Calibration] '" + path + "' lacks the model_config attribute");
+  nlohmann::json theirs;
+  try {
+    theirs = nlohmann::json::parse(f.attr_str("/", "model_config"));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError("[Calibration] '" + path + "': model_config is not JSON (" + e.what() + ")");
+  }
+  const nlohmann::json ours = model.to_json();
+  for (const char* k : kShapeKeys)
+    if (theirs.value(k, nlohmann::json()) != ours.value(k, nlohmann::json()))
+      throw InvalidArgument("[Calibration] '" + path + "' was calibrated on model '" + name + "' (" +
+                            k + " " + theirs.value(k, nlohmann::json()).dump() + "), not on this one ('" +
+                            model.name + "', " + k + " " + ours.value(k, nlohmann::json()).dump() + ")");
+  Calibration c = empty_for(model);
+  for (const auto& spec : kSchema) {
+    int present = 0;
+    for (int s = 0; s < kNumLinearSites; ++s) {
+      const std::string ds = std::string("/") + spec.name + "/" + linear_site_name(static_cast<LinearSite>(s));
+      if (!f.has(ds)) continue;
+      ++present;
+      const auto want = spec_shape(spec, c.n_layers, c.width[s]);
+      const auto got = f.shape(ds);
+      if (got != want) {
+        auto str = [](const std::vector<int64_t>& v) {
+          std::string o = "[";
+          for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
+          return o + "]";
+        };
+        throw FormatError("[Calibration] '" + path + "': " + ds + " has shape " + str(got) +
+                          ", the schema gives " + str(want) + " for this model");
+      }
+      const auto a = site_arrays(c, spec.name, s);
+      if (a.f) {
+        TensorF32 t = f.read_f32(ds);
+        *a.f = std::move(t.data);
+      } else {
+        *a.i = f.read_i64(ds);
+      }
+    }
+    if (present != 0 && present != kNumLinearSites)
+      throw FormatError("[Calibration] '" + path + "' has " + spec.name + " for " +
+                        std::to_string(present) + " of the " + std::to_string(kNumLinearSites) + " sites");
+    if (present == 0 && spec.required)
+      throw FormatError("[Calibration] '" + path + "' lacks " + spec.name + " (written by step " + spec.step + ")");
+  }
+  const bool outliers = !c.outlier_threshold[0].empty();
+  for (int s = 0; s < kNumLinearSites; ++s)
+    if (outliers && (c.outlier_count[s].empty() || c.outlier_seqs[s].empty() ||
+                     c.outlier_seq_channels[s].empty()))
+      throw FormatError("[Calibration] '" + path + "' has outlier thresholds without their counts");
+  c.tokens = f.has_attr("/", "tokens") ? f.attr_int("/", "tokens") : 0;
+  c.check_matches(model);
+  if (provenance) {
+    *provenance = nlohmann::json::object();
+    for (const auto& k : f.attr_names("/")) (*provenance)[k] = f.attr_json("/", k);
+  }
+  return c;
 }
 
 }  // namespace socllm

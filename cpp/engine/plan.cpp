@@ -263,6 +263,9 @@ void Plan::validate_placement() const {
   for (int i = 0; i < kNumOpClasses; ++i) {
     const auto c = static_cast<OpClass>(i);
     const OpPlacement& p = placement[static_cast<size_t>(i)];
+    if (is_float_class(c) && p.format == soc::DType::Int8)
+      throw InvalidArgument("[Plan] '" + name + "': unknown mode int8 for op class '" +
+                            op_class_name(c) + "' (its formats: fp16, fp32)");
     if (!can_run(p.processor, p.format))
       throw InvalidArgument("[Plan] '" + name + "': op class '" + op_class_name(c) + "' in " +
                             soc::dtype_name(p.format) + " cannot run on the " +

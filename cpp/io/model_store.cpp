@@ -3,6 +3,9 @@
 #include <hdf5.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <mutex>
 
 namespace socllm {
@@ -61,11 +64,21 @@ bool H5File::has_attr(const std::string& object_path, const std::string& name) c
 }
 
 namespace {
+// Opens an attribute that must hold one value: an array-valued attribute would overflow the
+// scalar it is read into.
 hid_t open_attr(int64_t file, const std::string& path, const std::string& obj,
                 const std::string& name) {
   hid_t a = H5Aopen_by_name(file, obj.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
   if (a < 0)
     throw FormatError("[H5File] '" + path + "' has no attribute '" + name + "' on '" + obj + "'");
+  hid_t sp = H5Aget_space(a);
+  const hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (n != 1) {
+    H5Aclose(a);
+    throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path +
+                      "' must hold one value, holds " + std::to_string(n));
+  }
   return a;
 }
 }  // namespace
@@ -85,6 +98,11 @@ int64_t H5File::attr_int(const std::string& obj, const std::string& name) const 
 
 double H5File::attr_float(const std::string& obj, const std::string& name) const {
   Handle a{open_attr(id_, path_, obj, name), H5Aclose};
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT && cls != H5T_ENUM)
+    throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
+                      "' is not a number");
   double v = 0;
   if (H5Aread(a.id, H5T_NATIVE_DOUBLE, &v) < 0)
     throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
@@ -110,6 +128,9 @@ std::string H5File::attr_str(const std::string& obj, const std::string& name) co
     return out;
   }
   size_t n = H5Tget_size(t.id);
+  if (n > (size_t{1} << 20))
+    throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
+                      "' is a string of " + std::to_string(n) + " bytes");
   std::string out(n, '\0');
   if (H5Aread(a.id, t.id, out.data()) < 0)
     throw FormatError("[H5File] cannot read attribute '" + obj + "@" + name + "'");
@@ -117,22 +138,183 @@ std::string H5File::attr_str(const std::string& obj, const std::string& name) co
   return out;
 }
 
-TensorF32 H5File::read_f32(const std::string& dataset_path) const {
+std::vector<int64_t> H5File::shape(const std::string& dataset_path) const {
   if (!has(dataset_path))
     throw FormatError("[H5File] '" + path_ + "' has no dataset '" + dataset_path + "'");
   Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
   if (d.id < 0) throw FormatError("[H5File] '" + dataset_path + "' in '" + path_ + "' is not a dataset");
   Handle sp{H5Dget_space(d.id), H5Sclose};
   int nd = H5Sget_simple_extent_ndims(sp.id);
-  if (nd < 0) throw FormatError("[H5File] bad dataspace for '" + dataset_path + "'");
+  if (nd < 0 || nd > 8) throw FormatError("[H5File] bad dataspace for '" + dataset_path + "'");
   std::vector<hsize_t> dims(static_cast<size_t>(nd));
   H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
-  std::vector<int64_t> shape(dims.begin(), dims.end());
+  // The data must fit in the file: bounds every allocation by the file's size (gzip aside,
+  // which HDF5 checks when reading).
+  double n = 1;
+  for (hsize_t x : dims) n *= static_cast<double>(x);
+  struct stat st {};
+  ::stat(path_.c_str(), &st);
+  Handle plist{H5Dget_create_plist(d.id), H5Pclose};
+  const bool compressed = plist.id >= 0 && H5Pget_nfilters(plist.id) > 0;
+  if (!compressed && n > static_cast<double>(st.st_size))
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' claims " +
+                      std::to_string(static_cast<int64_t>(n)) + " values in a file of " +
+                      std::to_string(st.st_size) + " bytes");
+  if (n > 4e9)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' is too large (" +
+                      std::to_string(static_cast<int64_t>(n)) + " values)");
+  return {dims.begin(), dims.end()};
+}
+
+std::vector<int64_t> H5File::read_i64(const std::string& dataset_path) const {
+  const auto sh = shape(dataset_path);
+  Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_INTEGER && cls != H5T_ENUM)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' is not integer");
+  int64_t n = 1;
+  for (int64_t x : sh) n *= x;
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  if (n > 0 && H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
+                      "' (truncated or corrupt)");
+  return out;
+}
+
+std::vector<std::string> H5File::attr_names(const std::string& obj) const {
+  std::vector<std::string> out;
+  Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
+  if (o.id < 0) throw FormatError("[H5File] '" + path_ + "' has no object '" + obj + "'");
+  hsize_t idx = 0;
+  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  if (H5Aiterate2(o.id, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &out) < 0)
+    throw FormatError("[H5File] cannot read the attributes of '" + obj + "' in '" + path_ + "'");
+  return out;
+}
+
+nlohmann::json H5File::attr_json(const std::string& obj, const std::string& name) const {
+  H5T_class_t cls;
+  {
+    Handle a{open_attr(id_, path_, obj, name), H5Aclose};
+    Handle t{H5Aget_type(a.id), H5Tclose};
+    cls = H5Tget_class(t.id);
+  }
+  switch (cls) {
+    case H5T_STRING: return attr_str(obj, name);
+    case H5T_INTEGER:
+    case H5T_ENUM: return attr_int(obj, name);
+    case H5T_FLOAT: return attr_float(obj, name);
+    default:
+      throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
+                        "' is neither a string nor a number");
+  }
+}
+
+TensorF32 H5File::read_f32(const std::string& dataset_path) const {
+  std::vector<int64_t> shape = this->shape(dataset_path);
+  Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
   TensorF32 out(shape);
   if (out.numel() > 0 && H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.ptr()) < 0)
     throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
                       "' (truncated or corrupt)");
   return out;
+}
+
+}  // namespace socllm
+
+// ---------------------------------------------------------------------------------------------
+
+namespace socllm {
+
+H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
+  silence_hdf5();
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  id_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id_ < 0) throw InvalidArgument("[H5Writer] cannot create '" + tmp_ + "' (is the folder writable?)");
+}
+
+H5Writer::~H5Writer() {
+  if (id_ >= 0) H5Fclose(id_);
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void H5Writer::group(const std::string& group_path) {
+  Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
+  H5Pset_create_intermediate_group(lcpl.id, 1);
+  if (H5Lexists(id_, group_path.c_str(), H5P_DEFAULT) > 0) return;
+  Handle g{H5Gcreate2(id_, group_path.c_str(), lcpl.id, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+  if (g.id < 0) throw InvalidArgument("[H5Writer] cannot create group '" + group_path + "'");
+}
+
+void H5Writer::attr(const std::string& obj, const std::string& name, const nlohmann::json& v) {
+  Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
+  if (o.id < 0) throw InvalidArgument("[H5Writer] no object '" + obj + "' for attribute " + name);
+  Handle sp{H5Screate(H5S_SCALAR), H5Sclose};
+  herr_t rc = -1;
+  if (v.is_string()) {
+    const std::string str = v.get<std::string>();
+    Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(t.id, H5T_VARIABLE);
+    H5Tset_cset(t.id, H5T_CSET_UTF8);
+    Handle a{H5Acreate2(o.id, name.c_str(), t.id, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    const char* c = str.c_str();
+    rc = H5Awrite(a.id, t.id, &c);
+  } else if (v.is_boolean() || v.is_number_integer()) {
+    const int64_t x = v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>();
+    Handle a{H5Acreate2(o.id, name.c_str(), H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    rc = H5Awrite(a.id, H5T_NATIVE_INT64, &x);
+  } else if (v.is_number()) {
+    const double x = v.get<double>();
+    Handle a{H5Acreate2(o.id, name.c_str(), H5T_IEEE_F64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    rc = H5Awrite(a.id, H5T_NATIVE_DOUBLE, &x);
+  } else {
+    throw InvalidArgument("[H5Writer] attribute '" + name + "' must be a string, number or bool, got " +
+                          v.dump());
+  }
+  if (rc < 0) throw InvalidArgument("[H5Writer] cannot write attribute '" + name + "'");
+}
+
+void H5Writer::write_raw(const std::string& path, const std::vector<int64_t>& shape,
+                         int64_t file_type, int64_t mem_type, const void* data) {
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) group(path.substr(0, slash));
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle sp{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+  Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  hsize_t n = 1;
+  for (hsize_t x : dims) n *= x;
+  if (n > 0 && !dims.empty()) {
+    H5Pset_chunk(dcpl.id, static_cast<int>(dims.size()), dims.data());
+    H5Pset_deflate(dcpl.id, 4);
+  }
+  Handle d{H5Dcreate2(id_, path.c_str(), file_type, sp.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT), H5Dclose};
+  if (d.id < 0 || (n > 0 && H5Dwrite(d.id, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+    throw InvalidArgument("[H5Writer] cannot write dataset '" + path + "' to '" + tmp_ + "'");
+}
+
+void H5Writer::write(const std::string& p, const std::vector<int64_t>& shape, const float* data) {
+  write_raw(p, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data);
+}
+void H5Writer::write(const std::string& p, const std::vector<int64_t>& shape, const int64_t* data) {
+  write_raw(p, shape, H5T_STD_I64LE, H5T_NATIVE_INT64, data);
+}
+void H5Writer::write(const std::string& p, const std::vector<int64_t>& shape, const uint8_t* data) {
+  write_raw(p, shape, H5T_STD_U8LE, H5T_NATIVE_UINT8, data);
+}
+
+void H5Writer::commit() {
+  if (H5Fclose(id_) < 0) {
+    id_ = -1;
+    throw InvalidArgument("[H5Writer] cannot finish '" + tmp_ + "'");
+  }
+  id_ = -1;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw InvalidArgument("[H5Writer] cannot move '" + tmp_ + "' to '" + path_ + "'");
+  committed_ = true;
 }
 
 }  // namespace socllm

@@ -66,6 +66,15 @@ nlohmann::json ModelConfig::to_json() const {
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   ModelConfig c;
+  if (!j.is_object())
+    throw InvalidArgument("[ModelConfig.from_json] a model config is a JSON object, got " +
+                          j.dump().substr(0, 200));
+  std::string missing;
+  for (const char* key : {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff",
+                          "context_length"})
+    if (!j.contains(key)) missing += std::string(missing.empty() ? "" : ", ") + "'" + key + "'";
+  if (!missing.empty())
+    throw InvalidArgument("[ModelConfig.from_json] model config lacks " + missing);
   try {
     c.arch = j.at("arch").get<std::string>();
     c.name = j.value("name", std::string());

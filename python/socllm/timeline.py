@@ -64,7 +64,8 @@ def _config(config) -> dict:
     if hasattr(config, "config"):  # a LanguageModel
         return dict(config.config)
     raise InvalidArgumentError(
-        f"a config is a name of socllm.configs, a dict or a loaded model, got {type(config).__name__}"
+        "a config is a name of socllm.configs, a dict or a loaded model, got "
+        f"{type(config).__name__}"
     )
 
 

@@ -36,7 +36,7 @@ def calib_file(smollm, tmp_path_factory):
     path = save_calibration(tmp_path_factory.mktemp("cal") / "calib.h5", cal, smollm)
     smollm.load_calibration(path)
     yield path
-    smollm._engine.set_calibration(None)
+    smollm.set_calibration(None)
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +50,19 @@ def test_presets_round_trip_through_json():
     for name in PRESETS:
         p = socllm.Plan(name)
         j = p.to_json()
-        assert j["name"] == name and set(j["ops"]) == {
-            "linear",
-            "attention",
+        assert j["name"] == name and set(j["ops"]) == set(socllm.Plan.op_classes())
+        assert set(socllm.Plan.op_classes()) == {
             "norm",
-            "embedding",
+            "linear",
+            "rope",
+            "attention",
+            "activation",
+            "residual",
+            "shadow",
             "lm_head",
         }
+        for entry in j["ops"].values():
+            assert entry["processor"] in ("npu", "cpu", "gpu") and entry["format"]
         assert socllm.Plan(j).to_json() == j
         assert socllm.Plan.describe(name)
     sq = socllm.Plan("smoothquant:alpha=0.8,chunk_len=128").to_json()
@@ -92,7 +98,7 @@ def test_presets_round_trip_through_json():
         ("llm-int8:threshold=-1", "threshold must be > 0"),
         ("w8-group:group_size=2.5", "must be an integer"),
         ({"name": "custom"}, "needs 'ops'"),
-        ({"name": "custom", "ops": {"conv": "fp32"}}, "unknown operator class 'conv'"),
+        ({"name": "custom", "ops": {"conv": "fp32"}}, "unknown op class 'conv'"),
         ({"name": "custom", "ops": {"attention": "int8"}}, "unknown mode"),
         (
             {"name": "custom", "ops": {"linear": {"activations": "int8-static-per-group"}}},
@@ -135,8 +141,8 @@ def test_calibration_round_trip_and_provenance(smollm, calib_file):
 def test_calibration_absmax_matches_a_numpy_observation(smollm):
     """attn_in of layer 0 is RMSNorm(embedding) * w: recompute it in numpy from the weights."""
     ids = [1, 504, 3, 900, 17]
-    cal = _core.Calibration.empty_for(smollm._model)
-    smollm._engine.observe_activations([ids], cal)
+    cal = smollm.new_calibration()
+    smollm.observe_activations([ids], cal)
     with h5py.File(smollm.path) as f:
         emb = f["weights/embed_tokens"][()][ids]
         w = f["weights/layers/0/attn_norm"][()]
@@ -152,7 +158,7 @@ def test_calibration_from_another_model_is_rejected(smollm, calib_file, tmp_path
         f.attrs["model_name"] = "Qwen1.5-1.8B"
     with pytest.raises(socllm.InvalidArgumentError, match="calibrated on model 'Qwen1.5-1.8B'"):
         load_calibration(other, smollm)
-    cal = _core.Calibration.empty_for(smollm._model)
+    cal = smollm.new_calibration()
     with pytest.raises(socllm.ShapeError, match="needs shape"):
         cal.set("attn_in", np.zeros((24, 2048), np.float32))
     with pytest.raises(socllm.MissingFileError):
@@ -190,9 +196,9 @@ def site_input(smollm):
 
 def test_w8a8_graph_is_exact_int8_arithmetic(smollm, calib_file, site_input):
     W = _weights(smollm, 3, "attn_in")
-    g = smollm._engine.linear_graph("w8a8", 3, "attn_in", 37)
+    g = smollm.linear_graph("w8a8", 3, "attn_in", 37)
     y = g.run(site_input)
-    sx = np.float32(smollm._engine.calibration().get("attn_in")[3].max() / np.float32(127))
+    sx = np.float32(smollm.calibration.get("attn_in")[3].max() / np.float32(127))
     assert g.scales == [pytest.approx(float(sx), rel=1e-7)]
     sw = np.float32(np.abs(W).max() / np.float32(127))
     qx = _q(site_input, sx).astype(np.int64)
@@ -205,7 +211,7 @@ def test_w8a8_graph_is_exact_int8_arithmetic(smollm, calib_file, site_input):
 
 def test_perchannel_and_smoothquant_graphs(smollm, calib_file, site_input):
     W = _weights(smollm, 2, "mlp_in")
-    amax = smollm._engine.calibration().get("mlp_in")[2]
+    amax = smollm.calibration.get("mlp_in")[2]
     x = site_input
     # per-channel weights, static per-tensor activations
     sx = np.float32(amax.max() / np.float32(127))
@@ -213,7 +219,7 @@ def test_perchannel_and_smoothquant_graphs(smollm, calib_file, site_input):
     ref = (_q(x, sx).astype(np.int64) @ _q(W, sw[:, None]).astype(np.int64).T).astype(
         np.float32
     ) * (sx * sw)
-    y = smollm._engine.linear_graph("w8a8-perchannel", 2, "mlp_in", 37).run(x)
+    y = smollm.linear_graph("w8a8-perchannel", 2, "mlp_in", 37).run(x)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     # SmoothQuant, alpha 0.5: s = sqrt(amax) / sqrt(wmax) per input channel
     s = (
@@ -226,7 +232,7 @@ def test_perchannel_and_smoothquant_graphs(smollm, calib_file, site_input):
     ref = (_q(xs, sx).astype(np.int64) @ _q(Ws, sw).astype(np.int64).T).astype(np.float32) * (
         sx * sw
     )
-    y = smollm._engine.linear_graph("smoothquant", 2, "mlp_in", 37).run(x)
+    y = smollm.linear_graph("smoothquant", 2, "mlp_in", 37).run(x)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
@@ -243,7 +249,7 @@ def test_llm_int8_graph(smollm, site_input):
     ) * (sx[:, None] * sw)
     ref += x[:, cols] @ W[:, cols].T
     assert cols[5] and cols[100]
-    y = smollm._engine.linear_graph("llm-int8", 1, "attn_in", 37).run(x)
+    y = smollm.linear_graph("llm-int8", 1, "attn_in", 37).run(x)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
@@ -262,13 +268,13 @@ def test_group_graphs(smollm, site_input, plan, bits):
         sx = (np.abs(xg).max(2, keepdims=True) / np.float32(127)).astype(np.float32)
         x_hat = (_q(xg, sx) * sx).reshape(x.shape).astype(np.float32)
     ref = x_hat.astype(np.float64) @ w_hat.T.astype(np.float64)
-    y = smollm._engine.linear_graph(plan, 0, "attn_out", 37).run(x)
+    y = smollm.linear_graph(plan, 0, "attn_out", 37).run(x)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
 def test_fp32_graph_equals_the_weights(smollm, site_input):
     W = _weights(smollm, 4, "attn_in")
-    y = smollm._engine.linear_graph("fp32", 4, "attn_in", 37).run(site_input)
+    y = smollm.linear_graph("fp32", 4, "attn_in", 37).run(site_input)
     np.testing.assert_allclose(y, site_input.astype(np.float64) @ W.T, rtol=1e-4, atol=1e-4)
 
 
@@ -294,7 +300,7 @@ def test_padding_rows_never_reach_real_rows(smollm, calib_file, site_input, plan
     """Operator level, every plan: a graph's real rows are the same whatever its padding rows
     hold (zeros or other values below llm-int8's threshold: a graph run alone treats all its
     rows as one segment). Up to fp32 GEMM rounding for the float-path schemes."""
-    g = smollm._engine.linear_graph(plan, 5, "attn_in", 64)
+    g = smollm.linear_graph(plan, 5, "attn_in", 64)
     a = np.zeros((64, 576), np.float32)
     a[:37] = site_input
     b = a.copy()
@@ -319,7 +325,7 @@ def test_padding_never_changes_results(smollm, calib_file, prompt, plan):
 
 
 def test_chunk_sharing_graph_counts(smollm, prompt):
-    e = smollm._engine
+    e = smollm
     e.clear_graphs()
     smollm.logits(prompt, {"name": "fp32", "chunk_len": 128})  # 3 chunks
     s = e.graph_stats()

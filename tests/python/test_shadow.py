@@ -29,7 +29,7 @@ def calib(smollm, tmp_path_factory):
     path = save_calibration(tmp_path_factory.mktemp("cal") / "outliers.h5", cal, smollm)
     smollm.load_calibration(path)
     yield path, cal
-    smollm._engine.set_calibration(None)
+    smollm.set_calibration(None)
 
 
 def _weights(smollm, layer):
@@ -69,7 +69,7 @@ def test_split_equals_eq1_reference(smollm, calib):
     t = float(cal.stats.array("outlier_threshold", "mlp_act")[layer])
     W = _weights(smollm, layer)
     x = _input_with_outliers(t)
-    y = smollm._engine.linear_graph("shadow-outlier:pruning_rate=0", layer, "mlp_act", 24).run(x)
+    y = smollm.linear_graph("shadow-outlier:pruning_rate=0", layer, "mlp_act", 24).run(x)
     ref = _shadow_reference(x, W, t, residual=True)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     # and it is the float matmul up to the INT8 rounding of the in-range part
@@ -77,7 +77,7 @@ def test_split_equals_eq1_reference(smollm, calib):
     inrange_rounding = np.abs(_shadow_reference(x, W, t, False) - np.clip(x, -t, t) @ W.T)
     assert np.all(np.abs(y - exact) <= inrange_rounding + 1e-3 * np.abs(exact).max())
     # w8a8 on the same input is worse: it saturates the outliers (both share the W rounding)
-    w8a8 = smollm._engine.linear_graph("w8a8", layer, "mlp_act", 24).run(x)
+    w8a8 = smollm.linear_graph("w8a8", layer, "mlp_act", 24).run(x)
     assert np.abs(w8a8 - exact).mean() > 1.5 * np.abs(y - exact).mean()
 
 
@@ -87,7 +87,7 @@ def test_full_pruning_is_clipping_and_maxmin_threshold_is_w8a8(smollm, calib, tm
     t = float(cal.stats.array("outlier_threshold", "mlp_act")[layer])
     W = _weights(smollm, layer)
     x = _input_with_outliers(t, seed=1)
-    y = smollm._engine.linear_graph("shadow-outlier:pruning_rate=1", layer, "mlp_act", 24).run(x)
+    y = smollm.linear_graph("shadow-outlier:pruning_rate=1", layer, "mlp_act", 24).run(x)
     ref = _shadow_reference(x, W, t, residual=False)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
@@ -99,8 +99,8 @@ def test_full_pruning_is_clipping_and_maxmin_threshold_is_w8a8(smollm, calib, tm
     m = socllm.LanguageModel(smollm.path, calib=path)
     amax = maxmin.absmax("mlp_act")[layer].max()
     xin = np.clip(x, -amax, amax)
-    a = m._engine.linear_graph("shadow-outlier:pruning_rate=0", layer, "mlp_act", 24).run(xin)
-    b = m._engine.linear_graph("w8a8", layer, "mlp_act", 24).run(xin)
+    a = m.linear_graph("shadow-outlier:pruning_rate=0", layer, "mlp_act", 24).run(xin)
+    b = m.linear_graph("w8a8", layer, "mlp_act", 24).run(xin)
     np.testing.assert_array_equal(a, b)
     # (whole-model logits differ: deeper inputs of the quantized model leave the calibrated
     # range, where w8a8 saturates and shadow-outlier computes the excess on the CPU)
@@ -159,10 +159,10 @@ def test_runtime_counters_match_the_profile(smollm, calib):
     p = cal.provenance
     windows = calibration_windows(corpus_tokens(smollm), p["samples"], p["seqlen"], p["seed"])
     plan = "shadow-outlier:pruning_rate=0,hot_share=1"
-    smollm._engine.shadow_stats(plan, reset=True)
+    smollm.shadow_stats(plan, reset=True)
     for w in windows:
         smollm.logits(w, plan)
-    st = {(d["layer"], d["site"]): d for d in smollm._engine.shadow_stats(plan)}
+    st = {(d["layer"], d["site"]): d for d in smollm.shadow_stats(plan)}
     s0 = st[(0, "attn_in")]
     assert s0["segments"] == 4
     assert s0["outlier_values"] == cal.stats.array("outlier_count", "attn_in")[0].sum()
@@ -171,19 +171,19 @@ def test_runtime_counters_match_the_profile(smollm, calib):
     assert s0["syncs"] == sum(1 for _ in windows) if s0["outlier_values"] else s0["syncs"] == 0
     # with no resident channels every gathered channel is a cold fetch of one weight column
     cold = "shadow-outlier:pruning_rate=0,hot_share=0"
-    smollm._engine.shadow_stats(cold, reset=True)
+    smollm.shadow_stats(cold, reset=True)
     smollm.logits(windows[0], cold)
-    for d in smollm._engine.shadow_stats(cold):
+    for d in smollm.shadow_stats(cold):
         assert d["hot_hits"] == 0 and d["resident_float_bytes"] == 0
         assert d["cold_fetches"] == d["outlier_channels"]
         assert d["cold_fetch_bytes"] == d["cold_fetches"] * d["out_features"] * 4
     # pruned inputs never run their CPU part
-    for d in smollm._engine.shadow_stats("shadow-outlier:pruning_rate=1"):
+    for d in smollm.shadow_stats("shadow-outlier:pruning_rate=1"):
         assert d["pruned"] and d["syncs"] == 0
 
 
 def test_resident_float_weights_are_a_small_share(smollm, calib):
-    st = smollm._engine.shadow_stats("shadow-outlier")
+    st = smollm.shadow_stats("shadow-outlier")
     resident = sum(d["resident_float_bytes"] for d in st)
     full = sum(d["in_features"] * d["out_features"] * 4 for d in st)
     assert 0 < resident < 0.2 * full
@@ -204,7 +204,7 @@ def test_bad_shadow_plans_and_missing_profile(smollm, calib, tmp_path):
     with pytest.raises(socllm.InvalidArgumentError, match="--steps act-scales,outliers"):
         m.logits([1, 2, 3], "shadow-outlier")
     with pytest.raises(socllm.InvalidArgumentError, match="does not use shadow"):
-        smollm._engine.shadow_stats("w8a8")
+        smollm.shadow_stats("w8a8")
     c = _core.Calibration.empty_for(smollm._model)
     with pytest.raises(socllm.InvalidArgumentError, match="must be finite and > 0"):
         c.set_outlier_thresholds("attn_in", np.zeros(30, np.float32))

@@ -21,11 +21,11 @@ from socllm.calibrate import (
     save_calibration,
 )
 from socllm.cli import main as cli_main
+from socllm.configs import graph_census, load_config
 from socllm.configs import known as known_configs
-from socllm.configs import load_config
 from socllm.devices import known as known_devices
 from socllm.devices import load_profile
-from socllm.timeline import expected_shadow_loads, graph_rows, placement, simulate, simulate_model
+from socllm.timeline import simulate, simulate_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,6 +79,7 @@ def test_cost_model_in_profiles_is_the_current_fit():
 
 
 def test_configs_build_graphs():
+    """Every shape-only config works everywhere a config is accepted (one config type)."""
     for name in known_configs():
         cfg = load_config(name)
         t = simulate(cfg, "snapdragon-8gen3", "shadow-outlier", 300, chunk=128)
@@ -87,14 +88,34 @@ def test_configs_build_graphs():
         n_sub = sum(1 for task in t.tasks if task["kind"] not in ("shadow", "lm_head"))
         assert n_sub == 3 * cfg["n_layers"] * 6, name
         assert s["prefill_ms"] > 0 and s["energy_mj"] > 0
+        census = graph_census(name, 300, 128)
+        assert census["built_shared"] == 5 * cfg["n_layers"], name
+        g = socllm.task_graph(name, "w8a8", 300, 128)
+        assert len(g) == 3 * cfg["n_layers"] * 6 + 1, name
+        gated = cfg.get("mlp", "gated") == "gated"
+        gate_up = g.to_json()["tasks"][3]["ops"][1]  # c0.L0.mlp_in: ffn_norm, gate_up
+        assert gate_up["n"] == (2 if gated else 1) * cfg["d_ff"], name
 
 
 def test_summary_trace_and_policies(tmp_path):
     runs = {
         p: simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024, policy=p)
-        for p in ("inorder", "fifo", "ooe")
+        for p in ("in-order", "first-ready", "npu-stall-first")
     }
+    runs["ooe"] = runs["npu-stall-first"]
+    runs["inorder"] = runs["in-order"]
     s = runs["ooe"].summary()
+    assert s["policy"] == "npu-stall-first"
+    # the earlier short names are aliases
+    alias = simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024, policy="ooe")
+    assert alias.summary()["prefill_ms"] == s["prefill_ms"]
+    assert {p["name"] for p in socllm.policies()} == {
+        "in-order",
+        "first-ready",
+        "npu-stall-first",
+        "optimal",
+    }
+    assert all(p["description"] for p in socllm.policies())
     for key in (
         "prefill_ms",
         "prefill_tokens_per_s",
@@ -122,31 +143,57 @@ def test_summary_trace_and_policies(tmp_path):
     for e in complete[:50]:
         assert e["ts"] == pytest.approx(spans[e["args"]["task"], 0])
     # the same graph under another policy
-    again = runs["ooe"].with_policy("inorder").summary()
+    again = runs["ooe"].with_policy("in-order").summary()
     assert again["prefill_ms"] == pytest.approx(runs["inorder"].summary()["prefill_ms"])
     # optimal refuses a graph this large
     with pytest.raises(socllm.InvalidArgumentError, match="optimal"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 1024, policy="optimal")
 
 
-def test_placement_and_shadow_loads():
-    assert placement("w8a8")["processor"]["o_proj"] == "npu"
-    assert placement("w8a8")["processor"]["attention"] == "cpu"
-    assert placement("w8-group")["group_size"] == 32
-    assert placement("fp32")["processor"]["o_proj"] == "cpu"
-    assert placement("llm-int8")["linear_dtype"] == "int8"
-    assert placement("llm-int8")["processor"]["down"] == "cpu"
-    assert placement("w8a8", "gpu")["linear_dtype"] == "fp16"
-    assert placement("shadow-outlier")["shadow"]["pruning_rate"] == 0.85
+def test_placement_lives_in_the_plan():
+    w8 = socllm.Plan("w8a8").placement
+    assert w8["linear"] == {"processor": "npu", "format": "int8"}
+    assert w8["attention"]["processor"] == "cpu" and w8["norm"] == {
+        "processor": "npu",
+        "format": "fp16",
+    }
+    assert socllm.Plan("fp32").placement["linear"] == {"processor": "cpu", "format": "fp32"}
+    assert socllm.Plan("llm-int8").placement["linear"]["processor"] == "cpu"
+    assert socllm.Plan("w8a8").to_json()["ops"]["attention"] == {
+        "processor": "cpu",
+        "format": "fp16",
+    }
+    # moving attention to the GPU: the timeline follows
+    base = simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 512)
+    moved_plan = socllm.Plan("w8a8").placed("attention", "gpu")
+    moved = simulate("qwen1.5-1.8b", "snapdragon-8gen3", moved_plan, 512)
+    att = [t for t in moved.tasks if any(o["op_class"] == "attention" for o in t["ops"])]
+    assert len(att) == 2 * 24 and all(t["processor"] == "gpu" for t in att)
+    # RoPE stays on the CPU: the attention subgraph splits into two tasks
+    rope = [t for t in moved.tasks if t["name"].endswith("attention.rope")]
+    assert len(rope) == 2 * 24 and all(t["processor"] == "cpu" for t in rope)
+    assert moved.summary()["busy_ms"]["gpu"] > 0 and "gpu" not in base.summary()["busy_ms"]
+    assert moved.summary()["busy_ms"]["npu"] == pytest.approx(base.summary()["busy_ms"]["npu"])
+    # the string form does the same
+    same = simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8:attention=gpu", 512)
+    assert same.summary()["prefill_ms"] == moved.summary()["prefill_ms"]
     with pytest.raises(socllm.InvalidArgumentError, match="processor"):
-        placement("w8a8", "tpu")
-    cfg = load_config("qwen1.5-1.8b")
-    loads = expected_shadow_loads(cfg, 0.85, 0.8)
-    kept = [i for i, d in enumerate(loads) if not d["pruned"]]
-    assert len(loads) == 96 and len(kept) == 96 - round(0.85 * 96)
-    assert all(i % 4 == 3 for i in kept)  # FFN-down inputs first
-    assert graph_rows(64, 256) == 64 and graph_rows(20, 256) == 32 and graph_rows(1000, 256) == 256
-    assert graph_rows(1000, 0) == 1000
+        simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 512, processor="tpu")
+    with pytest.raises(socllm.InvalidArgumentError, match="'norm' in fp32 cannot run on the npu"):
+        socllm.Plan("fp32").placed("norm", "npu")
+    with pytest.raises(socllm.InvalidArgumentError, match="no option 'softmax'.*attention"):
+        socllm.Plan("w8a8:softmax=npu")
+    with pytest.raises(socllm.InvalidArgumentError, match="cannot run on the npu"):
+        simulate("qwen1.5-1.8b", "snapdragon-8gen3", "llm-int8", 512, processor="npu")
+    # expected shadow loads of a shape-only config: FFN-down inputs kept first
+    g = socllm.task_graph("qwen1.5-1.8b", "shadow-outlier", 256, 256)
+    shadow = [t for t in g.to_json()["tasks"] if t["kind"] == "shadow"]
+    assert len(shadow) == 96 - round(0.85 * 96)
+    assert all(t["name"].endswith("shadow.down") for t in shadow)
+    assert all(t["ops"][0]["k"] == 10 for t in shadow)  # 10 channels (seed 001 Fig. 10)
+    rows = _core.prefill_graph_rows
+    assert rows(64, 256) == 64 and rows(20, 256) == 32 and rows(1000, 256) == 256
+    assert rows(1000, 0) == 1000
 
 
 def test_runtime_graph_build_is_on_the_timeline():
@@ -164,7 +211,7 @@ def test_runtime_graph_build_is_on_the_timeline():
 
 def test_engine_graph_is_the_timeline_graph(smollm):
     """Every static-graph execution of the engine's chunked run is a task of the timeline."""
-    smollm._engine.clear_graphs()
+    smollm.clear_graphs()
     ids = held_out_tokens(corpus_tokens(smollm))[:300]
     t = simulate_model(smollm, ids, "snapdragon-8gen3", "w8-group", chunk=128)
     s = t.summary()
@@ -185,17 +232,19 @@ def test_engine_shadow_loads_reach_the_graph(smollm, tmp_path):
         shadow = [x for x in t.tasks if x["kind"] == "shadow"]
         # independent count: run the same chunks again and read the engine's counters
         p = _core.Plan({**_core.Plan(plan).to_json(), "chunk_len": 128})
-        smollm._engine.shadow_stats(p, reset=True)
+        smollm.shadow_stats(p, reset=True)
         cache = smollm.new_cache(len(ids))
-        smollm._engine.step(cache, ids, False, p)
-        st = smollm._engine.shadow_stats(p, reset=True)
-        assert sum(x["ops"][0]["k"] for x in shadow) == sum(d["outlier_channels"] for d in st)
+        smollm.step(cache, ids, plan=p)
+        st = smollm.shadow_stats(p, reset=True)
+        assert sum(x["ops"][0].get("k", 0) for x in shadow) == sum(
+            d["outlier_channels"] for d in st
+        )
         assert sum(x["ops"][0].get("bytes", 0) for x in shadow) == sum(
             d["cold_fetch_bytes"] for d in st
         )
         assert len(shadow) > 0 and all(x["processor"] == "cpu" for x in shadow)
     finally:
-        smollm._engine.set_calibration(None)
+        smollm.set_calibration(None)
 
 
 def test_cli_simulate(tmp_path, capsys):
@@ -225,7 +274,7 @@ def test_cli_simulate(tmp_path, capsys):
     j = json.loads(out.read_text())
     for key in ("prefill_ms", "prefill_tokens_per_s", "ttft_ms", "energy_mj", "bubble_rate"):
         assert key in j
-    assert j["policy"] == "fifo" and j["prompt_len"] == 512
+    assert j["policy"] == "first-ready" and j["prompt_len"] == 512
     assert json.loads(trace.read_text())["traceEvents"]
     # a real model: the engine runs the held-out prompt in chunks and the timeline times it
     rc = cli_main(
@@ -246,7 +295,7 @@ def test_cli_simulate(tmp_path, capsys):
     )
     assert rc == 0
     j = json.loads(out.read_text())
-    assert j["config"].startswith("Smollm2") and j["prompt_len"] == 200 and j["chunk"] == 128
+    assert j["config"].startswith("Smollm2") and j["prompt_len"] == 200 and j["chunk_len"] == 128
     assert j["tasks"] == 2 * 30 * 6 + 1
     assert cli_main(["simulate", "--config", "qwen1.5-1.8b", "--model", "smollm2-135m"]) == 2
     assert "exactly one of --config" in capsys.readouterr().err
@@ -271,7 +320,7 @@ def test_profile_missing_a_number(tmp_path, capsys):
     path.write_text("{not json")
     with pytest.raises(socllm.FormatError, match="not valid JSON"):
         load_profile(path)
-    with pytest.raises(socllm.InvalidArgumentError, match="prompt_len"):
+    with pytest.raises(socllm.InvalidArgumentError, match="prompt length must be positive, got 0"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 0)
     with pytest.raises(socllm.InvalidArgumentError, match="policy"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 64, policy="random")
@@ -285,7 +334,7 @@ def test_small_graph_optimum_and_heuristics():
         p: simulate(
             cfg, "snapdragon-8gen3", "shadow-outlier:pruning_rate=0.75", 512, chunk=256, policy=p
         ).summary()["prefill_ms"]
-        for p in ("inorder", "fifo", "ooe", "optimal")
+        for p in ("in-order", "first-ready", "npu-stall-first", "optimal")
     }
-    assert res["optimal"] <= min(res["inorder"], res["fifo"], res["ooe"]) + 1e-9
+    assert res["optimal"] <= min(res.values()) + 1e-9
     assert np.isfinite(list(res.values())).all()

@@ -102,7 +102,6 @@ class BlockGraphBuilder {
   // plans with shadow outliers, else empty).
   void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len, std::span<const ShadowLoad> shadow = {});
   void add_lm_head(int64_t rows);
-  const sched::TaskGraph& graph() const { return graph_; }
   sched::TaskGraph take() { return std::move(graph_); }
 
  private:

@@ -1,12 +1,20 @@
 // Engine layer: activation statistics of a model's linear inputs, gathered offline on a
-// calibration corpus (calibration/, `socllm calibrate --steps act-scales`) and read by the
+// calibration corpus (calibration/, `socllm calibrate --steps act-scales,...`) and read by the
 // plans that fix static scales or smoothing factors when their graphs are built
 // (seed 001 §2.3, §3.3: per-tensor scales from max-min on calibration data).
+//
+// The calibration artifact is one HDF5 file whose schema is defined here, once (schema()): per
+// array a group with one dataset per linear site ("act_absmax/attn_in" ...), its dtype and shape,
+// and the calibration step that writes it; root attributes format, format_version, model_name,
+// model_config (the model's config JSON: a file only fits the model it came from), tokens and
+// the steps' provenance (corpus, samples, seqlen, seed, steps, step options ...). save() and
+// load() go through the io layer's HDF5 reader/writer (model_store.h); h5py reads every file.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <span>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,7 +29,22 @@ constexpr int kNumLinearSites = 4;
 const char* linear_site_name(LinearSite s);  // "attn_in", "attn_out", "mlp_in", "mlp_act"
 int64_t linear_site_width(const ModelConfig& c, LinearSite s);
 
+// One array of the calibration artifact.
+struct CalibrationArraySpec {
+  const char* name;         // group name; one dataset per site under it
+  const char* dtype;        // "float32" | "int64"
+  const char* shape;        // per site, e.g. "[n_layers, width]"
+  const char* step;         // the calibration step that writes it
+  bool required;            // in every file (others only once their step ran)
+  const char* description;
+};
+
 struct Calibration {
+  static constexpr const char* kFormat = "socllm-calibration";
+  // 3: schema owned by the C++ core, model_config replaces the Python fingerprint
+  static constexpr int kFormatVersion = 3;
+  static std::span<const CalibrationArraySpec> schema();
+
   int64_t n_layers = 0;
   std::array<int64_t, kNumLinearSites> width{};
   // Per site: [n_layers, width] row-major running max of |x| per input channel.
@@ -61,6 +84,17 @@ struct Calibration {
   std::vector<quant::ShadowLinearConfig> shadow_configs(const quant::ShadowOptions& opts) const;
   // Outlier importance of every input, [layer * kNumLinearSites + site] (seed 001 Fig. 12).
   std::vector<double> outlier_importance() const;
+
+  // Writes the artifact atomically (temp file, then rename): every array present, provenance
+  // (an object of strings / numbers) as root attributes, and for inspection what the
+  // shadow-outlier plan builds at its default options (group shadow_defaults).
+  void save(const std::string& path, const ModelConfig& model, const nlohmann::json& provenance) const;
+  // Reads an artifact for `model`: MissingFile, FormatError (not an artifact, missing or
+  // malformed arrays), InvalidArgument naming the value for a file of another schema version or
+  // from another model (the first config key that differs). provenance, if given, receives the
+  // root attributes.
+  static Calibration load(const std::string& path, const ModelConfig& model,
+                          nlohmann::json* provenance = nullptr);
 };
 
 }  // namespace socllm

@@ -1,11 +1,15 @@
-// Read access to socllm's HDF5 files (io layer): the model file written by
-// `socllm convert` (docs/MODEL_FORMAT.md) and, later, calibration artifacts.
+// socllm's HDF5 files (io layer): read access to the model file written by `socllm convert`
+// (docs/MODEL_FORMAT.md) and to calibration artifacts; an atomic writer for artifacts (the
+// calibration schema itself is defined in calibration.h). Every size read from a file is checked
+// before memory is reserved.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "socllm/core.h"
 
@@ -28,10 +32,44 @@ class H5File {
   std::string attr_str(const std::string& object_path, const std::string& name) const;
   // Reads a numeric dataset converted to fp32. FormatError if absent or unreadable.
   TensorF32 read_f32(const std::string& dataset_path) const;
+  // Reads an integer dataset as int64; FormatError if absent, not integer, or unreadable.
+  std::vector<int64_t> read_i64(const std::string& dataset_path) const;
+  // The shape of a dataset; FormatError if absent.
+  std::vector<int64_t> shape(const std::string& dataset_path) const;
+  // Names of the root group's attributes.
+  std::vector<std::string> attr_names(const std::string& object_path) const;
+  // An attribute as JSON: string, integer, float (scalars only); FormatError otherwise.
+  nlohmann::json attr_json(const std::string& object_path, const std::string& name) const;
 
  private:
   std::string path_;
   int64_t id_ = -1;
+};
+
+// Writes an HDF5 file atomically: everything goes to a temporary file beside `path`, which
+// replaces `path` only at commit() (mode 0666 minus the umask, as any new file); destroyed
+// without commit, the temporary file is removed and `path` is untouched.
+class H5Writer {
+ public:
+  explicit H5Writer(std::string path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+  // Attributes of an object ("/" or a group written before); JSON string, integer, float or bool.
+  void attr(const std::string& object_path, const std::string& name, const nlohmann::json& value);
+  // Datasets (gzip-compressed); intermediate groups are created.
+  void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const float* data);
+  void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const int64_t* data);
+  void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const uint8_t* data);
+  void group(const std::string& group_path);
+  void commit();
+
+ private:
+  void write_raw(const std::string& path, const std::vector<int64_t>& shape, int64_t file_type,
+                 int64_t mem_type, const void* data);
+  std::string path_, tmp_;
+  int64_t id_ = -1;
+  bool committed_ = false;
 };
 
 }  // namespace socllm

@@ -26,25 +26,30 @@ def load_config(name: str) -> dict:
 
 
 def graph_census(
-    name_or_config: str | dict,
+    name_or_config,
     prompt_len: int,
     chunk_len: int,
     *,
+    plan="w8a8",
     sharing: bool = True,
-    weight_bytes_per_param: float = 1.0,
-    activation_bytes_per_value: int = 1,
 ) -> dict:
-    """Static graphs one chunked prefill builds (seed 001 §3.2), with per-chunk subgraph
-    counts: ``subgraphs_per_chunk`` and ``shareable_per_chunk`` are the paper's 144 and 120
-    for Qwen1.5-1.8B."""
+    """Static graphs one chunked prefill under ``plan`` builds (seed 001 §3.2), from the block
+    description (cpp/include/socllm/block.h), with per-chunk subgraph counts:
+    ``subgraphs_per_chunk`` and ``shareable_per_chunk`` are the paper's 144 and 120 for
+    Qwen1.5-1.8B. ``name_or_config``: a name of :func:`known`, a config dict or a loaded model."""
     from .. import _core
 
-    cfg = load_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
-    stats = _core.chunk_graph_census(
-        cfg, prompt_len, chunk_len, sharing, weight_bytes_per_param, activation_bytes_per_value
-    )
-    per_layer = 6  # npu::kSubgraphsPerLayer: attn_in, attention, o_proj, mlp_in, mlp_act, down
+    if isinstance(name_or_config, str):
+        cfg = load_config(name_or_config)
+    elif isinstance(name_or_config, dict):
+        cfg = name_or_config
+    else:
+        cfg = dict(name_or_config.config)
+    stats = _core.graph_census(cfg, plan, prompt_len, chunk_len, sharing)
+    subgraphs = {op["subgraph"] for op in _core.decoder_block()}
+    per_layer = len(subgraphs)  # attn_in, attention, o_proj, mlp_in, mlp_act, down
     stats["subgraphs_per_chunk"] = per_layer * cfg["n_layers"]
-    stats["shareable_per_chunk"] = (per_layer - 1) * cfg["n_layers"]
-    stats["chunks"] = -(-prompt_len // chunk_len)
+    stats["shareable_per_chunk"] = (per_layer - 1) * cfg["n_layers"]  # attention is per chunk
+    rows = _core.prefill_graph_rows(prompt_len, chunk_len)
+    stats["chunks"] = -(-prompt_len // rows)
     return stats

@@ -1,0 +1,142 @@
+"""One execution graph (issue 11): the graph a prefill executes in the engine equals the graph the
+block description gives for the config alone, task for task (ids, names, ops, shapes, processors,
+dependencies), the measured shadow loads aside; and that graph is the one the timeline times."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import socllm
+from socllm.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
+
+# (prompt length, chunk length): whole prompts, exact and padded chunks, a prompt shorter than a
+# chunk (runs on the 32-row graph), a one-token prompt.
+CASES = [(1, None), (37, None), (100, 32), (130, 64), (20, 256)]
+PLANS = socllm.Plan.known() + ["w8a8:attention=gpu,norm=cpu", "shadow-outlier:pruning_rate=0.5"]
+
+
+@pytest.fixture(scope="module")
+def calibrated(smollm, tmp_path_factory):
+    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
+    calibrate_outliers(smollm, cal, progress=False)
+    smollm.load_calibration(save_calibration(tmp_path_factory.mktemp("g") / "c.h5", cal, smollm))
+    yield smollm
+    smollm.set_calibration(None)
+
+
+@pytest.fixture(scope="module")
+def ids(smollm, wikitext_text):
+    return smollm.tokenize(wikitext_text[50000:70000])[:300]
+
+
+def without_loads(graph_json: dict) -> dict:
+    """The graph with the measured quantities removed: a shadow task's outlier channels (its
+    matmul's k), cold-fetch bytes and the working bytes that follow from them."""
+    g = copy.deepcopy(graph_json)
+    for t in g["tasks"]:
+        if t["kind"] == "shadow":
+            t.pop("working_bytes")
+            for o in t["ops"]:
+                o.pop("k", None)
+                o.pop("bytes", None)
+    return g
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_executed_graph_equals_config_graph(calibrated, ids, plan):
+    m = calibrated
+    for prompt_len, chunk in CASES:
+        _, executed = m.prefill(ids[:prompt_len], plan, chunk_len=chunk, return_graph=True)
+        from_config = m.task_graph(plan, prompt_len, chunk)
+        a, b = executed.to_json(), from_config.to_json()
+        assert a["meta"] == b["meta"], (plan, prompt_len, chunk)
+        assert len(a["tasks"]) == len(b["tasks"]), (plan, prompt_len, chunk)
+        for x, y in zip(without_loads(a)["tasks"], without_loads(b)["tasks"], strict=True):
+            assert x == y, (plan, prompt_len, chunk)
+        # independent of the block description: chunk rows and KV lengths, by hand
+        rows = prompt_len if chunk is None else (chunk if prompt_len >= chunk else 32)
+        n_chunks = -(-prompt_len // rows)
+        att = [o for t in a["tasks"] for o in t["ops"] if o["op"] == "attention"]
+        assert len(att) == n_chunks * m.config["n_layers"]
+        for t in a["tasks"]:
+            for o in t["ops"]:
+                if o["op"] == "attention":
+                    assert o["m"] == rows and o["elements"] == (t["chunk"] + 1) * rows
+                if o.get("name") == "qkv":
+                    assert (o["m"], o["k"], o["n"]) == (rows, 576, 576 + 2 * 192)
+        # a task waits for the previous task of its chunk and, for attention, the previous
+        # chunk's attention of its layer (llm.npu Eq. 3 / Eq. 2)
+        holder = {
+            (t["chunk"], t["layer"]): t
+            for t in a["tasks"]
+            if any(o["op"] == "attention" for o in t["ops"])
+        }
+        if n_chunks > 1:
+            assert holder[(0, 2)]["id"] in holder[(1, 2)]["deps"]
+
+
+def test_placement_shapes_the_graph(calibrated, ids):
+    p = socllm.Plan("w8a8").placed("norm", "cpu")
+    _, g = calibrated.prefill(ids[:64], p, chunk_len=32, return_graph=True)
+    tasks = g.to_json()["tasks"]
+    norms = [t for t in tasks if t["name"].endswith("attn_in.attn_norm")]
+    assert len(norms) == 2 * 30 and all(t["processor"] == "cpu" for t in norms)
+    qkv = [t for t in tasks if t["name"].endswith("attn_in.qkv")]
+    assert all(t["processor"] == "npu" and t["ops"][0]["dtype"] == "int8" for t in qkv)
+
+
+def test_measured_loads_are_the_engines_counters(calibrated, ids):
+    m = calibrated
+    plan = "shadow-outlier:pruning_rate=0"
+    m.shadow_stats(plan, reset=True)
+    _, g = m.prefill(ids[:200], plan, chunk_len=64, return_graph=True)
+    shadow = [t for t in g.to_json()["tasks"] if t["kind"] == "shadow"]
+    st = m.shadow_stats(plan, reset=True)  # the engine's cumulative counters
+    assert len(shadow) == 4 * 30 * 4  # no input pruned: one CPU part per input per chunk
+    assert sum(t["ops"][0].get("k", 0) for t in shadow) == sum(d["outlier_channels"] for d in st)
+    assert sum(t["ops"][0].get("bytes", 0) for t in shadow) == sum(
+        d["cold_fetch_bytes"] for d in st
+    )
+    assert sum(d["outlier_channels"] for d in st) > 0
+
+
+def test_prefill_logits_and_graph_json(calibrated, ids):
+    m = calibrated
+    last = m.prefill(ids[:50], "fp32")
+    full = m.logits(ids[:50], "fp32")
+    np.testing.assert_allclose(last[0], full[-1], rtol=0, atol=1e-4)
+    every = m.prefill(ids[:50], "w8a8", chunk_len=32, all_positions=True)
+    np.testing.assert_allclose(
+        every, m.logits(ids[:50], {"name": "w8a8", "chunk_len": 32}), atol=1e-4
+    )
+    # TaskGraph JSON round trip, with its documented header
+    g = m.task_graph("shadow-outlier", 100, 32)
+    j = g.to_json()
+    assert j["format"] == "socllm-task-graph" and j["version"] == 1
+    assert j["meta"]["plan"]["name"] == "shadow-outlier" and j["meta"]["graph_rows"] == 32
+    back = socllm.TaskGraph.from_json(json.loads(json.dumps(j)))
+    assert back.to_json() == j
+    bad = dict(j, version=99)
+    with pytest.raises(socllm.FormatError, match="version 99"):
+        socllm.TaskGraph.from_json(bad)
+
+
+def test_graph_requests_with_bad_sizes(smollm, ids):
+    with pytest.raises(socllm.InvalidArgumentError, match="chunk_len must be >= 1, got 0"):
+        socllm.task_graph(smollm, "fp32", 100, 0)
+    with pytest.raises(socllm.InvalidArgumentError, match="chunk_len must be >= 1, got 0"):
+        smollm.prefill(ids[:10], "fp32", chunk_len=0)
+    ctx = smollm.config["context_length"]
+    with pytest.raises(socllm.InvalidArgumentError, match=f"chunk length {ctx + 1} exceeds"):
+        socllm.task_graph(smollm, "fp32", 100, ctx + 1)
+    with pytest.raises(socllm.InvalidArgumentError, match=f"chunk length {ctx + 1} exceeds"):
+        smollm.prefill(ids[:10], "fp32", chunk_len=ctx + 1)
+    with pytest.raises(socllm.ContextOverflowError, match=str(ctx + 5)):
+        socllm.task_graph(smollm, "fp32", ctx + 5, 256)
+    with pytest.raises(socllm.InvalidArgumentError, match="chunk_len must be an int"):
+        socllm.task_graph("qwen1.5-1.8b", "fp32", 100, 1.5)
+    with pytest.raises(socllm.InvalidArgumentError, match="'linear' in fp32 cannot run on the npu"):
+        socllm.task_graph("qwen1.5-1.8b", socllm.Plan("fp32").all_on("npu"), 100, 32)

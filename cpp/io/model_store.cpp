@@ -253,6 +253,7 @@ void H5Writer::group(const std::string& group_path) {
 void H5Writer::attr(const std::string& obj, const std::string& name, const nlohmann::json& v) {
   Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
   if (o.id < 0) throw InvalidArgument("[H5Writer] no object '" + obj + "' for attribute " + name);
+  if (H5Aexists(o.id, name.c_str()) > 0) H5Adelete(o.id, name.c_str());  // last write wins
   Handle sp{H5Screate(H5S_SCALAR), H5Sclose};
   herr_t rc = -1;
   if (v.is_string()) {

@@ -136,7 +136,10 @@ def _pruning_rate(ctx: StepContext) -> None:
             "tokens": sum(len(w) for w in val),
             "context": context,
             "hot_share": hot,
-            "perplexity_by_rate": {f"{k / n:.6g}": v for k, v in sorted(tried.items())},
+            "tried": [
+                {"pruned_inputs": k, "rate": k / n, "perplexity": v}
+                for k, v in sorted(tried.items())
+            ],
         }
     )
 
@@ -201,9 +204,7 @@ def run_steps(
     names = [s.strip() for s in steps.split(",")] if isinstance(steps, str) else list(steps)
     for n in names:
         if n not in STEPS:
-            raise InvalidArgumentError(
-                f"calibrate: unknown step {n!r} (known: {', '.join(STEPS)})"
-            )
+            raise InvalidArgumentError(f"calibrate: unknown step {n!r} (known: {', '.join(STEPS)})")
     known = step_options()
     for k in options:
         if k not in known:
@@ -236,4 +237,6 @@ def check_schema() -> None:
             if w.startswith("attr:"):
                 continue
             if w not in schema or schema[w]["step"] != s.name:
-                raise AssertionError(f"step {s.name!r} writes {w!r}, which the schema does not give it")
+                raise AssertionError(
+                    f"step {s.name!r} writes {w!r}, which the schema does not give it"
+                )

@@ -56,6 +56,7 @@ class H5Writer {
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;
   // Attributes of an object ("/" or a group written before); JSON string, integer, float or bool.
+  // Writing a name again replaces the value.
   void attr(const std::string& object_path, const std::string& name, const nlohmann::json& value);
   // Datasets (gzip-compressed); intermediate groups are created.
   void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const float* data);

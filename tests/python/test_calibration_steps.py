@@ -1,0 +1,93 @@
+"""Calibration owned by the core (issue 11): the artifact schema is the C++ core's, steps share
+one interface, h5py still reads every file."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+from socllm.calibrate import load_calibration, save_calibration
+from socllm.calibration_steps import STEPS, check_schema, run_steps
+from socllm.cli import main as cli_main
+
+SMALL = {"samples": 2, "seqlen": 48, "seed": 5}
+
+
+@pytest.fixture(scope="module")
+def outliers(smollm):
+    return run_steps(smollm, "act-scales,outliers", progress=False, **SMALL)
+
+
+def test_schema_is_the_steps_contract():
+    schema = {a["name"]: a for a in _core.Calibration.schema()}
+    assert set(schema) == {
+        "act_absmax",
+        "abs_hist",
+        "outlier_threshold",
+        "outlier_count",
+        "outlier_seq_channels",
+        "outlier_seqs",
+    }
+    assert schema["act_absmax"]["required"] and not schema["outlier_count"]["required"]
+    assert _core.Calibration.format_version == 3
+    check_schema()  # every array a step writes is the schema's, with that step as writer
+    assert list(STEPS) == ["act-scales", "outliers", "pruning-rate"]
+    for s in STEPS.values():
+        assert s.description and s.writes
+
+
+def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
+    path = save_calibration(tmp_path / "c.h5", outliers, smollm)
+    with h5py.File(path) as f:
+        assert f.attrs["format"] == "socllm-calibration" and f.attrs["format_version"] == 3
+        assert json.loads(f.attrs["model_config"])["d_model"] == 576
+        assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["samples"] == 2
+        for a in _core.Calibration.schema():
+            for site in _core.Calibration.sites():
+                arr = f[f"{a['name']}/{site}"][()]
+                assert arr.dtype == np.dtype(a["dtype"]), (a["name"], site)
+                np.testing.assert_array_equal(arr, outliers.stats.array(a["name"], site))
+        assert f["shadow_defaults/pruned"].shape == (30, 4)
+    back = load_calibration(path, smollm)
+    for site in _core.Calibration.sites():
+        np.testing.assert_array_equal(back.absmax(site), outliers.absmax(site))
+    assert back.provenance["outlier_percentile"] == 99.99 and back.tokens == outliers.tokens
+
+
+def test_steps_declare_their_needs(smollm, outliers):
+    with pytest.raises(socllm.InvalidArgumentError, match="step 'outliers' needs 'act_absmax'"):
+        run_steps(smollm, "outliers", progress=False)
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown step 'smoothing'"):
+        run_steps(smollm, "act-scales,smoothing", progress=False)
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown option 'alpha'"):
+        run_steps(smollm, "act-scales", progress=False, alpha=0.5)
+    with pytest.raises(socllm.InvalidArgumentError, match="needs 'outlier_threshold'"):
+        run_steps(
+            smollm, "pruning-rate", data=run_steps(smollm, "act-scales", progress=False, **SMALL)
+        )
+
+
+def test_pruning_rate_step(smollm, outliers, tmp_path):
+    """The CLI continues a file with the pruning-rate step (validation text of one window)."""
+    path = save_calibration(tmp_path / "o.h5", outliers, smollm)
+    dst = tmp_path / "p.h5"
+    argv = ["calibrate", "--steps", "pruning-rate", "--calib", str(path), "--out", str(dst)]
+    argv += ["--budget", "0.02", "--validation-tokens", "300", "--validation-context", "300"]
+    assert cli_main([*argv, "--quiet"]) == 0
+    p = load_calibration(dst, smollm).provenance
+    rate, val = p["auto_pruning_rate"], json.loads(p["auto_pruning_validation"])
+    tried = {t["rate"]: t["perplexity"] for t in val["tried"]}
+    limit = tried[0.0] * 1.02
+    # the chosen rate is within the budget; every rate tried above it was over it
+    assert 0.0 <= rate <= 1.0 and tried[rate] <= limit
+    assert all(v > limit for k, v in tried.items() if k > rate)
+    assert val["tokens"] == 300 and p["auto_pruning_budget"] == 0.02
+    assert p["steps"] == "act-scales,outliers,pruning-rate"
+    # the model's own calibration is untouched by the step
+    assert smollm.calibration is None
+    # an output that is the model file itself is refused
+    assert cli_main(["calibrate", "--out", str(smollm.path), "--quiet"]) == 2

@@ -49,11 +49,11 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..data import data_dir as default_data_dir
 from ..errors import MissingFileError
+from ..io_utils import make_temp_dir
 from ..registry import cache_dir
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "tasks"
@@ -226,7 +226,7 @@ def task_dir(data_dir: str | os.PathLike | None = None) -> Path:
     if final.is_dir():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    tmp = make_temp_dir(root)  # umask-respecting, unlike tempfile.mkdtemp (0700)
     try:
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")

@@ -262,3 +262,69 @@ def test_evaluate_and_agreement_with_hf(smollm, hf_reference, tm):
 def test_model_instance_reused(smollm):
     assert SocllmLM(model=smollm, quiet=True).lm is smollm
     assert isinstance(smollm, socllm.LanguageModel)
+
+
+def test_quiet_lm_eval_disables_every_bar_and_info_logs():
+    import io
+    import logging
+
+    import tqdm.auto
+    import tqdm.std
+
+    init = vars(tqdm.std.tqdm)["__init__"]
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with sl.quiet_lm_eval():
+            out = io.StringIO()
+            for cls in (tqdm.std.tqdm, tqdm.auto.tqdm):
+                list(cls(range(3), file=out, disable=False))
+                list(cls(range(3), "desc", 3, True, out, None, 0.1, 10.0, None, None, False))
+            assert out.getvalue() == ""
+            assert not logging.getLogger("lm_eval.evaluator").isEnabledFor(logging.INFO)
+            assert logging.getLogger("lm_eval.evaluator").isEnabledFor(logging.WARNING)
+        assert vars(tqdm.std.tqdm)["__init__"] is init and logger.level == logging.INFO
+        out = io.StringIO()
+        list(tqdm.std.tqdm(range(3), file=out))
+        assert "3/3" in out.getvalue()  # bars are back
+    finally:
+        logger.setLevel(level)
+
+
+def _has_bar(err: str) -> bool:
+    return "it/s]" in err or "%|" in err
+
+
+def test_evaluate_quiet_prints_no_progress_bar_or_lm_eval_info(smollm, capfd):
+    """lm-eval's own bar (``Task.build_all_requests``) and INFO logs appear without quiet and
+    not with it, even with lm-eval's logging configured at INFO."""
+    import logging
+
+    logger = logging.getLogger("lm_eval")
+    handler = logging.StreamHandler()  # stderr, as lm_eval.utils.setup_logging adds
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        capfd.readouterr()
+        sl.evaluate(smollm, tasks=["piqa"], limit=1, quiet=True, bootstrap_iters=0)
+        err = capfd.readouterr().err
+        assert not _has_bar(err) and "Building contexts" not in err, err
+        sl.evaluate(smollm, tasks=["piqa"], limit=1, bootstrap_iters=0)
+        err = capfd.readouterr().err
+        assert _has_bar(err) and "Building contexts" in err, err
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_cli_eval_quiet_prints_no_progress_bar(capfd):
+    from socllm.cli import main
+
+    capfd.readouterr()
+    assert main(["eval", "--task", "piqa", "--limit", "1", "--json", "-", "--quiet"]) == 0
+    out, err = capfd.readouterr()
+    assert not _has_bar(err), err
+    assert err == "", err
+    assert '"task": "piqa"' in out

@@ -23,7 +23,14 @@ Needs the optional dependency ``lm-eval`` (``pip install socllm[eval]``; install
 """
 
 from .backend import SocllmLM, build_plan
-from .runner import evaluate, predictions, simple_evaluate, summarize, task_names
+from .runner import (
+    evaluate,
+    predictions,
+    quiet_lm_eval,
+    simple_evaluate,
+    summarize,
+    task_names,
+)
 from .task_configs import EXPECTED_DOCS, TASKS, load_dataset, resolve_task, task_dir, task_manager
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "evaluate",
     "simple_evaluate",
     "predictions",
+    "quiet_lm_eval",
     "summarize",
     "task_names",
     "task_manager",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .task_configs import MMLU_SUBJECTS, resolve_task, task_manager
@@ -12,6 +15,43 @@ from .task_configs import MMLU_SUBJECTS, resolve_task, task_manager
 # keys of evaluate()'s result that are not task names
 RAW_KEY = "lm_eval"
 PREDICTIONS_KEY = "predictions"
+
+
+@contextlib.contextmanager
+def quiet_lm_eval() -> Iterator[None]:
+    """lm-eval's own output off for the block: every tqdm progress bar (lm-eval makes some it
+    gives no way to disable, e.g. the one of ``Task.build_all_requests``; datasets' bars too)
+    and records below WARNING of the ``lm_eval`` loggers. ``TQDM_DISABLE=1`` would not do:
+    tqdm reads its ``TQDM_*`` settings once, when imported. Not thread-safe: it patches the
+    ``tqdm`` class and the ``lm_eval`` logger for the whole process until the block ends."""
+    from tqdm.std import tqdm as tqdm_class
+
+    had_own = "__init__" in vars(tqdm_class)
+    own = vars(tqdm_class).get("__init__")
+    init = tqdm_class.__init__
+    # index of ``disable`` among the positional arguments after self
+    disable_at = list(inspect.signature(init).parameters).index("disable") - 1
+
+    def silent_init(self, *args, **kwargs):
+        if len(args) > disable_at:
+            args = (*args[:disable_at], True, *args[disable_at + 1 :])
+        else:
+            kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    tqdm_class.__init__ = silent_init
+    if logger.getEffectiveLevel() < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if had_own:
+            tqdm_class.__init__ = own
+        else:
+            del tqdm_class.__init__
 
 
 def _metric(entry: Mapping, name: str) -> float | None:
@@ -117,8 +157,9 @@ def evaluate(
     ``limit`` caps the documents per task; for MMLU it is spread over the 57 subjects
     (``ceil(limit / 57)`` each, so ``limit=200`` evaluates 228 questions) unless
     ``limit_per_subject`` is true (lm-eval's own meaning: ``limit`` per subject). A float
-    ``limit`` < 1 is a fraction of every task (lm-eval's meaning). Extra keywords are plan
-    options (``alpha=0.5``...).
+    ``limit`` < 1 is a fraction of every task (lm-eval's meaning). ``quiet``: no progress
+    bars, socllm's or lm-eval's, and no lm-eval INFO logs (:func:`quiet_lm_eval`). Extra
+    keywords are plan options (``alpha=0.5``...).
 
     Returns ``{task: {"acc", "acc_norm", "n", "task", other metrics}}`` keyed by the names
     given, plus ``"lm_eval"``: the raw ``simple_evaluate`` result (serialize it with
@@ -142,24 +183,25 @@ def evaluate(
         lm_args["max_length"] = max_length
     if max_batch_tokens is not None:
         lm_args["max_batch_tokens"] = max_batch_tokens
-    lm = SocllmLM(
-        model=model,
-        plan=plan,
-        calib=str(calib) if calib else None,
-        **lm_args,
-        **plan_options,
-    )
-    tm = task_manager(data_dir)
-    raw = simple_evaluate(
-        lm,
-        list(dict.fromkeys(names.values())),
-        limit=limit,
-        limit_per_subject=limit_per_subject,
-        task_manager=tm,
-        num_fewshot=num_fewshot,
-        log_samples=log_samples,
-        bootstrap_iters=bootstrap_iters,
-    )
+    with quiet_lm_eval() if quiet else contextlib.nullcontext():
+        lm = SocllmLM(
+            model=model,
+            plan=plan,
+            calib=str(calib) if calib else None,
+            **lm_args,
+            **plan_options,
+        )
+        tm = task_manager(data_dir)
+        raw = simple_evaluate(
+            lm,
+            list(dict.fromkeys(names.values())),
+            limit=limit,
+            limit_per_subject=limit_per_subject,
+            task_manager=tm,
+            num_fewshot=num_fewshot,
+            log_samples=log_samples,
+            bootstrap_iters=bootstrap_iters,
+        )
     out: dict[str, Any] = summarize(raw, names)
     out[RAW_KEY] = raw
     if log_samples:
@@ -173,23 +215,26 @@ def simple_evaluate(
     limit: int | float | None,
     *,
     limit_per_subject: bool = False,
+    quiet: bool = False,
     **kwargs: Any,
 ) -> dict:
     """``lm_eval.simple_evaluate`` of any lm-eval model (socllm's, or lm-eval's ``hf``) on
     lm-eval task names, with :func:`evaluate`'s meaning of ``limit`` (MMLU's shared among its
     subjects). lm-eval applies one limit to every leaf task, so tasks whose per-leaf limit
-    differs run in separate calls whose results are merged."""
+    differs run in separate calls whose results are merged. ``quiet``: inside
+    :func:`quiet_lm_eval` (no progress bars, no lm-eval INFO logs)."""
     import lm_eval
 
     by_limit: dict[Any, list[str]] = {}
     for lm_name in lm_names:
         by_limit.setdefault(_leaf_limit(lm_name, limit, limit_per_subject), []).append(lm_name)
     raws = []
-    for leaf_limit, group in by_limit.items():
-        raw = lm_eval.simple_evaluate(model=lm, tasks=group, limit=leaf_limit, **kwargs)
-        if raw is None:  # only on non-zero ranks of a distributed run
-            raise RuntimeError("lm_eval.simple_evaluate returned no results")
-        raws.append(raw)
+    with quiet_lm_eval() if quiet else contextlib.nullcontext():
+        for leaf_limit, group in by_limit.items():
+            raw = lm_eval.simple_evaluate(model=lm, tasks=group, limit=leaf_limit, **kwargs)
+            if raw is None:  # only on non-zero ranks of a distributed run
+                raise RuntimeError("lm_eval.simple_evaluate returned no results")
+            raws.append(raw)
     return _merge_raw(raws)
 
 

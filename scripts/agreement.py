@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from reference_transformers import load_reference  # noqa: E402
 from socllm.data import wikitext2_test_text  # noqa: E402
+from socllm.reference import load_reference  # noqa: E402
 
 LENGTHS = [1, 17, 128, 511, 1024]
 PROMPTS = ["The history of the Roman Empire", "def fibonacci(n):", "Photosynthesis is"]

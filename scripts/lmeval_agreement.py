@@ -5,7 +5,7 @@ Runs the 8 local lm-eval tasks (socllm.lmeval; data from SOCLLM_DATA_DIR) with -
 documents each (for MMLU, N spread over its 57 subjects: ceil(N / 57) per subject) through
 
 * lm-eval's `hf` backend (HFLM) on transformers' model for the same GGUF
-  (scripts/reference_transformers.py `load_reference`: fp32, CPU), and
+  (socllm.reference `load_reference`: fp32, CPU), and
 * socllm's lm-eval backend with plan fp32,
 
 and compares, document by document, the chosen answer: the argmax of the per-choice
@@ -28,15 +28,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import socllm  # noqa: E402
 import socllm.lmeval as sl  # noqa: E402
-from reference_transformers import load_reference  # noqa: E402
+from socllm.reference import load_reference  # noqa: E402
 
 TASKS = list(sl.TASKS)
 
 
-def run_hf(model: str, tasks: dict[str, str], limit, batch_size: int, tm) -> dict:
+def run_hf(model: str, tasks: dict[str, str], limit, batch_size: int, tm, quiet: bool) -> dict:
     from lm_eval.models.huggingface import HFLM
 
     tok, ref = load_reference(model)
@@ -48,6 +47,7 @@ def run_hf(model: str, tasks: dict[str, str], limit, batch_size: int, tm) -> dic
         task_manager=tm,
         log_samples=True,
         bootstrap_iters=0,
+        quiet=quiet,
     )
 
 
@@ -109,7 +109,7 @@ def main() -> int:
     tm = sl.task_manager()
 
     t0 = time.perf_counter()
-    raw_hf = run_hf(args.model, names, limit, args.hf_batch_size, tm)
+    raw_hf = run_hf(args.model, names, limit, args.hf_batch_size, tm, args.quiet)
     t_hf = time.perf_counter() - t0
     t0 = time.perf_counter()
     r_sl = sl.evaluate(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 import socllm.lmeval as sl  # noqa: E402
 from socllm.io_utils import atomic_write_text  # noqa: E402
+from socllm.stats import paired_difference  # noqa: E402
 
 PLANS = [
     "fp32",
@@ -52,17 +52,6 @@ METRIC = {
 def doc_scores(rows: list[dict], metric: str) -> dict[str, float]:
     """{"task/doc_id": 0/1} for one task's predictions."""
     return {f"{r['task']}/{r['doc_id']}": float(r[metric]) for r in rows}
-
-
-def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
-    """(mean(b - a), standard error of that mean) over the documents both scored."""
-    keys = sorted(a.keys() & b.keys())
-    if not keys:
-        return float("nan"), float("nan")
-    d = [b[k] - a[k] for k in keys]
-    mean = sum(d) / len(d)
-    var = sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)
-    return mean, math.sqrt(var / len(d))
 
 
 def evaluate_pair(model, plan: str, task: str, limit: int | None, batch_size: int) -> dict:
@@ -107,7 +96,7 @@ def table(results: dict, plans: list[str], tasks: list[str]) -> str:
             cell = f"{100 * r['score']:.1f}"
             means.append(r["score"])
             if plan != "fp32" and base[t] is not None:
-                d, se = paired(base[t]["docs"], r["docs"])
+                d, se = paired_difference(base[t]["docs"], r["docs"])
                 deltas.append(d)
                 cell += f" ({100 * d:+.1f}±{100 * se:.1f})"
             cells.append(cell)

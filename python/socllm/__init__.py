@@ -6,11 +6,10 @@
 >>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
-__version__ = "0.1.0"
-
-from . import ops, quant  # noqa: E402
-from ._core import Plan, log_level, num_threads, set_log_level, set_num_threads  # noqa: E402
-from .errors import (  # noqa: E402
+from . import ops, quant
+from ._core import Plan, log_level, num_threads, set_log_level, set_num_threads
+from ._version import __version__ as __version__
+from .errors import (
     ContextOverflowError,
     FormatError,
     InvalidArgumentError,
@@ -19,9 +18,9 @@ from .errors import (  # noqa: E402
     SocllmError,
     UnsupportedError,
 )
-from .model import LanguageModel, PerplexityResult, load  # noqa: E402
-from .registry import BUILTIN_MODELS, DEFAULT_MODEL  # noqa: E402
-from .timeline import TaskGraph, Timeline, policies, simulate, simulate_model, task_graph  # noqa: E402
+from .model import LanguageModel, PerplexityResult, load
+from .registry import BUILTIN_MODELS, DEFAULT_MODEL
+from .timeline import TaskGraph, Timeline, policies, simulate, simulate_model, task_graph
 
 __all__ = [
     "ops",

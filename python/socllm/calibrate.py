@@ -40,7 +40,8 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import __version__, _core
+from . import _core
+from ._version import __version__
 from .errors import FormatError, InvalidArgumentError, MissingFileError
 from .io_utils import atomic_path
 

@@ -7,12 +7,12 @@ Every command that produces numbers can print them as JSON (``--json PATH`` or `
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from . import _core
+from .io_utils import emit_json as _emit_json
 
 PERPLEXITY_TASKS = ("wikitext2", "wikitext2-heldout")
 # lm-eval tasks (socllm.lmeval, local data); "lambada" is lambada_openai
@@ -53,18 +53,6 @@ def _setup(args) -> None:
         _core.set_num_threads(args.threads)
 
 
-def _emit_json(obj, dest: str | None) -> None:
-    if dest is None:
-        return
-    text = json.dumps(obj, indent=2)
-    if dest == "-":
-        print(text)
-    else:
-        from .io_utils import atomic_write_text
-
-        atomic_write_text(Path(dest), text + "\n")
-
-
 def cmd_convert(args) -> int:
     from .convert import convert
 
@@ -74,51 +62,9 @@ def cmd_convert(args) -> int:
     return 0
 
 
-def eval_wikitext2(
-    model,
-    plan: str,
-    *,
-    context: int,
-    stride: int | None,
-    limit_tokens: int | None,
-    batch_size: int,
-    progress: bool,
-    heldout: bool = False,
-):
-    """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL).
-    ``heldout``: only the tokens after the calibration slice (socllm.calibrate)."""
-    from .data import wikitext2_test_path
-
-    path = wikitext2_test_path()
-    t0 = time.perf_counter()
-    text = path.read_text(encoding="utf-8")
-    kw = {"text": text}
-    if heldout:
-        from .calibrate import held_out_tokens
-
-        kw = {"ids": held_out_tokens(model.tokenize(text))}
-    r = model.perplexity_eval(
-        plan=plan,
-        **kw,
-        context=context,
-        stride=stride,
-        limit_tokens=limit_tokens,
-        batch_size=batch_size,
-        progress=progress,
-    )
-    summary = {
-        "task": "wikitext2-heldout" if heldout else "wikitext2",
-        "file": str(path),
-        "plan": plan,
-        **r.to_dict(),
-        "limit_tokens": limit_tokens,
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
-    return summary, r
-
-
 def cmd_eval(args) -> int:
     from .model import load
+    from .perplexity import eval_wikitext2
 
     _setup(args)
     tasks = [t.strip() for t in args.task.split(",") if t.strip()]

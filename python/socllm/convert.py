@@ -486,7 +486,7 @@ def _check_hf_features(path: Path, cfg: dict[str, Any]) -> None:
 
 def _socllm_version() -> str:
     try:
-        from socllm import __version__
+        from socllm._version import __version__
     except ImportError:
         return "0.1.0"
     return str(__version__)

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from . import _core
 from .errors import ContextOverflowError, FormatError, InvalidArgumentError
+from .perplexity import sliding_windows
 from .registry import resolve_model_file
 from .tokenizer import load_tokenizer_json
 
@@ -321,17 +322,8 @@ class LanguageModel:
             raise InvalidArgumentError(f"perplexity: need at least 2 tokens, got {len(tokens)}")
 
         # (window, number of trailing predictions to keep), in the order of Hugging Face's loop.
-        windows: list[tuple[list[int], int]] = []
-        prev_end = 0
-        for begin in range(0, len(tokens), stride):
-            end = min(begin + context, len(tokens))
-            window = tokens[begin:end]
-            keep = min(end - prev_end, len(window) - 1)
-            if keep > 0:
-                windows.append((window, keep))
-            prev_end = end
-            if end == len(tokens):
-                break
+        spans = sliding_windows(len(tokens), context, stride)
+        windows = [(tokens[b:e], keep) for b, e, keep in spans]
         nll_parts: list[np.ndarray] = []
         bar = tqdm(total=len(windows), desc="perplexity", unit="win", disable=not progress)
         for i in range(0, len(windows), batch_size):

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import __version__, _core
-from .io_utils import atomic_path, atomic_write_text
+from . import _core
+from ._version import __version__
+from .io_utils import atomic_path, atomic_write_text, emit_json
 
 SAMPLE_PROMPT = "The three most important ideas in computer architecture are"
 
@@ -55,8 +56,8 @@ def run_main_job(
     progress: bool = True,
     json_dest: str | None = None,
 ) -> dict:
-    from .cli import _emit_json, eval_wikitext2
     from .model import load
+    from .perplexity import eval_wikitext2
 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -130,7 +131,7 @@ def run_main_job(
     }
     atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2) + "\n")
     atomic_write_text(out_dir / "report.md", render_markdown(report))
-    _emit_json(report, json_dest)
+    emit_json(report, json_dest)
     if json_dest != "-":
         print(render_markdown(report))
         print(f"report written to {out_dir}/")

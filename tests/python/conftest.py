@@ -3,13 +3,7 @@ agreement tests, the reference implementation (transformers + torch on the same 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def pytest_addoption(parser):
@@ -34,24 +28,15 @@ def smollm():
 
 
 @pytest.fixture(scope="session")
-def reference_script():
-    """scripts/reference_transformers.py as a module (the reference protocol lives there)."""
-    spec = importlib.util.spec_from_file_location(
-        "reference_transformers", REPO / "scripts" / "reference_transformers.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reference_transformers"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="session")
-def hf_reference(reference_script):
-    """(tokenizer, model) of transformers for the SmolLM2 GGUF, fp32, 2 threads."""
+def hf_reference():
+    """(tokenizer, model) of transformers for the SmolLM2 GGUF, fp32, 2 threads
+    (socllm.reference)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    from socllm.reference import load_reference
+
     torch.set_num_threads(2)
-    return reference_script.load_reference("smollm2-135m")
+    return load_reference("smollm2-135m")
 
 
 @pytest.fixture(scope="session")

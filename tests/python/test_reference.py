@@ -55,10 +55,12 @@ def test_greedy_generation_identical(smollm, hf_reference, prompt):
     assert ours == theirs
 
 
-def test_perplexity_matches_transformers(smollm, hf_reference, reference_script, wiki_ids):
+def test_perplexity_matches_transformers(smollm, hf_reference, wiki_ids):
+    from socllm.reference import perplexity
+
     _, ref = hf_reference
     ids = wiki_ids[:3000]
-    theirs = reference_script.perplexity(ref, ids, context=1024, stride=1024, progress=False)
+    theirs = perplexity(ref, ids, context=1024, stride=1024, progress=False)
     ours = smollm.perplexity_eval(ids=ids, context=1024)
     assert ours.n_scored == theirs["n_scored"] == 3000 - 3
     assert abs(ours.perplexity / theirs["perplexity"] - 1) < 1e-3

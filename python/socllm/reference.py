@@ -1,0 +1,91 @@
+"""The reference implementation: transformers + torch (CPU, fp32) on the same GGUF as a
+built-in model, scored under socllm's perplexity protocol (:mod:`socllm.perplexity`), so the
+engine can be checked against it (tests/python/test_reference.py, scripts/agreement.py,
+scripts/lmeval_agreement.py; CLI: scripts/reference_transformers.py).
+
+Needs the optional dependencies of ``socllm[reference]`` (torch, transformers); they are
+imported when a function is called, not with this module.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from .data import wikitext2_test_path
+from .perplexity import sliding_windows
+from .registry import BUILTIN_MODELS
+
+
+def load_reference(model: str = "smollm2-135m"):
+    """(tokenizer, model) of transformers for the GGUF file of built-in ``model``, fp32, in
+    eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = BUILTIN_MODELS[model].path()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    ref = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
+    return tok, ref
+
+
+def perplexity(ref, ids: list[int], context: int, stride: int, progress: bool = True) -> dict:
+    """Perplexity of the token stream ``ids`` under transformers' model ``ref`` (protocol of
+    :func:`socllm.perplexity.sliding_windows`, log-softmax in float64): the keys of
+    ``PerplexityResult.to_dict()``."""
+    import torch
+
+    nll_parts = []
+    spans = sliding_windows(len(ids), context, stride)
+    with torch.no_grad():
+        for begin, end, keep in tqdm(spans, desc="transformers ppl", disable=not progress):
+            window = torch.tensor([ids[begin:end]])
+            logits = ref(window).logits[0, :-1].double()
+            lp = torch.log_softmax(logits, dim=-1).gather(1, window[0, 1:, None]).squeeze(1)
+            nll_parts.append(-lp[-keep:].numpy())
+    nll = np.concatenate(nll_parts)
+    return {
+        "perplexity": math.exp(nll.mean()),
+        "nll_mean": float(nll.mean()),
+        "n_scored": int(nll.size),
+        "n_tokens": len(ids),
+        "n_windows": len(spans),
+        "context": context,
+        "stride": stride,
+    }
+
+
+def wikitext2_perplexity(
+    model: str = "smollm2-135m",
+    *,
+    context: int = 2048,
+    stride: int | None = None,
+    limit_tokens: int | None = None,
+    threads: int = 2,
+    progress: bool = True,
+) -> dict:
+    """WikiText-2 test perplexity of the reference, the whole file tokenized once by
+    transformers' tokenizer for the same GGUF (optionally its first ``limit_tokens`` tokens),
+    with the implementation's versions and the seconds the scoring took."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    tok, ref = load_reference(model)
+    ids = tok(wikitext2_test_path().read_text(encoding="utf-8"))["input_ids"]
+    if limit_tokens:
+        ids = ids[:limit_tokens]
+    t0 = time.perf_counter()
+    r = perplexity(ref, ids, context, stride or context, progress=progress)
+    r.update(
+        implementation=f"transformers {transformers.__version__} + torch {torch.__version__}",
+        threads=threads,
+        limit_tokens=limit_tokens,
+        seconds=round(time.perf_counter() - t0, 1),
+    )
+    return r

@@ -28,11 +28,11 @@ from socllm.timeline import simulate  # noqa: E402
 MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
 DEVICE = "snapdragon-8gen3"
 LADDER = (  # name, plan, processor, policy, runtime build, chunk
-    ("llama.cpp-CPU", "w8-group", "cpu", "inorder", False, 0),
-    ("naive NPU", "w8-group", "npu", "inorder", True, 0),
-    ("+ chunk graphs", "w8-group", "npu", "inorder", False, 256),
-    ("+ shadow outliers", "shadow-outlier", "npu", "inorder", False, 256),
-    ("+ out-of-order", "shadow-outlier", "npu", "ooe", False, 256),
+    ("llama.cpp-CPU", "w8-group", "cpu", "in-order", False, 0),
+    ("naive NPU", "w8-group", "npu", "in-order", True, 0),
+    ("+ chunk graphs", "w8-group", "npu", "in-order", False, 256),
+    ("+ shadow outliers", "shadow-outlier", "npu", "in-order", False, 256),
+    ("+ out-of-order", "shadow-outlier", "npu", "npu-stall-first", False, 256),
 )
 # seed 001 §4.7 (Fig. 19, ranges over the three models) and §4.2
 PAPER_LADDER = {
@@ -78,7 +78,10 @@ def main() -> int:
         "(paper: >1000 for Qwen1.5-1.8B at 1024)"
     )
     for cfg in MODELS:
-        row = {L: run(cfg, "shadow-outlier", "auto", "ooe", False, 256, L) for L in (64, 256, 1024)}
+        row = {
+            L: run(cfg, "shadow-outlier", "auto", "npu-stall-first", False, 256, L)
+            for L in (64, 256, 1024)
+        }
         out["prefill"][cfg] = {L: s["prefill_tokens_per_s"] for L, s in row.items()}
         print(
             f"{cfg:<14} "
@@ -103,8 +106,8 @@ def main() -> int:
             )
     for L, (lo, hi) in PAPER_VS_CPU.items():
         sp = {
-            cfg: run(cfg, "w8-group", "cpu", "inorder", False, 0, L)["prefill_ms"]
-            / run(cfg, "shadow-outlier", "auto", "ooe", False, 256, L)["prefill_ms"]
+            cfg: run(cfg, "w8-group", "cpu", "in-order", False, 0, L)["prefill_ms"]
+            / run(cfg, "shadow-outlier", "auto", "npu-stall-first", False, 256, L)["prefill_ms"]
             for cfg in MODELS
         }
         out["ladder"][f"speedup_vs_cpu_{L}"] = sp
@@ -117,9 +120,9 @@ def main() -> int:
     print("\nPruning rate vs prefill speed at prompt 1024 (seed 001 §4.4, Fig. 16), tokens/s")
     for cfg, paper in PAPER_PRUNING.items():
         ours = {
-            r: run(cfg, f"shadow-outlier:pruning_rate={r}", "auto", "ooe", False, 256, 1024)[
-                "prefill_tokens_per_s"
-            ]
+            r: run(
+                cfg, f"shadow-outlier:pruning_rate={r}", "auto", "npu-stall-first", False, 256, 1024
+            )["prefill_tokens_per_s"]
             for r in paper
         }
         out["pruning"][cfg] = {"ours": ours, "paper": paper}
@@ -128,9 +131,9 @@ def main() -> int:
             + ", ".join(f"{int(100 * r)}%: ours {ours[r]:.0f} / paper {paper[r]}" for r in paper)
         )
 
-    s = run("qwen1.5-1.8b", "shadow-outlier", "auto", "inorder", False, 256, 256)
-    so = run("qwen1.5-1.8b", "shadow-outlier", "auto", "ooe", False, 256, 1024)
-    si = run("qwen1.5-1.8b", "shadow-outlier", "auto", "inorder", False, 256, 1024)
+    s = run("qwen1.5-1.8b", "shadow-outlier", "auto", "in-order", False, 256, 256)
+    so = run("qwen1.5-1.8b", "shadow-outlier", "auto", "npu-stall-first", False, 256, 1024)
+    si = run("qwen1.5-1.8b", "shadow-outlier", "auto", "in-order", False, 256, 1024)
     out["section_3_4"] = {
         "npu_busy_ms_qwen_256": s["busy_ms"]["npu"],
         "cpu_busy_ms_qwen_256": s["busy_ms"]["cpu"],

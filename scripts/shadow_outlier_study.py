@@ -63,13 +63,13 @@ def windows(ids: list[int], context: int, limit_tokens: int) -> list[list[int]]:
 
 def perplexity(model, wins: list[list[int]], plan: str) -> float:
     """exp(mean NLL) over every scored token of the windows (each from a fresh context)."""
-    lps = model._engine.token_logprobs(wins, plan)
+    lps = model.token_logprobs(wins, plan)
     return float(math.exp(-np.concatenate(lps).astype(np.float64).mean()))
 
 
 def cpu_work(model, plan: str, chunks: int) -> dict:
     """Shadow counters since the last reset, summed over linear inputs, per chunk."""
-    st = model._engine.shadow_stats(plan, reset=True)
+    st = model.shadow_stats(plan, reset=True)
     tot = {k: sum(d[k] for d in st) for k in ("syncs", "outlier_channels", "hot_hits")}
     tot["cold_fetches"] = sum(d["cold_fetches"] for d in st)
     tot["cold_fetch_bytes"] = sum(d["cold_fetch_bytes"] for d in st)
@@ -100,7 +100,7 @@ def study_sweep(model, args, held: list[list[int]]) -> dict:
         )
     for rate in args.rates:
         plan = plan_name(rate, args.hot_share, args.chunk)
-        model._engine.shadow_stats(plan, reset=True)
+        model.shadow_stats(plan, reset=True)
         t0 = time.perf_counter()
         ppl = perplexity(model, held, plan)
         rows.append(
@@ -122,7 +122,7 @@ def study_sweep(model, args, held: list[list[int]]) -> dict:
 
 def study_auto(model, args, held: list[list[int]]) -> dict:
     """Bisection over k = number of pruned inputs (accuracy falls as k grows, in practice)."""
-    cal = model._engine.calibration()
+    cal = model.calibration
     p = model.calibration_provenance
     toks = corpus_tokens(model, p.get("corpus", "wikitext2"))
     # validation text from the calibration slice's tail, after the last calibration window
@@ -145,7 +145,7 @@ def study_auto(model, args, held: list[list[int]]) -> dict:
         lo, hi = (mid, hi) if ppl <= limit else (lo, mid)
     rate = lo / n_inputs
     held_plan = plan_name(rate, args.hot_share, args.chunk)
-    model._engine.shadow_stats(held_plan, reset=True)
+    model.shadow_stats(held_plan, reset=True)
     held_ppl = perplexity(model, held, held_plan)
     work = cpu_work(model, held_plan, n_chunks(held, args.chunk))
     print(f"auto: pruning rate {rate:.3f} ({lo}/{n_inputs}); held-out ppl {held_ppl:.4f}")
@@ -190,9 +190,9 @@ def study_domain(model, args, held: list[list[int]]) -> dict:
     sets = {name: [model.tokenize(t) for t in ts] for name, ts in texts.items()}
     sets["wikitext2-heldout"] = held
     for name, seqs in sets.items():
-        model._engine.shadow_stats(plan, reset=True)
+        model.shadow_stats(plan, reset=True)
         for s in seqs:
-            model._engine.logits([s[: model.config["context_length"]]], plan)
+            model.logits_batch([s[: model.config["context_length"]]], plan)
         rows[name] = {
             "prompts": len(seqs),
             "tokens": sum(len(s) for s in seqs),
@@ -208,7 +208,7 @@ def study_domain(model, args, held: list[list[int]]) -> dict:
 
 
 def study_memory(model, args) -> dict:
-    st = model._engine.shadow_stats(plan_name(args.memory_rate, args.hot_share, 0))
+    st = model.shadow_stats(plan_name(args.memory_rate, args.hot_share, 0))
     resident = sum(d["resident_float_bytes"] for d in st)
     float_copy = sum(d["in_features"] * d["out_features"] * 4 for d in st)
     int8_weights = sum(d["weight_bytes"] for d in st)
@@ -239,9 +239,11 @@ def study_timeline(model, args) -> dict:
     rows = []
     for rate in args.rates:
         plan = plan_name(rate, args.hot_share, args.chunk)
-        ooe = simulate_model(model, ids, args.device, plan, chunk=args.chunk, policy="ooe")
-        for policy in ("ooe", "fifo"):
-            s = (ooe if policy == "ooe" else ooe.with_policy(policy)).summary()
+        ooe = simulate_model(
+            model, ids, args.device, plan, chunk=args.chunk, policy="npu-stall-first"
+        )
+        for policy in ("npu-stall-first", "first-ready"):
+            s = (ooe if policy == "npu-stall-first" else ooe.with_policy(policy)).summary()
             rows.append({"pruning_rate": rate, "policy": policy, **{k: s[k] for k in keys}})
             print(
                 f"timeline: pruning {rate:>4.0%} {policy:<4}  prefill {s['prefill_ms']:.1f} ms "
@@ -279,7 +281,7 @@ def main() -> int:
     socllm.set_num_threads(args.threads)
     socllm.set_log_level("warn")
     model = socllm.load(args.model, calib=args.calib, progress=False)
-    if not model._engine.calibration().has_outlier_stats:
+    if not model.calibration.has_outlier_stats:
         raise SystemExit(f"{args.calib} has no outlier profile (--steps act-scales,outliers)")
     held = windows(held_out_tokens(corpus_tokens(model)), args.context, args.limit_tokens)
     prev = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else {}

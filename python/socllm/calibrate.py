@@ -31,30 +31,23 @@ perplexity is reported next to the whole-file number (../shared/datasets/README.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
 from . import _core
 from ._version import __version__
-from .errors import FormatError, InvalidArgumentError, MissingFileError
+from .errors import InvalidArgumentError
 from .io_utils import atomic_path
 
 CALIB_SLICE_FRACTION = 0.25  # calibration windows come from the first quarter of the tokens
-FORMAT = "socllm-calibration"
-FORMAT_VERSION = 2  # 2: |x| histograms and the optional outlier statistics
 OUTLIER_METHODS = ("percentile", "maxmin")
 DEFAULT_OUTLIER_PERCENTILE = 99.99
-DEFAULT_HOT_SHARE = 0.8
-DEFAULT_PRUNING_RATE = 0.85
-# arrays of a _core.Calibration per site, as stored in the file (group/site datasets)
-STAT_ARRAYS = ("act_absmax", "abs_hist")
-OUTLIER_ARRAYS = ("outlier_threshold", "outlier_count", "outlier_seq_channels", "outlier_seqs")
+# arrays the outliers step writes (the artifact schema is the C++ core's, calibration.h)
+OUTLIER_ARRAYS = tuple(a["name"] for a in _core.Calibration.schema() if a["step"] == "outliers")
 
 
 @dataclass
@@ -73,18 +66,31 @@ class CalibrationData:
         return self.stats.get(site)
 
 
-def model_fingerprint(model) -> str:
-    """Hash of the model's configuration: a calibration file only fits the model it came from."""
-    cfg = json.dumps(dict(model.config), sort_keys=True)
-    return hashlib.sha256(cfg.encode()).hexdigest()[:16]
-
-
 def corpus_tokens(model, corpus: str = "wikitext2") -> list[int]:
+    """The whole corpus tokenized by the model's tokenizer. Cached: in memory per model, and on
+    disk in the socllm cache keyed by the tokenizer and the corpus file's SHA-256 (tokenizing
+    WikiText-2 takes over a second; calibration, evaluation and the tests ask for it often)."""
     if corpus != "wikitext2":
         raise InvalidArgumentError(f"calibrate: unknown corpus {corpus!r} (known: wikitext2)")
-    from .data import wikitext2_test_text
+    memo = model.__dict__.setdefault("_corpus_tokens", {})
+    if corpus in memo:
+        return memo[corpus]
+    from .data import WIKITEXT2_TEST_SHA256, wikitext2_test_text
+    from .registry import cache_dir
 
-    return model.tokenize(wikitext2_test_text())
+    tok_hash = hashlib.sha256(model.tokenizer.to_str().encode()).hexdigest()[:16]
+    path = cache_dir() / f"tokens-{corpus}-{WIKITEXT2_TEST_SHA256[:16]}-{tok_hash}.npy"
+    if path.is_file():
+        try:
+            memo[corpus] = np.load(path).tolist()
+            return memo[corpus]
+        except (OSError, ValueError):
+            pass  # unreadable cache: tokenize again and replace it
+    ids = model.tokenize(wikitext2_test_text())
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.asarray(ids, dtype=np.int32))
+    memo[corpus] = ids
+    return ids
 
 
 def calibration_split(n_tokens: int) -> int:
@@ -199,76 +205,16 @@ def calibrate_outliers(
 
 
 def save_calibration(path: str | os.PathLike, cal, model) -> Path:
-    """Writes the statistics atomically (temp file, then rename) with provenance attributes."""
+    """Writes the statistics atomically (temp file, then rename) with provenance attributes; the
+    file's schema is the C++ core's (``_core.Calibration.schema()``, calibration.h)."""
     path = Path(path)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["format"] = FORMAT
-        f.attrs["format_version"] = FORMAT_VERSION
-        f.attrs["socllm_version"] = __version__
-        f.attrs["model_name"] = model.config.get("name", "") or ""
-        f.attrs["model_fingerprint"] = model_fingerprint(model)
-        f.attrs["tokens"] = cal.tokens
-        for k, v in cal.provenance.items():
-            f.attrs[k] = v
-        names = STAT_ARRAYS + (OUTLIER_ARRAYS if cal.stats.has_outlier_stats else ())
-        for name in names:
-            g = f.create_group(name)
-            for site in _core.Calibration.sites():
-                g.create_dataset(site, data=cal.stats.array(name, site), compression="gzip")
-        if cal.stats.has_outlier_stats:
-            _save_shadow_defaults(f, cal)
+    prov = {"socllm_version": __version__, **cal.provenance}
+    cal.stats.save(str(path), model._model, prov)
     return path
 
 
-def _save_shadow_defaults(f, cal) -> None:
-    """What the shadow-outlier plan builds at its default options, for inspection: importance
-    [n_layers, 4], pruned [n_layers, 4] and per site a hot-channel mask [n_layers, width]."""
-    sites = list(_core.Calibration.sites())
-    g = f.create_group("shadow_defaults")
-    g.attrs["hot_share"] = DEFAULT_HOT_SHARE
-    g.attrs["pruning_rate"] = DEFAULT_PRUNING_RATE
-    g.attrs["sites"] = ",".join(sites)
-    g.create_dataset("importance", data=cal.stats.outlier_importance())
-    cfgs = cal.stats.shadow_configs(DEFAULT_PRUNING_RATE, DEFAULT_HOT_SHARE)
-    n_layers = len(cfgs) // len(sites)
-    pruned = np.zeros((n_layers, len(sites)), dtype=bool)
-    hot = {s: np.zeros_like(cal.absmax(s), dtype=bool) for s in sites}
-    for c in cfgs:
-        pruned[c["layer"], sites.index(c["site"])] = c["pruned"]
-        hot[c["site"]][c["layer"], c["hot_channels"]] = True
-    g.create_dataset("pruned", data=pruned)
-    for s in sites:
-        g.create_dataset(f"hot_mask/{s}", data=hot[s], compression="gzip")
-
-
 def load_calibration(path: str | os.PathLike, model):
-    """Reads a calibration file (:class:`CalibrationData`) for ``model``; a file from another
-    model is an InvalidArgumentError."""
-    path = Path(path)
-    if not path.exists():
-        raise MissingFileError(f"calibration file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise FormatError(f"{path} is not a readable HDF5 calibration file ({e})") from e
-    with f:
-        if f.attrs.get("format") != FORMAT:
-            raise FormatError(f"{path} is not a socllm calibration file (format attribute missing)")
-        fp = f.attrs.get("model_fingerprint")
-        if fp != model_fingerprint(model):
-            raise InvalidArgumentError(
-                f"{path} was calibrated on model {f.attrs.get('model_name')!r} "
-                f"(fingerprint {fp}), not on this one ({model_fingerprint(model)})"
-            )
-        cal = _core.Calibration.empty_for(model._model)
-        optional = ("abs_hist",) + (OUTLIER_ARRAYS if "outlier_threshold" in f else ())
-        for name in ("act_absmax",) + optional:
-            for site in _core.Calibration.sites():
-                if f"{name}/{site}" not in f:
-                    if name == "abs_hist":  # format 1 files have no histograms
-                        continue
-                    raise FormatError(f"{path} lacks {name}/{site}")
-                cal.set_array(name, site, np.asarray(f[f"{name}/{site}"]))
-        cal.tokens = int(f.attrs.get("tokens", 0))
-        provenance = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
-    return CalibrationData(cal, provenance)
+    """Reads a calibration file (:class:`CalibrationData`) for ``model``: a file from another
+    model or schema version is an InvalidArgumentError naming the value (checked in C++)."""
+    stats, provenance = _core.Calibration.load(str(Path(path)), model._model)
+    return CalibrationData(stats, provenance)

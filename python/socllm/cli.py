@@ -27,7 +27,6 @@ LMEVAL_TASKS = (
     "lambada",
 )
 TASKS = PERPLEXITY_TASKS + LMEVAL_TASKS
-CALIBRATION_STEPS = ("act-scales", "outliers")
 
 
 def _plans(specs: list[str] | None) -> list[str]:
@@ -123,36 +122,21 @@ def cmd_eval(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
+    from .calibrate import load_calibration, save_calibration
+    from .calibration_steps import run_steps, step_options
+    from .errors import InvalidArgumentError
     from .model import load
 
     _setup(args)
-    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-    for s in steps:
-        if s not in CALIBRATION_STEPS:
-            raise SystemExit(
-                f"socllm calibrate: unknown step {s!r} (known: {', '.join(CALIBRATION_STEPS)})"
-            )
-    if not steps:
+    if not [s for s in args.steps.split(",") if s.strip()]:
         raise SystemExit("socllm calibrate: no steps given")
     model = load(args.model, progress=not args.quiet)
+    if Path(args.out).resolve() == model.path.resolve():
+        raise InvalidArgumentError(f"calibrate: --out {args.out} is the model file itself")
+    data = load_calibration(args.calib, model) if args.calib else None
+    opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
     t0 = time.perf_counter()
-    cal = calibrate_act_scales(
-        model,
-        corpus=args.corpus,
-        samples=args.samples,
-        seqlen=args.seqlen,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
-    if "outliers" in steps:  # needs the act-scales statistics of the same windows
-        calibrate_outliers(
-            model,
-            cal,
-            method=args.outlier_threshold,
-            percentile=args.percentile,
-            progress=not args.quiet,
-        )
+    cal = run_steps(model, args.steps, data=data, progress=not args.quiet, **opts)
     save_calibration(args.out, cal, model)
     summary = {
         "out": str(args.out),
@@ -211,7 +195,7 @@ def cmd_simulate(args) -> int:
             ids,
             args.device,
             args.plan,
-            chunk=args.chunk or args.prompt_len,
+            chunk=args.chunk or None,
             policy=args.policy,
             processor=args.processor,
         )
@@ -221,7 +205,7 @@ def cmd_simulate(args) -> int:
         for p, v in s["busy_ms"].items()
     )
     print(
-        f"{s['config']} on {s['device']}, plan {s['plan']}, {args.policy}: "
+        f"{s['config']} on {s['device']}, plan {s['plan']}, {s['policy']}: "
         f"prompt {s['prompt_len']}, "
         f"prefill {s['prefill_ms']:.1f} ms = {s['prefill_tokens_per_s']:.1f} tokens/s, "
         f"energy {s['energy_mj']:.0f} mJ; busy: {busy}",
@@ -273,11 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--samples", type=int, default=128, help="calibration windows")
     k.add_argument("--seqlen", type=int, default=512, help="tokens per window")
     k.add_argument("--seed", type=int, default=0)
+    from .calibration_steps import STEPS
+
     k.add_argument(
         "--steps",
         default="act-scales",
-        help="comma-separated: act-scales (static scales), outliers (shadow-outlier profiling; "
-        "runs act-scales first)",
+        help="comma-separated, run in order: "
+        + "; ".join(f"{s.name}: {s.description}" for s in STEPS.values()),
+    )
+    k.add_argument(
+        "--calib",
+        default=None,
+        help="continue from this calibration file (e.g. --steps pruning-rate)",
     )
     k.add_argument(
         "--outlier-threshold",
@@ -288,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument(
         "--percentile", type=float, default=99.99, help="outliers step: percentile of |x| in %%"
     )
+    k.add_argument(
+        "--budget", type=float, default=None, help="pruning-rate step: relative perplexity budget"
+    )
+    k.add_argument("--validation-tokens", type=int, default=None, help="pruning-rate step")
+    k.add_argument("--validation-context", type=int, default=None, help="pruning-rate step")
+    k.add_argument("--hot-share", type=float, default=None, help="pruning-rate step")
     k.add_argument("--out", required=True, help="calibration HDF5 file")
     k.add_argument("--json", default=None, metavar="PATH|-")
     _common(k)
@@ -303,7 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--plan", default="shadow-outlier", help="plan name or name:key=value,...")
     m.add_argument("--prompt-len", type=int, default=1024)
     m.add_argument("--chunk", type=int, default=256, help="prefill chunk length (0: whole prompt)")
-    m.add_argument("--policy", choices=("ooe", "fifo", "inorder", "optimal"), default="ooe")
+    from ._core import sim as _sim
+
+    pols = _sim.policies()
+    m.add_argument(
+        "--policy",
+        choices=[p["name"] for p in pols] + [p["alias"] for p in pols if p["alias"] != p["name"]],
+        default="npu-stall-first",
+        help="; ".join(f"{p['name']} ({p['alias']}): {p['description']}" for p in pols),
+    )
     m.add_argument("--processor", choices=("auto", "npu", "cpu", "gpu"), default="auto")
     m.add_argument(
         "--runtime-graph-build",

@@ -105,6 +105,23 @@ class LanguageModel:
         self.calibration_path = Path(path)
         self.calibration_provenance = dict(cal.provenance)
 
+    def set_calibration(self, stats: _core.Calibration | None) -> None:
+        """Use these statistics (a ``Calibration``, e.g. from :meth:`observe_activations`) for
+        the static plans, or None to drop the loaded calibration."""
+        self._engine.set_calibration(stats)
+        if stats is None:
+            self.calibration_path = None
+            self.calibration_provenance = {}
+
+    def observe_activations(self, seqs: Sequence[Sequence[int]], into: _core.Calibration) -> None:
+        """Runs each sequence in fp32 and folds every linear input into ``into``
+        (``socllm._core.Calibration.empty_for(m._model)`` or a loaded calibration)."""
+        self._engine.observe_activations([_token_ids(s, "observe_activations") for s in seqs], into)
+
+    def new_calibration(self) -> _core.Calibration:
+        """Empty statistics shaped for this model, to fill with :meth:`observe_activations`."""
+        return _core.Calibration.empty_for(self._model)
+
     @property
     def calibration(self) -> _core.Calibration | None:
         """A copy of the loaded calibration statistics (``Calibration.array(name, site)``,

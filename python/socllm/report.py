@@ -156,12 +156,14 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
     ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]
     rows = []
     # one engine run; its graph is simulated under each policy
-    ooe = simulate_model(model, ids, SIM_DEVICE, "shadow-outlier", chunk=256, policy="ooe")
-    for policy in tqdm(("inorder", "fifo", "ooe"), desc="simulate", disable=not progress):
-        t = ooe if policy == "ooe" else ooe.with_policy(policy)
+    ooe = simulate_model(model, ids, SIM_DEVICE, "shadow-outlier", chunk=256)
+    for policy in tqdm(
+        ("in-order", "first-ready", "npu-stall-first"), desc="simulate", disable=not progress
+    ):
+        t = ooe if policy == "npu-stall-first" else ooe.with_policy(policy)
         s = {k: v for k, v in t.summary().items() if k not in ("engine_graphs", "processors")}
         rows.append(s)
-        if policy == "ooe":
+        if policy == "npu-stall-first":
             t.to_perfetto(out_dir / "timeline_trace.json")
             ax = t.plot()
             with atomic_path(out_dir / "timeline.png") as tmp:

@@ -89,7 +89,8 @@ def test_plans_are_named_and_described():
     assert socllm.Plan("fp32").name == "fp32"
     j = socllm.Plan({"name": "fp32"}).to_json()
     assert j["name"] == "fp32" and j["chunk_len"] == 0
-    assert j["ops"]["linear"]["weights"] == {"format": "fp32"} and j["ops"]["attention"] == "fp32"
+    assert j["ops"]["linear"]["weights"] == {"format": "fp32"}
+    assert j["ops"]["attention"] == {"processor": "cpu", "format": "fp32"}
 
 
 def test_log_level_round_trip():
@@ -146,8 +147,8 @@ def test_cli_run_writes_report(tmp_path):
     assert rep["calibration"]["samples"] == 4 and (out / "calib.h5").exists()
     # the engine's chunked prefill timed on the SoC model, one run per policy
     runs = {s["policy"]: s for s in rep["timeline"]["runs"]}
-    assert set(runs) == {"inorder", "fifo", "ooe"}
-    assert runs["ooe"]["busy_ms"] == pytest.approx(runs["inorder"]["busy_ms"])
+    assert set(runs) == {"in-order", "first-ready", "npu-stall-first"}
+    assert runs["npu-stall-first"]["busy_ms"] == pytest.approx(runs["in-order"]["busy_ms"])
     assert (out / "timeline.png").stat().st_size > 1000
     assert json.loads((out / "timeline_trace.json").read_text())["traceEvents"]
 

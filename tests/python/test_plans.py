@@ -3,6 +3,8 @@ references of each quantization scheme."""
 
 from __future__ import annotations
 
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -154,9 +156,17 @@ def test_calibration_from_another_model_is_rejected(smollm, calib_file, tmp_path
     other = tmp_path / "other.h5"
     other.write_bytes(calib_file.read_bytes())
     with h5py.File(other, "a") as f:
-        f.attrs["model_fingerprint"] = "0123456789abcdef"
+        cfg = json.loads(f.attrs["model_config"])
+        f.attrs["model_config"] = json.dumps(dict(cfg, d_model=2048))
         f.attrs["model_name"] = "Qwen1.5-1.8B"
-    with pytest.raises(socllm.InvalidArgumentError, match="calibrated on model 'Qwen1.5-1.8B'"):
+    with pytest.raises(
+        socllm.InvalidArgumentError, match="calibrated on model 'Qwen1.5-1.8B' \\(d_model 2048\\)"
+    ):
+        load_calibration(other, smollm)
+    with h5py.File(other, "a") as f:
+        f.attrs["model_config"] = json.dumps(cfg)
+        f.attrs["format_version"] = 2
+    with pytest.raises(socllm.InvalidArgumentError, match="schema version 2"):
         load_calibration(other, smollm)
     cal = smollm.new_calibration()
     with pytest.raises(socllm.ShapeError, match="needs shape"):

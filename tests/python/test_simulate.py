@@ -3,10 +3,8 @@ fit staying in sync with its data, timelines, traces, engine-executed graphs, ba
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +55,8 @@ def test_profiles_are_sourced_data(device):
 def test_cost_model_in_profiles_is_the_current_fit():
     """The fitted numbers stored in the 8 Gen 3 profile are what the fit script computes from
     Table 3 now, and held-out rows are predicted through the C++ cost model."""
-    spec = importlib.util.spec_from_file_location(
-        "fit_cost_model", REPO / "scripts" / "fit_cost_model.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fit_cost_model"] = mod
-    spec.loader.exec_module(mod)
+    from socllm.devices import fit as mod
+
     table = json.loads(mod.TABLE.read_text())["rows"]
     fitted = mod.fit(table, [1, 2, 4, 5])
     cm = load_profile("snapdragon-8gen3")["cost_model"]

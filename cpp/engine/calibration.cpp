@@ -268,14 +268,15 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
       sites += (s ? "," : "") + std::string(linear_site_name(static_cast<LinearSite>(s)));
     w.attr("/shadow_defaults", "sites", sites);
     w.write("/shadow_defaults/importance", {n_layers, kNumLinearSites}, importance.data());
-    w.write("/shadow_defaults/pruned", {n_layers, kNumLinearSites}, pruned.data());
+    w.write_mask("/shadow_defaults/pruned", {n_layers, kNumLinearSites}, pruned.data());
     for (int s = 0; s < kNumLinearSites; ++s) {
       std::vector<uint8_t> hot(static_cast<size_t>(n_layers * width[s]), 0);
       for (int64_t l = 0; l < n_layers; ++l)
         for (int64_t ch : cfgs[static_cast<size_t>(l * kNumLinearSites + s)].hot_channels)
           hot[static_cast<size_t>(l * width[s] + ch)] = 1;
-      w.write(std::string("/shadow_defaults/hot_mask/") + linear_site_name(static_cast<LinearSite>(s)),
-              {n_layers, width[s]}, hot.data());
+      w.write_mask(std::string("/shadow_defaults/hot_mask/") +
+                       linear_site_name(static_cast<LinearSite>(s)),
+                   {n_layers, width[s]}, hot.data());
     }
   }
   w.commit();

@@ -139,7 +139,10 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   if (plan.linear.is_fp32()) return nullptr;
   std::lock_guard lock(mu_);
   const std::string key = plan.linear.to_json().dump();
-  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
+  if (auto it = prepared_.find(key); it != prepared_.end()) {
+    it->second.last_use = ++use_clock_;
+    return it->second.linears;
+  }
   if (plan.needs_calibration() && !calib_)
     throw InvalidArgument("[Engine] plan '" + plan.name +
                           "' fixes static activation scales or smoothing factors from "
@@ -166,7 +169,15 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
           shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)]);
     }
   spdlog::debug("prepared linears for plan '{}': {} weight bytes", plan.name, prep->weight_bytes());
-  prepared_.emplace(key, prep);
+  // A bounded cache: each prepared plan holds quantized (and, for outlier schemes, float)
+  // copies of every linear, so a sweep over a plan's options would otherwise keep them all.
+  if (prepared_.size() >= kMaxPreparedPlans) {
+    auto lru = prepared_.begin();
+    for (auto it = prepared_.begin(); it != prepared_.end(); ++it)
+      if (it->second.last_use < lru->second.last_use) lru = it;
+    prepared_.erase(lru);  // callers holding it keep it alive
+  }
+  prepared_.emplace(key, PreparedEntry{prep, ++use_clock_});
   return prep;
 }
 

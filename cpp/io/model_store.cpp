@@ -307,6 +307,22 @@ void H5Writer::write(const std::string& p, const std::vector<int64_t>& shape, co
   write_raw(p, shape, H5T_STD_U8LE, H5T_NATIVE_UINT8, data);
 }
 
+void H5Writer::write_mask(const std::string& p, const std::vector<int64_t>& shape,
+                          const uint8_t* data) {
+  // h5py's bool: an enum of int8 with FALSE = 0, TRUE = 1 (numpy reads it as bool).
+  Handle t{H5Tenum_create(H5T_NATIVE_INT8), H5Tclose};
+  const int8_t f = 0, tr = 1;
+  H5Tenum_insert(t.id, "FALSE", &f);
+  H5Tenum_insert(t.id, "TRUE", &tr);
+  std::vector<int8_t> v(data, data + [&] {
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    return n;
+  }());
+  for (auto& x : v) x = x != 0;
+  write_raw(p, shape, t.id, t.id, v.data());
+}
+
 void H5Writer::commit() {
   if (H5Fclose(id_) < 0) {
     id_ = -1;

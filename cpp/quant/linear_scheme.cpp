@@ -237,14 +237,18 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
       hot_row_[static_cast<size_t>(j)] = static_cast<int64_t>(w_hot_.size()) / out;
       for (int64_t i = 0; i < out; ++i) w_hot_.push_back(ws[i * in + j]);
     }
-    w_float_ = ws;
   } else if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
     const float amax = *std::max_element(eff_absmax.begin(), eff_absmax.end());
     if (!(amax > 0.0f))
       throw InvalidArgument("[PreparedLinear] calibration absmax of this input is 0: no static scale");
     act_scale_ = amax / 127.0f;
   }
-  if (scheme_.outlier_threshold) w_float_ = ws;
+  // The float weights outlier columns / cold channels are read from: the caller's W itself
+  // (the model file's copy, which outlives the prepared linear), or the smoothed copy.
+  if (scheme_.shadow || scheme_.outlier_threshold) {
+    if (scheme_.smooth_alpha) w_float_ = ws;
+    w_float_src_ = scheme_.smooth_alpha ? w_float_.data() : W;
+  }
 
   if (scheme_.weights == WeightFormat::F32) {
     w_hat_ = std::move(ws);
@@ -393,7 +397,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
     const int64_t nc = static_cast<int64_t>(p.cols.size());
     std::vector<float> wo(static_cast<size_t>(out_ * nc));
     for (int64_t i = 0; i < out_; ++i)
-      for (int64_t c = 0; c < nc; ++c) wo[i * nc + c] = w_float_[i * in_ + p.cols[c]];
+      for (int64_t c = 0; c < nc; ++c) wo[i * nc + c] = w_float_src_[i * in_ + p.cols[c]];
     kernels::linear(p.x.data(), p.rows.end - p.rows.begin, nc, nc, wo.data(), out_, nullptr,
                     y + p.rows.begin * ldy, ldy, /*accumulate=*/true);
   }
@@ -420,7 +424,7 @@ void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& pa
       } else {  // cold: one weight column read from the model file on demand
         ++st.cold_fetches;
         st.cold_fetch_bytes += out_ * static_cast<int64_t>(sizeof(float));
-        for (int64_t i = 0; i < out_; ++i) wo[i * nc + c] = w_float_[i * in_ + j];
+        for (int64_t i = 0; i < out_; ++i) wo[i * nc + c] = w_float_src_[i * in_ + j];
       }
     }
     kernels::linear(p.values.data(), p.rows, nc, nc, wo.data(), out_, nullptr,

@@ -154,11 +154,24 @@ def cmd_run(args) -> int:
     from .report import run_main_job
 
     _setup(args)
+    from .report import (
+        FULL_CALIB_SAMPLES,
+        FULL_LIMIT_TOKENS,
+        QUICK_CALIB_SAMPLES,
+        QUICK_LIMIT_TOKENS,
+    )
+
+    limit = args.limit_tokens
+    if limit is None:
+        limit = FULL_LIMIT_TOKENS if args.full else QUICK_LIMIT_TOKENS
+    samples = args.calib_samples
+    if samples is None:
+        samples = FULL_CALIB_SAMPLES if args.full else QUICK_CALIB_SAMPLES
     run_main_job(
         args.model,
         Path(args.out),
-        limit_tokens=args.limit_tokens,
-        calib_samples=args.calib_samples,
+        limit_tokens=limit,
+        calib_samples=samples,
         progress=not args.quiet,
         json_dest=args.json,
     )
@@ -324,12 +337,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", default="smollm2-135m")
     r.add_argument("--out", default="socllm-out", help="report directory")
     r.add_argument(
+        "--full",
+        action="store_true",
+        help="the full table: 16384 held-out tokens per plan, 32 calibration windows (default: "
+        "a demonstration of a few minutes, 4096 tokens and 16 windows)",
+    )
+    r.add_argument(
         "--limit-tokens",
         type=int,
-        default=16384,
-        help="WikiText-2 tokens to evaluate (0 = the whole file)",
+        default=None,
+        help="WikiText-2 held-out tokens to evaluate per plan (0 = all of them)",
     )
-    r.add_argument("--calib-samples", type=int, default=32, help="calibration windows of 512")
+    r.add_argument("--calib-samples", type=int, default=None, help="calibration windows of 512")
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)

@@ -21,6 +21,28 @@ from ._version import __version__
 from .io_utils import atomic_path, atomic_write_text, emit_json
 
 SAMPLE_PROMPT = "The three most important ideas in computer architecture are"
+# The demonstration (a few minutes on 2 cores) and `socllm run --full` (the full table).
+QUICK_LIMIT_TOKENS, QUICK_CALIB_SAMPLES = 4096, 16
+FULL_LIMIT_TOKENS, FULL_CALIB_SAMPLES = 16384, 32
+NLL_BLOCK = 128  # tokens per block for the paired standard error (per-token NLL is correlated)
+
+
+def paired_nll_vs(reference: np.ndarray, other: np.ndarray, block: int = NLL_BLOCK) -> dict:
+    """Mean per-token NLL difference ``other - reference`` on the same scored tokens, with its
+    standard error over blocks of ``block`` consecutive tokens (neighbouring tokens' losses are
+    correlated, so blocks, not tokens, are the independent units), and the perplexity ratio."""
+    from .stats import paired_difference
+
+    n = min(reference.size, other.size) // block * block
+    a = reference[:n].reshape(-1, block).mean(1)
+    b = other[:n].reshape(-1, block).mean(1)
+    mean, se = paired_difference(dict(enumerate(a)), dict(enumerate(b)))
+    return {
+        "delta_nll": float(mean),
+        "delta_nll_se": float(se),
+        "blocks": int(a.size),
+        "ppl_ratio": float(np.exp(other.mean() - reference.mean())),
+    }
 
 
 def plot_token_loss(token_nll: np.ndarray, dest: Path, title: str, window: int = 256) -> None:
@@ -51,8 +73,8 @@ def run_main_job(
     model_name: str,
     out_dir: Path,
     *,
-    limit_tokens: int | None = 16384,
-    calib_samples: int = 32,
+    limit_tokens: int | None = QUICK_LIMIT_TOKENS,
+    calib_samples: int = QUICK_CALIB_SAMPLES,
     progress: bool = True,
     json_dest: str | None = None,
 ) -> dict:
@@ -94,6 +116,8 @@ def run_main_job(
         )
         evals.append(summary)
         token_nll[plan] = result.token_nll
+    for e in evals:
+        e.update(paired_nll_vs(token_nll["fp32"], token_nll[e["plan"]]))
     plot_token_loss(
         token_nll["fp32"],
         out_dir / "token_loss.png",
@@ -198,12 +222,16 @@ def render_markdown(r: dict) -> str:
         f"tokens from the {r['calibration']['slice']} (seed {r['calibration']['seed']}); "
         "perplexity on the tokens after that slice.",
         "",
-        "| plan | perplexity | scored tokens | windows x context | seconds |",
-        "| --- | ---: | ---: | --- | ---: |",
+        f"ΔNLL: mean per-token loss minus fp32's on the same tokens, ± its standard error over "
+        f"blocks of {NLL_BLOCK} tokens (paired).",
+        "",
+        "| plan | perplexity | ΔNLL vs fp32 (nats) | scored tokens | windows x context | seconds |",
+        "| --- | ---: | ---: | ---: | --- | ---: |",
     ]
     for e in r["wikitext2"]:
         lines.append(
-            f"| {e['plan']} | {e['perplexity']:.4f} | {e['n_scored']} | "
+            f"| {e['plan']} | {e['perplexity']:.4f} | "
+            f"{e['delta_nll']:+.4f} ± {e['delta_nll_se']:.4f} | {e['n_scored']} | "
             f"{e['n_windows']} x {e['context']} | {e['seconds']} |"
         )
     lines += ["", "![per-token loss](token_loss.png)", ""]

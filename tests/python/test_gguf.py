@@ -22,6 +22,9 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
 from gguf import GGMLQuantizationType as Q
 
+# golden tier: checked against an independent reference (tests/python/conftest.py)
+pytestmark = pytest.mark.golden
+
 SUPPORTED = [
     "F32",
     "F16",

@@ -12,6 +12,9 @@ import pytest
 import socllm
 from socllm.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
 
+# golden tier: checked against an independent reference (tests/python/conftest.py)
+pytestmark = pytest.mark.golden
+
 # (prompt length, chunk length): whole prompts, exact and padded chunks, a prompt shorter than a
 # chunk (runs on the 32-row graph), a one-token prompt.
 CASES = [(1, None), (37, None), (100, 32), (130, 64), (20, 256)]

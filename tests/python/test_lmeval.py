@@ -15,6 +15,9 @@ import socllm
 import socllm.lmeval as sl
 from socllm.lmeval.backend import SocllmLM, build_plan
 
+# golden tier: checked against an independent reference (tests/python/conftest.py)
+pytestmark = pytest.mark.golden
+
 
 def _req(kind: str, *args) -> Instance:
     return Instance(request_type=kind, doc={}, arguments=tuple(args), idx=0)

@@ -9,6 +9,7 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow  # the slow tier (--runslow): about a minute for the three notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, smollm):
     nbformat = pytest.importorskip("nbformat")

@@ -9,6 +9,9 @@ import pytest
 import socllm
 import torch
 
+# golden tier: checked against an independent reference (tests/python/conftest.py)
+pytestmark = pytest.mark.golden
+
 LENGTHS = [1, 17, 128, 511, 1024]
 
 

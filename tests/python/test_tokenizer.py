@@ -23,6 +23,9 @@ from socllm.tokenizer import (
     tokenizer_from_gguf_vocab,
 )
 
+# golden tier: checked against an independent reference (tests/python/conftest.py)
+pytestmark = pytest.mark.golden
+
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

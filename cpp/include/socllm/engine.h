@@ -121,7 +121,8 @@ class Engine {
   // Runs each sequence in fp32 from a fresh context and folds every linear input into `into`.
   void observe_activations(const std::vector<std::vector<int32_t>>& seqs, Calibration& into) const;
 
-  // The linears prepared for `plan` (cached per linear scheme and calibration); null for fp32.
+  // The linears prepared for `plan` (cached per linear scheme and calibration, the 4 most recently
+  // used schemes kept); null for fp32.
   // InvalidArgument if the plan needs calibration and none is set.
   std::shared_ptr<const PreparedLinears> prepare(const Plan& plan) const;
   LinearGraph linear_graph(const Plan& plan, int64_t layer, LinearSite site, int64_t rows) const;
@@ -158,7 +159,14 @@ class Engine {
   std::vector<float> inv_freq_;
   mutable std::mutex mu_;
   std::shared_ptr<const Calibration> calib_;
-  mutable std::map<std::string, std::shared_ptr<const PreparedLinears>> prepared_;
+  // Prepared linears per linear scheme, the kMaxPreparedPlans most recently used.
+  static constexpr size_t kMaxPreparedPlans = 4;
+  struct PreparedEntry {
+    std::shared_ptr<const PreparedLinears> linears;
+    uint64_t last_use = 0;
+  };
+  mutable std::map<std::string, PreparedEntry> prepared_;
+  mutable uint64_t use_clock_ = 0;
   mutable npu::GraphCache graphs_{true};
 };
 

@@ -73,7 +73,8 @@ class PreparedLinear {
   // W[out, in] row-major, bias[out] or null. act_channel_absmax[in]: calibration statistics
   // of this linear's input (max |x_j| over the calibration set), required when
   // scheme.needs_calibration(); `shadow`: the profiled threshold, hot channels and pruning of
-  // this input, required when scheme.shadow is set.
+  // this input, required when scheme.shadow is set. With outlier handling (LLM.int8 columns,
+  // shadow cold channels) and no smoothing, W is read at run time: it must outlive this object.
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
                  const LinearScheme& scheme, std::span<const float> act_channel_absmax,
                  const ShadowLinearConfig* shadow = nullptr);
@@ -112,8 +113,10 @@ class PreparedLinear {
   std::vector<float> w_scales_;   // [out] per-row weight scale (integer path)
   std::unique_ptr<kernels::PackedWeightsS8> packed_;  // integer path
   std::vector<float> w_hat_;      // [out, in] dequantized (smoothed) weights (float path)
-  std::vector<float> w_float_;    // [out, in] float (smoothed) weights for outlier columns;
-                                  // for shadow: the model file's copy cold channels come from
+  std::vector<float> w_float_;    // [out, in] smoothed float weights, when smoothing is on
+  // Float weights outlier columns (LLM.int8) and cold shadow channels are read from: W itself
+  // (the model file's copy, borrowed: W must outlive this object) or w_float_.
+  const float* w_float_src_ = nullptr;
   ShadowLinearConfig shadow_;
   std::vector<float> w_hot_;      // [n_hot, out] resident float weight columns of hot channels
   std::vector<int64_t> hot_row_;  // [in] row of w_hot_ for a hot channel, -1 for a cold one

@@ -62,6 +62,9 @@ class H5Writer {
   void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const float* data);
   void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const int64_t* data);
   void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const uint8_t* data);
+  // A boolean mask (nonzero = true), stored as h5py stores numpy bools.
+  void write_mask(const std::string& dataset_path, const std::vector<int64_t>& shape,
+                  const uint8_t* data);
   void group(const std::string& group_path);
   void commit();
 

@@ -27,12 +27,14 @@ from socllm.timeline import simulate  # noqa: E402
 
 MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
 DEVICE = "snapdragon-8gen3"
-LADDER = (  # name, plan, processor, policy, runtime build, chunk
+# name, plan, processor ("auto": the plan's placement, llm.npu's for these presets; "cpu": every
+# op class on the CPU), policy, runtime build, chunk
+LADDER = (
     ("llama.cpp-CPU", "w8-group", "cpu", "in-order", False, 0),
-    ("naive NPU", "w8-group", "npu", "in-order", True, 0),
-    ("+ chunk graphs", "w8-group", "npu", "in-order", False, 256),
-    ("+ shadow outliers", "shadow-outlier", "npu", "in-order", False, 256),
-    ("+ out-of-order", "shadow-outlier", "npu", "npu-stall-first", False, 256),
+    ("naive NPU", "w8-group", "auto", "in-order", True, 0),
+    ("+ chunk graphs", "w8-group", "auto", "in-order", False, 256),
+    ("+ shadow outliers", "shadow-outlier", "auto", "in-order", False, 256),
+    ("+ out-of-order", "shadow-outlier", "auto", "npu-stall-first", False, 256),
 )
 # seed 001 §4.7 (Fig. 19, ranges over the three models) and §4.2
 PAPER_LADDER = {

@@ -137,10 +137,11 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   const double overhead = p_.number(c + "overhead_us", why);
   const double gops = p_.number(c + "compute_gops", why);
   const double gbps = p_.number(c + "weight_gbps", why);
-  // Per-group quantization: one sub-matmul per group over k / groups, whose partial sums are
-  // reduced in float (seed 001 §2.3, Fig. 3b): each sub-matmul is padded to whole tiles, the
-  // graph's launch overhead is paid once.
-  const int64_t g = std::max<int64_t>(op.groups, 1);
+  // Per-group quantization: an NPU graph runs one sub-matmul per group over k / groups, whose
+  // partial sums are reduced in float (seed 001 §2.3, Fig. 3b): each sub-matmul is padded to
+  // whole tiles, the graph's launch overhead is paid once. CPU and GPU kernels fuse the group
+  // scales into one matmul (llama.cpp's Q8 dot products), so only the NPU pays per group.
+  const int64_t g = on == Processor::Npu ? std::max<int64_t>(op.groups, 1) : 1;
   const int64_t kg = (op.k + g - 1) / g;
   const double padded = 2.0 * static_cast<double>(round_up(op.m, tm)) *
                         static_cast<double>(round_up(kg, tk)) * static_cast<double>(round_up(op.n, tn));

@@ -265,6 +265,9 @@ TEST(CostModel, NpuMatmulPaddingRooflineAndGroups) {
   // CPU int8: no tiles
   soc::OpDesc c = mm64;
   EXPECT_NEAR(cm.latency_us(c, Processor::Cpu), std::max(2.0 * 64 * 32 * 64 / 2e5, 2048.0 / 4e3), 1e-9);
+  // a CPU kernel fuses the group scales: per-group costs what per-tensor does there
+  c.groups = 2;
+  EXPECT_DOUBLE_EQ(cm.latency_us(c, Processor::Cpu), cm.latency_us(mm64, Processor::Cpu));
   EXPECT_DOUBLE_EQ(cm.sync_us(Processor::Npu, Processor::Cpu), 7);
   EXPECT_DOUBLE_EQ(cm.sync_us(Processor::Cpu, Processor::Cpu), 0);
 }

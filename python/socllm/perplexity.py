@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from .calibrate import held_out_tokens
+from .calibrate import corpus_tokens, held_out_tokens
 from .data import wikitext2_test_path
 
 
@@ -39,18 +39,16 @@ def eval_wikitext2(
     context: int,
     stride: int | None,
     limit_tokens: int | None,
-    batch_size: int,
-    progress: bool,
+    batch_size: int = 1,
+    progress: bool = False,
     heldout: bool = False,
 ):
     """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL).
     ``heldout``: only the tokens after the calibration slice (socllm.calibrate)."""
     path = wikitext2_test_path()
     t0 = time.perf_counter()
-    text = path.read_text(encoding="utf-8")
-    kw = {"text": text}
-    if heldout:
-        kw = {"ids": held_out_tokens(model.tokenize(text))}
+    ids = corpus_tokens(model)  # the whole file tokenized once (cached)
+    kw = {"ids": held_out_tokens(ids) if heldout else ids}
     r = model.perplexity_eval(
         plan=plan,
         **kw,
@@ -63,7 +61,7 @@ def eval_wikitext2(
     summary = {
         "task": "wikitext2-heldout" if heldout else "wikitext2",
         "file": str(path),
-        "plan": plan,
+        "plan": plan if isinstance(plan, str) else plan.name,
         **r.to_dict(),
         "limit_tokens": limit_tokens,
         "seconds": round(time.perf_counter() - t0, 2),

@@ -1,4 +1,6 @@
-// Helpers shared by the binding files: numpy conversion and JSON <-> Python.
+// Helpers shared by the binding files (numpy conversion, JSON <-> Python, arguments used by
+// several areas) and the init function of each binding file. Each binding file mirrors one
+// area of cpp/include/socllm/ and says which headers in its first line.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -31,18 +33,43 @@ std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn);
 
 namespace socllm {
 struct Plan;
+enum class LinearSite : int;
+namespace npu {
+struct GraphCacheStats;
 }
+}  // namespace socllm
 
 namespace socllm::py_bind {
 
+// "[2, 3]": the shape of an array, for error messages (as core.h's shape_str, kept visible).
+using socllm::shape_str;
+inline std::string shape_str(const py::array& a) {
+  return shape_str(std::vector<int64_t>(a.shape(), a.shape() + a.ndim()));
+}
+
 // A Plan from a Plan, a name ("w8a8", "smoothquant:alpha=0.8") or a dict (plan.h JSON form).
+// Defined in plan.cpp.
 Plan plan_from_py(const py::handle& p);
 
-void init_core(py::module_& m);
-void init_io(py::module_& m);
-void init_engine(py::module_& m);
-void init_ops(py::module_& m);
-void init_quant(py::module_& m);
-void init_sim(py::module_& m);
+// A linear site from its name (attn_in, attn_out, mlp_in, mlp_act); `fn` prefixes the error.
+// Defined in calibration.cpp.
+LinearSite site_from_name(const std::string& site, const char* fn);
+
+// The statistics of a static graph cache as a dict. Defined in engine.cpp.
+py::dict graph_stats_to_py(const npu::GraphCacheStats& s);
+
+// One init function per binding file, called in this order by module.cpp (a type is registered
+// before the functions whose signatures name it). init_soc and init_sched fill the `sim`
+// submodule; init_ops and init_quant create their own.
+void init_core(py::module_& m);         // core.cpp: core.h
+void init_io(py::module_& m);           // io.cpp: gguf.h
+void init_model(py::module_& m);        // model.cpp: model.h
+void init_soc(py::module_& sim);        // soc.cpp: soc.h
+void init_sched(py::module_& sim);      // sched.cpp: task_graph.h, simulator.h, simulate.h
+void init_plan(py::module_& m);         // plan.cpp: plan.h, block.h
+void init_calibration(py::module_& m);  // calibration.cpp: calibration.h
+void init_engine(py::module_& m);       // engine.cpp: engine.h, static_graph.h
+void init_ops(py::module_& m);          // ops.cpp: gemm_s8.h, kernels.h
+void init_quant(py::module_& m);        // quant.cpp: quant.h
 
 }  // namespace socllm::py_bind

@@ -1,11 +1,20 @@
+// The module socllm._core: one init function per binding file (common.h), types before the
+// functions whose signatures name them.
 #include "common.h"
 
 PYBIND11_MODULE(_core, m) {
+  namespace b = socllm::py_bind;
   m.doc() = "socllm C++ core (see cpp/include/socllm/*.h)";
-  socllm::py_bind::init_core(m);
-  socllm::py_bind::init_io(m);
-  socllm::py_bind::init_engine(m);
-  socllm::py_bind::init_ops(m);
-  socllm::py_bind::init_quant(m);
-  socllm::py_bind::init_sim(m);
+  b::init_core(m);
+  b::init_io(m);
+  b::init_model(m);
+  pybind11::module_ sim =
+      m.def_submodule("sim", "SoC profiles, cost models, task graphs, discrete-event simulation");
+  b::init_soc(sim);
+  b::init_sched(sim);
+  b::init_plan(m);
+  b::init_calibration(m);
+  b::init_engine(m);
+  b::init_ops(m);
+  b::init_quant(m);
 }

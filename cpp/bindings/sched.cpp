@@ -1,46 +1,17 @@
-// Bindings of the SoC and scheduling layers (soc.h, task_graph.h, simulator.h): device
-// profiles, cost models, task graphs and the discrete-event simulator.
+// Mirrors cpp/include/socllm/task_graph.h, simulator.h and simulate.h as part of
+// socllm._core.sim: task graphs, the discrete-event simulator, simulated prefills.
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "socllm/block.h"
 #include "socllm/plan.h"
 #include "socllm/simulate.h"
 #include "socllm/simulator.h"
+#include "socllm/task_graph.h"
 
 namespace socllm::py_bind {
 
-namespace {
-soc::OpDesc op_from_py(const py::handle& o) { return soc::OpDesc::from_json(py_to_json(o)); }
-
-}  // namespace
-
-void init_sim(py::module_& m) {
-  auto s = m.def_submodule("sim", "SoC profiles, cost models, task graphs, discrete-event simulation");
-
-  py::class_<soc::DeviceProfile>(s, "DeviceProfile")
-      .def_static("from_json", [](const py::object& j, const std::string& origin) {
-        return soc::DeviceProfile::from_json(py_to_json(j), origin);
-      }, py::arg("profile"), py::arg("origin") = "profile")
-      .def_property_readonly("name", &soc::DeviceProfile::name)
-      .def("has", &soc::DeviceProfile::has, py::arg("pointer"))
-      .def("number", &soc::DeviceProfile::number, py::arg("pointer"), py::arg("needed_for") = "a lookup")
-      .def("source", &soc::DeviceProfile::source, py::arg("pointer"));
-
-  py::class_<soc::CostModel>(s, "CostModel")
-      .def(py::init<soc::DeviceProfile>(), py::arg("profile"))
-      .def_property_readonly("profile", &soc::CostModel::profile)
-      .def("latency_us", [](const soc::CostModel& c, const py::handle& op, const std::string& proc) {
-        return c.latency_us(op_from_py(op), soc::processor_from_name(proc));
-      }, py::arg("op"), py::arg("processor"),
-      "Latency (µs) of one operator, given as a dict: {'op': 'matmul', 'dtype': 'int8', 'm':..., "
-      "'k':..., 'n':...} (see soc.h OpDesc), on 'npu' | 'cpu' | 'gpu'.")
-      .def("active_power_w", [](const soc::CostModel& c, const std::string& p) {
-        return c.active_power_w(soc::processor_from_name(p));
-      })
-      .def("sync_us", [](const soc::CostModel& c, const std::string& a, const std::string& b) {
-        return c.sync_us(soc::processor_from_name(a), soc::processor_from_name(b));
-      });
-
+void init_sched(py::module_& s) {
   py::class_<sched::TaskGraph>(s, "TaskGraph")
       .def(py::init<>())
       .def_static("from_json", [](const py::object& j) { return sched::TaskGraph::from_json(py_to_json(j)); })

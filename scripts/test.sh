@@ -12,5 +12,11 @@ ctest --test-dir "$build_dir" --output-on-failure -j2
 echo "[test] ruff"
 "$PY" -m ruff check python tests scripts calibration
 "$PY" -m ruff format --check python tests scripts calibration
+# The C++ sources in the style of .clang-format, with the clang-format pinned in pyproject.toml
+# (the `test` extra), not whichever is on PATH. To fix: clang-format -i <files>.
+clang_format() { "$PY" -c "import clang_format; clang_format.clang_format()" "$@"; }
+echo "[test] $(clang_format --version)"
+mapfile -d '' cpp_sources < <(find cpp \( -name '*.h' -o -name '*.cpp' \) -print0 | sort -z)
+clang_format --dry-run --Werror "${cpp_sources[@]}"
 echo "[test] pytest"
 "$PY" -m pytest -q "$@"

@@ -29,7 +29,8 @@ py::object json_to_py(const nlohmann::json& j) {
     case nlohmann::json::value_t::string: {
       const auto& s = j.get_ref<const std::string&>();
       // GGUF strings are meant to be UTF-8; keep undecodable bytes visible rather than fail.
-      PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+      PyObject* u =
+          PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
       if (!u) throw py::error_already_set();
       return py::reinterpret_steal<py::object>(u);
     }
@@ -55,7 +56,8 @@ nlohmann::json py_to_json(const py::handle& o) {
 
 std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn) {
   if (py::isinstance<py::str>(seq) || py::isinstance<py::bytes>(seq))
-    throw InvalidArgument(std::string("[") + fn + "] expected a sequence of token ids, got a string");
+    throw InvalidArgument(std::string("[") + fn +
+                          "] expected a sequence of token ids, got a string");
   std::vector<int32_t> out;
   for (py::handle item : py::iter(seq)) {
     PyObject* idx = PyNumber_Index(item.ptr());
@@ -81,14 +83,14 @@ std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn) {
 
 void init_core(py::module_& m) {
   py::object base = make_exception(m, "SocllmError", py::make_tuple(py::handle(PyExc_Exception)));
-  py::object invalid = make_exception(m, "InvalidArgumentError",
-                                      py::make_tuple(base, py::handle(PyExc_ValueError)));
+  py::object invalid =
+      make_exception(m, "InvalidArgumentError", py::make_tuple(base, py::handle(PyExc_ValueError)));
   py::object shape = make_exception(m, "ShapeError", py::make_tuple(invalid));
   py::object overflow = make_exception(m, "ContextOverflowError", py::make_tuple(invalid));
   py::object missing = make_exception(m, "MissingFileError",
                                       py::make_tuple(base, py::handle(PyExc_FileNotFoundError)));
-  py::object format = make_exception(m, "FormatError",
-                                     py::make_tuple(base, py::handle(PyExc_ValueError)));
+  py::object format =
+      make_exception(m, "FormatError", py::make_tuple(base, py::handle(PyExc_ValueError)));
   py::object unsupported = make_exception(
       m, "UnsupportedError", py::make_tuple(base, py::handle(PyExc_NotImplementedError)));
 
@@ -129,12 +131,15 @@ void init_core(py::module_& m) {
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
         "Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2.");
   m.def("num_threads", &num_threads);
-  m.def("blas_info", [] {
-    py::dict d;
-    d["corename"] = blas_corename();
-    d["config"] = blas_config();
-    return d;
-  }, "OpenBLAS kernel set (core name) and build configuration in use.");
+  m.def(
+      "blas_info",
+      [] {
+        py::dict d;
+        d["corename"] = blas_corename();
+        d["config"] = blas_config();
+        return d;
+      },
+      "OpenBLAS kernel set (core name) and build configuration in use.");
 }
 
 }  // namespace socllm::py_bind

@@ -50,17 +50,22 @@ void init_engine(py::module_& m) {
       .def_property_readonly("in_cols", [](const LinearGraph& g) { return g.graph.in_cols; })
       .def_property_readonly("out_cols", [](const LinearGraph& g) { return g.graph.out_cols; })
       .def_property_readonly("scales", [](const LinearGraph& g) { return g.graph.scales; })
-      .def_property_readonly("weight_bytes", [](const LinearGraph& g) { return g.graph.weight_bytes; })
-      .def("run", [](const LinearGraph& g, py::array_t<float, py::array::c_style | py::array::forcecast> x) {
-        if (x.ndim() != 2)
-          throw ShapeError("[StaticGraph] input must be 2-D, got " + shape_str(x));
-        TensorF32 y;
-        {
-          py::gil_scoped_release nogil;
-          y = g.run(x.data(), x.shape(0), x.shape(1));
-        }
-        return to_numpy(std::move(y));
-      }, py::arg("x"));
+      .def_property_readonly("weight_bytes",
+                             [](const LinearGraph& g) { return g.graph.weight_bytes; })
+      .def(
+          "run",
+          [](const LinearGraph& g,
+             py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+            if (x.ndim() != 2)
+              throw ShapeError("[StaticGraph] input must be 2-D, got " + shape_str(x));
+            TensorF32 y;
+            {
+              py::gil_scoped_release nogil;
+              y = g.run(x.data(), x.shape(0), x.shape(1));
+            }
+            return to_numpy(std::move(y));
+          },
+          py::arg("x"));
 
   py::class_<KVCache>(m, "KVCache", "Key/value cache of one sequence.")
       .def_property_readonly("length", &KVCache::length)
@@ -72,167 +77,199 @@ void init_engine(py::module_& m) {
       .def(py::init([](std::shared_ptr<Model> mdl) { return std::make_unique<Engine>(mdl); }),
            py::arg("model"))
       .def("new_cache", &Engine::new_cache, py::arg("capacity") = 0)
-      .def("set_calibration", [](Engine& e, std::shared_ptr<Calibration> c) { e.set_calibration(c); },
-           py::arg("calibration").none(true))
-      .def("calibration", [](const Engine& e) {
-        auto c = e.calibration();
-        return c ? std::make_shared<Calibration>(*c) : std::shared_ptr<Calibration>();
-      })
-      .def("observe_activations", [](const Engine& e, const py::handle& seqs, Calibration& into) {
-        auto batch = to_batch(seqs, "Engine.observe_activations");
-        py::gil_scoped_release nogil;
-        e.observe_activations(batch, into);
-      }, py::arg("seqs"), py::arg("into"))
-      .def("prepare", [](const Engine& e, const py::handle& plan) {
-        Plan p = plan_from_py(plan);
-        py::gil_scoped_release nogil;
-        auto prep = e.prepare(p);
-        return prep ? prep->weight_bytes() : int64_t{0};
-      }, py::arg("plan"), "Prepare (quantize/pack) the plan's linears; returns their weight bytes.")
-      .def("linear_graph", [](const Engine& e, const py::handle& plan, int64_t layer,
-                              const std::string& site, int64_t rows) {
-        Plan p = plan_from_py(plan);
-        return e.linear_graph(p, layer, site_from_name(site, "Engine.linear_graph"), rows);
-      }, py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
-      py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
-      "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
-      .def("prefill", [](const Engine& e, const py::handle& tokens, const py::handle& plan,
-                         bool all_positions, bool return_graph) -> py::object {
-        auto ids = to_token_ids(tokens, "Engine.prefill");
-        Plan p = plan_from_py(plan);
-        Engine::Prefill r;
-        {
-          py::gil_scoped_release nogil;
-          r = e.prefill(ids, p, all_positions, return_graph);
-        }
-        py::object logits = to_numpy(std::move(r.logits));
-        if (!return_graph) return logits;
-        return py::make_tuple(logits, std::move(r.graph));
-      }, py::arg("tokens"), py::arg("plan"), py::arg("all_positions") = false,
-      py::arg("return_graph") = false,
-      "Prefill from an empty cache: logits of the last position (or all), and the executed task graph.")
-      .def("task_graph", [](const Engine& e, const py::handle& plan, int64_t prompt_len, int64_t chunk_len) {
-        Plan p = plan_from_py(plan);
-        py::gil_scoped_release nogil;
-        return e.task_graph(p, prompt_len, chunk_len);
-      }, py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"))
-      .def("expected_shadow_loads", [](const Engine& e, const py::handle& plan) {
-        py::list l;
-        for (const auto& ld : e.expected_shadow_loads(plan_from_py(plan))) {
-          py::dict d;
-          d["pruned"] = ld.pruned;
-          d["outlier_channels"] = ld.outlier_channels;
-          d["cold_fetch_bytes"] = ld.cold_fetch_bytes;
-          l.append(d);
-        }
-        return l;
-      }, py::arg("plan"))
+      .def(
+          "set_calibration",
+          [](Engine& e, std::shared_ptr<Calibration> c) { e.set_calibration(c); },
+          py::arg("calibration").none(true))
+      .def("calibration",
+           [](const Engine& e) {
+             auto c = e.calibration();
+             return c ? std::make_shared<Calibration>(*c) : std::shared_ptr<Calibration>();
+           })
+      .def(
+          "observe_activations",
+          [](const Engine& e, const py::handle& seqs, Calibration& into) {
+            auto batch = to_batch(seqs, "Engine.observe_activations");
+            py::gil_scoped_release nogil;
+            e.observe_activations(batch, into);
+          },
+          py::arg("seqs"), py::arg("into"))
+      .def(
+          "prepare",
+          [](const Engine& e, const py::handle& plan) {
+            Plan p = plan_from_py(plan);
+            py::gil_scoped_release nogil;
+            auto prep = e.prepare(p);
+            return prep ? prep->weight_bytes() : int64_t{0};
+          },
+          py::arg("plan"),
+          "Prepare (quantize/pack) the plan's linears; returns their weight bytes.")
+      .def(
+          "linear_graph",
+          [](const Engine& e, const py::handle& plan, int64_t layer, const std::string& site,
+             int64_t rows) {
+            Plan p = plan_from_py(plan);
+            return e.linear_graph(p, layer, site_from_name(site, "Engine.linear_graph"), rows);
+          },
+          py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
+          py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
+          "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
+      .def(
+          "prefill",
+          [](const Engine& e, const py::handle& tokens, const py::handle& plan, bool all_positions,
+             bool return_graph) -> py::object {
+            auto ids = to_token_ids(tokens, "Engine.prefill");
+            Plan p = plan_from_py(plan);
+            Engine::Prefill r;
+            {
+              py::gil_scoped_release nogil;
+              r = e.prefill(ids, p, all_positions, return_graph);
+            }
+            py::object logits = to_numpy(std::move(r.logits));
+            if (!return_graph) return logits;
+            return py::make_tuple(logits, std::move(r.graph));
+          },
+          py::arg("tokens"), py::arg("plan"), py::arg("all_positions") = false,
+          py::arg("return_graph") = false,
+          "Prefill from an empty cache: logits of the last position (or all), and the executed "
+          "task graph.")
+      .def(
+          "task_graph",
+          [](const Engine& e, const py::handle& plan, int64_t prompt_len, int64_t chunk_len) {
+            Plan p = plan_from_py(plan);
+            py::gil_scoped_release nogil;
+            return e.task_graph(p, prompt_len, chunk_len);
+          },
+          py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"))
+      .def(
+          "expected_shadow_loads",
+          [](const Engine& e, const py::handle& plan) {
+            py::list l;
+            for (const auto& ld : e.expected_shadow_loads(plan_from_py(plan))) {
+              py::dict d;
+              d["pruned"] = ld.pruned;
+              d["outlier_channels"] = ld.outlier_channels;
+              d["cold_fetch_bytes"] = ld.cold_fetch_bytes;
+              l.append(d);
+            }
+            return l;
+          },
+          py::arg("plan"))
       .def("graph_stats", [](const Engine& e) { return graph_stats_to_py(e.graph_stats()); })
-      .def("graph_events", [](const Engine& e) {
-        py::list l;
-        for (const auto& ev : e.graph_events()) {
-          py::dict d;
-          d["kind"] = npu::subgraph_kind_name(ev.key.kind);
-          d["layer"] = ev.key.layer;
-          d["rows"] = ev.key.rows;
-          d["chunk_index"] = ev.key.chunk_index;
-          d["weight_bytes"] = ev.weight_bytes;
-          d["activation_bytes"] = ev.activation_bytes;
-          l.append(d);
-        }
-        return l;
-      })
+      .def("graph_events",
+           [](const Engine& e) {
+             py::list l;
+             for (const auto& ev : e.graph_events()) {
+               py::dict d;
+               d["kind"] = npu::subgraph_kind_name(ev.key.kind);
+               d["layer"] = ev.key.layer;
+               d["rows"] = ev.key.rows;
+               d["chunk_index"] = ev.key.chunk_index;
+               d["weight_bytes"] = ev.weight_bytes;
+               d["activation_bytes"] = ev.activation_bytes;
+               l.append(d);
+             }
+             return l;
+           })
       .def("clear_graphs", &Engine::clear_graphs)
-      .def("shadow_stats", [](const Engine& e, const py::handle& plan, bool reset) {
-        Plan p = plan_from_py(plan);
-        if (!p.linear.shadow)
-          throw InvalidArgument("[Engine.shadow_stats] plan '" + p.name +
-                                "' does not use shadow outlier execution");
-        std::shared_ptr<const PreparedLinears> prep;
-        {
-          py::gil_scoped_release nogil;
-          prep = e.prepare(p);
-        }
-        py::list out;
-        for (size_t l = 0; l < prep->layers.size(); ++l)
-          for (int s = 0; s < kNumLinearSites; ++s) {
-            const quant::PreparedLinear& lin = prep->at(static_cast<int64_t>(l), static_cast<LinearSite>(s));
-            py::dict d = shadow_stats_to_py(lin.shadow_stats());
-            d["layer"] = l;
-            d["site"] = linear_site_name(static_cast<LinearSite>(s));
-            d["threshold"] = lin.shadow()->threshold;
-            d["pruned"] = lin.shadow()->pruned;
-            d["hot_channels"] = lin.shadow()->hot_channels.size();
-            d["resident_float_bytes"] = lin.resident_float_bytes();
-            d["weight_bytes"] = lin.weight_bytes();
-            d["in_features"] = lin.in();
-            d["out_features"] = lin.out();
-            if (reset) lin.reset_shadow_stats();
-            out.append(d);
-          }
-        return out;
-      }, py::arg("plan"), py::arg("reset") = false,
-      "Per linear input of a shadow-outlier plan: its profiled configuration, resident float "
-      "bytes, and what its CPU part did since the last reset (segments, syncs, outlier values "
-      "and channels, hot hits, cold fetches and bytes, pruned values).")
-      .def("logits",
-           [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
-             auto batch = to_batch(seqs, "Engine.logits");
-             Plan p = plan_from_py(plan);
-             std::vector<TensorF32> out;
-             {
-               py::gil_scoped_release nogil;
-               out = e.logits(batch, p);
-             }
-             py::list l;
-             for (auto& t : out) l.append(to_numpy(std::move(t)));
-             return l;
-           },
-           py::arg("seqs"), py::arg("plan") = "fp32",
-           "Logits [T_i, vocab] float32 for every position of each sequence (fresh context).")
-      .def("step",
-           [](const Engine& e, KVCache& cache, const py::handle& tokens, bool all_positions,
-              const py::handle& plan) {
-             auto ids = to_token_ids(tokens, "Engine.step");
-             Plan p = plan_from_py(plan);
-             TensorF32 out;
-             {
-               py::gil_scoped_release nogil;
-               out = e.step(cache, ids, all_positions, p);
-             }
-             return to_numpy(std::move(out));
-           },
-           py::arg("cache"), py::arg("tokens"), py::arg("all_positions") = false,
-           py::arg("plan") = "fp32")
-      .def("token_logprobs",
-           [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
-             auto batch = to_batch(seqs, "Engine.token_logprobs");
-             Plan p = plan_from_py(plan);
-             std::vector<std::vector<float>> out;
-             {
-               py::gil_scoped_release nogil;
-               out = e.token_logprobs(batch, p);
-             }
-             py::list l;
-             for (auto& v : out) {
-               TensorF32 t({static_cast<int64_t>(v.size())});
-               t.data = std::move(v);
-               l.append(to_numpy(std::move(t)));
-             }
-             return l;
-           },
-           py::arg("seqs"), py::arg("plan") = "fp32",
-           "log p(x_t | x_<t) for t = 1..T-1 of each sequence, float32 arrays.")
-      .def("generate_greedy",
-           [](const Engine& e, const py::handle& prompt, int64_t max_new_tokens,
-              const std::vector<int32_t>& stop_ids, const py::handle& plan) {
-             auto ids = to_token_ids(prompt, "Engine.generate");
-             Plan p = plan_from_py(plan);
-             py::gil_scoped_release nogil;
-             return e.generate_greedy(ids, max_new_tokens, stop_ids, p);
-           },
-           py::arg("prompt"), py::arg("max_new_tokens"), py::arg("stop_ids") = std::vector<int32_t>{},
-           py::arg("plan") = "fp32");
+      .def(
+          "shadow_stats",
+          [](const Engine& e, const py::handle& plan, bool reset) {
+            Plan p = plan_from_py(plan);
+            if (!p.linear.shadow)
+              throw InvalidArgument("[Engine.shadow_stats] plan '" + p.name +
+                                    "' does not use shadow outlier execution");
+            std::shared_ptr<const PreparedLinears> prep;
+            {
+              py::gil_scoped_release nogil;
+              prep = e.prepare(p);
+            }
+            py::list out;
+            for (size_t l = 0; l < prep->layers.size(); ++l)
+              for (int s = 0; s < kNumLinearSites; ++s) {
+                const quant::PreparedLinear& lin =
+                    prep->at(static_cast<int64_t>(l), static_cast<LinearSite>(s));
+                py::dict d = shadow_stats_to_py(lin.shadow_stats());
+                d["layer"] = l;
+                d["site"] = linear_site_name(static_cast<LinearSite>(s));
+                d["threshold"] = lin.shadow()->threshold;
+                d["pruned"] = lin.shadow()->pruned;
+                d["hot_channels"] = lin.shadow()->hot_channels.size();
+                d["resident_float_bytes"] = lin.resident_float_bytes();
+                d["weight_bytes"] = lin.weight_bytes();
+                d["in_features"] = lin.in();
+                d["out_features"] = lin.out();
+                if (reset) lin.reset_shadow_stats();
+                out.append(d);
+              }
+            return out;
+          },
+          py::arg("plan"), py::arg("reset") = false,
+          "Per linear input of a shadow-outlier plan: its profiled configuration, resident float "
+          "bytes, and what its CPU part did since the last reset (segments, syncs, outlier values "
+          "and channels, hot hits, cold fetches and bytes, pruned values).")
+      .def(
+          "logits",
+          [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
+            auto batch = to_batch(seqs, "Engine.logits");
+            Plan p = plan_from_py(plan);
+            std::vector<TensorF32> out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.logits(batch, p);
+            }
+            py::list l;
+            for (auto& t : out) l.append(to_numpy(std::move(t)));
+            return l;
+          },
+          py::arg("seqs"), py::arg("plan") = "fp32",
+          "Logits [T_i, vocab] float32 for every position of each sequence (fresh context).")
+      .def(
+          "step",
+          [](const Engine& e, KVCache& cache, const py::handle& tokens, bool all_positions,
+             const py::handle& plan) {
+            auto ids = to_token_ids(tokens, "Engine.step");
+            Plan p = plan_from_py(plan);
+            TensorF32 out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.step(cache, ids, all_positions, p);
+            }
+            return to_numpy(std::move(out));
+          },
+          py::arg("cache"), py::arg("tokens"), py::arg("all_positions") = false,
+          py::arg("plan") = "fp32")
+      .def(
+          "token_logprobs",
+          [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
+            auto batch = to_batch(seqs, "Engine.token_logprobs");
+            Plan p = plan_from_py(plan);
+            std::vector<std::vector<float>> out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.token_logprobs(batch, p);
+            }
+            py::list l;
+            for (auto& v : out) {
+              TensorF32 t({static_cast<int64_t>(v.size())});
+              t.data = std::move(v);
+              l.append(to_numpy(std::move(t)));
+            }
+            return l;
+          },
+          py::arg("seqs"), py::arg("plan") = "fp32",
+          "log p(x_t | x_<t) for t = 1..T-1 of each sequence, float32 arrays.")
+      .def(
+          "generate_greedy",
+          [](const Engine& e, const py::handle& prompt, int64_t max_new_tokens,
+             const std::vector<int32_t>& stop_ids, const py::handle& plan) {
+            auto ids = to_token_ids(prompt, "Engine.generate");
+            Plan p = plan_from_py(plan);
+            py::gil_scoped_release nogil;
+            return e.generate_greedy(ids, max_new_tokens, stop_ids, p);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens"),
+          py::arg("stop_ids") = std::vector<int32_t>{}, py::arg("plan") = "fp32");
 }
 
 }  // namespace socllm::py_bind

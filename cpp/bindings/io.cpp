@@ -12,7 +12,8 @@ uint32_t type_id(const py::handle& t) {
     const long long v = PyLong_AsLongLong(t.ptr());
     if (PyErr_Occurred()) PyErr_Clear();
     else if (v >= 0 && v <= UINT32_MAX) return static_cast<uint32_t>(v);
-    throw InvalidArgument("[dequantize] ggml type id " + std::string(py::str(t)) + " is out of range");
+    throw InvalidArgument("[dequantize] ggml type id " + std::string(py::str(t)) +
+                          " is out of range");
   }
   std::string name = py::str(t);
   for (uint32_t id = 0; id < 64; ++id)
@@ -38,8 +39,9 @@ void init_io(py::module_& m) {
       .def_property_readonly("version", &GgufFile::version)
       .def_property_readonly("alignment", &GgufFile::alignment)
       .def_property_readonly("data_offset", &GgufFile::data_offset)
-      .def_property_readonly("metadata", [](const GgufFile& f) { return json_to_py(f.metadata()); },
-                             "GGUF key -> value (arrays as lists).")
+      .def_property_readonly(
+          "metadata", [](const GgufFile& f) { return json_to_py(f.metadata()); },
+          "GGUF key -> value (arrays as lists).")
       .def("tensor_names",
            [](const GgufFile& f) {
              std::vector<std::string> names;
@@ -47,21 +49,28 @@ void init_io(py::module_& m) {
              return names;
            })
       .def("has_tensor", &GgufFile::has_tensor, py::arg("name"))
-      .def("tensor_info", [](const GgufFile& f, const std::string& n) {
-        return tensor_info_dict(f.tensor(n));
-      }, py::arg("name"), "dict(name, shape (numpy order), type, offset, n_bytes)")
-      .def("raw", [](const GgufFile& f, const std::string& n) {
-        auto r = f.raw(n);
-        return py::bytes(reinterpret_cast<const char*>(r.data()), r.size());
-      }, py::arg("name"))
-      .def("dequantize", [](const GgufFile& f, const std::string& n) {
-        TensorF32 t;
-        {
-          py::gil_scoped_release nogil;
-          t = f.dequantize(n);
-        }
-        return to_numpy(std::move(t));
-      }, py::arg("name"), "fp32 numpy array in numpy shape order (a copy owned by the array).");
+      .def(
+          "tensor_info",
+          [](const GgufFile& f, const std::string& n) { return tensor_info_dict(f.tensor(n)); },
+          py::arg("name"), "dict(name, shape (numpy order), type, offset, n_bytes)")
+      .def(
+          "raw",
+          [](const GgufFile& f, const std::string& n) {
+            auto r = f.raw(n);
+            return py::bytes(reinterpret_cast<const char*>(r.data()), r.size());
+          },
+          py::arg("name"))
+      .def(
+          "dequantize",
+          [](const GgufFile& f, const std::string& n) {
+            TensorF32 t;
+            {
+              py::gil_scoped_release nogil;
+              t = f.dequantize(n);
+            }
+            return to_numpy(std::move(t));
+          },
+          py::arg("name"), "fp32 numpy array in numpy shape order (a copy owned by the array).");
 
   m.def("ggml_type_name", &ggml_type_name, py::arg("type_id"));
   m.def("ggml_supported_types", &ggml_supported_types);

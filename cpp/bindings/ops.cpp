@@ -55,8 +55,9 @@ py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::arra
 
 void init_ops(py::module_& m) {
   py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM).");
-  ops.def("isa", [] { return kernels::isa_name(kernels::best_isa()); },
-          "The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.");
+  ops.def(
+      "isa", [] { return kernels::isa_name(kernels::best_isa()); },
+      "The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.");
   ops.def("supported_isas", [] {
     std::vector<std::string> out;
     for (auto i : kernels::supported_isas()) out.push_back(kernels::isa_name(i));
@@ -74,32 +75,33 @@ void init_ops(py::module_& m) {
                                                                B.shape(0));
            }),
            py::arg("B"))
-      .def_property_readonly("shape", [](const kernels::PackedWeightsS8& w) {
-        return py::make_tuple(w.k(), w.n());
-      })
+      .def_property_readonly(
+          "shape", [](const kernels::PackedWeightsS8& w) { return py::make_tuple(w.k(), w.n()); })
       .def_property_readonly("bytes", &kernels::PackedWeightsS8::bytes);
-  ops.def("gemm_s8s8s32",
-          [](const py::array& A, const kernels::PackedWeightsS8& W,
-             const std::optional<std::string>& isa) {
-            auto a = exact_array<int8_t, kRowMajor>(A, "gemm_s8s8s32", "A");
-            if (a.ndim() != 2 || a.shape(1) != W.k())
-              throw ShapeError("[gemm_s8s8s32] A must be [M, " + std::to_string(W.k()) +
-                               "] for these weights, got " + std::to_string(a.ndim()) + "-D with " +
-                               std::to_string(a.ndim() == 2 ? a.shape(1) : -1) + " columns");
-            const int64_t M = a.shape(0), N = W.n();
-            py::array_t<int32_t> C({M, N});
-            const kernels::Isa path = isa_arg(isa);
-            py::gil_scoped_release nogil;
-            kernels::gemm_s8s8s32_packed(a.data(), W.k(), W, C.mutable_data(), N, M, path);
-            return C;
-          },
-          py::arg("A"), py::arg("B"), py::arg("isa") = py::none());
-  ops.def("gemm_s8s8s32",
-          [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
-            return gemm<int8_t>("gemm_s8s8s32", A, B, isa, &kernels::gemm_s8s8s32);
-          },
-          py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
-          "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation).");
+  ops.def(
+      "gemm_s8s8s32",
+      [](const py::array& A, const kernels::PackedWeightsS8& W,
+         const std::optional<std::string>& isa) {
+        auto a = exact_array<int8_t, kRowMajor>(A, "gemm_s8s8s32", "A");
+        if (a.ndim() != 2 || a.shape(1) != W.k())
+          throw ShapeError("[gemm_s8s8s32] A must be [M, " + std::to_string(W.k()) +
+                           "] for these weights, got " + std::to_string(a.ndim()) + "-D with " +
+                           std::to_string(a.ndim() == 2 ? a.shape(1) : -1) + " columns");
+        const int64_t M = a.shape(0), N = W.n();
+        py::array_t<int32_t> C({M, N});
+        const kernels::Isa path = isa_arg(isa);
+        py::gil_scoped_release nogil;
+        kernels::gemm_s8s8s32_packed(a.data(), W.k(), W, C.mutable_data(), N, M, path);
+        return C;
+      },
+      py::arg("A"), py::arg("B"), py::arg("isa") = py::none());
+  ops.def(
+      "gemm_s8s8s32",
+      [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
+        return gemm<int8_t>("gemm_s8s8s32", A, B, isa, &kernels::gemm_s8s8s32);
+      },
+      py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
+      "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation).");
   ops.def(
       "linear_f32",
       [](py::array_t<float, py::array::c_style | py::array::forcecast> x,
@@ -116,12 +118,13 @@ void init_ops(py::module_& m) {
       },
       py::arg("x"), py::arg("W"),
       "y = x @ W.T in fp32 with the engine's OpenBLAS sgemm (the peer for INT8 benchmarks).");
-  ops.def("gemm_u8s8s32",
-          [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
-            return gemm<uint8_t>("gemm_u8s8s32", A, B, isa, &kernels::gemm_u8s8s32);
-          },
-          py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
-          "int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form).");
+  ops.def(
+      "gemm_u8s8s32",
+      [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {
+        return gemm<uint8_t>("gemm_u8s8s32", A, B, isa, &kernels::gemm_u8s8s32);
+      },
+      py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
+      "int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form).");
 }
 
 }  // namespace socllm::py_bind

@@ -17,8 +17,8 @@ Plan plan_from_py(const py::handle& p) {
   if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
   if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
   throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
-                        std::string(py::str(py::type::of(p).attr("__name__"))) +
-                        " " + Plan::known_list());
+                        std::string(py::str(py::type::of(p).attr("__name__"))) + " " +
+                        Plan::known_list());
 }
 
 void init_plan(py::module_& m) {
@@ -28,78 +28,104 @@ void init_plan(py::module_& m) {
       .def_readonly("chunk_len", &Plan::chunk_len)
       .def_property_readonly("needs_calibration", &Plan::needs_calibration)
       .def("to_json", [](const Plan& p) { return json_to_py(p.to_json()); })
-      .def_property_readonly("placement", [](const Plan& p) {
-        py::dict d;
-        for (int i = 0; i < kNumOpClasses; ++i) {
-          const OpPlacement& o = p.placement[static_cast<size_t>(i)];
-          py::dict e;
-          e["processor"] = soc::processor_name(o.processor);
-          e["format"] = soc::dtype_name(o.format);
-          d[op_class_name(static_cast<OpClass>(i))] = e;
-        }
-        return d;
-      }, "{op class: {'processor': ..., 'format': ...}} (plan.h)")
-      .def("placed", [](const Plan& p, const std::string& op_class, const std::string& processor,
-                        const std::optional<std::string>& format) {
-        std::optional<soc::DType> f;
-        if (format) f = soc::dtype_from_name(*format);
-        return p.placed(op_class_from_name(op_class), soc::processor_from_name(processor), f);
-      }, py::arg("op_class"), py::arg("processor"), py::arg("format") = py::none(),
-      "A copy with one op class moved to another processor (and format).")
-      .def("all_on", [](const Plan& p, const std::string& processor) {
-        return p.all_on(soc::processor_from_name(processor));
-      }, py::arg("processor"), "A copy with every op class on one processor (float ops in fp16 off the CPU).")
-      .def("with_chunk_len", [](const Plan& p, int64_t chunk_len) {
-        if (chunk_len < 0)
-          throw InvalidArgument("[Plan] chunk_len must be >= 0, got " + std::to_string(chunk_len));
-        Plan q = p;
-        q.chunk_len = chunk_len;
-        return q;
-      }, py::arg("chunk_len"))
-      .def_static("op_classes", [] {
-        std::vector<std::string> out;
-        for (int i = 0; i < kNumOpClasses; ++i) out.emplace_back(op_class_name(static_cast<OpClass>(i)));
-        return out;
-      })
+      .def_property_readonly(
+          "placement",
+          [](const Plan& p) {
+            py::dict d;
+            for (int i = 0; i < kNumOpClasses; ++i) {
+              const OpPlacement& o = p.placement[static_cast<size_t>(i)];
+              py::dict e;
+              e["processor"] = soc::processor_name(o.processor);
+              e["format"] = soc::dtype_name(o.format);
+              d[op_class_name(static_cast<OpClass>(i))] = e;
+            }
+            return d;
+          },
+          "{op class: {'processor': ..., 'format': ...}} (plan.h)")
+      .def(
+          "placed",
+          [](const Plan& p, const std::string& op_class, const std::string& processor,
+             const std::optional<std::string>& format) {
+            std::optional<soc::DType> f;
+            if (format) f = soc::dtype_from_name(*format);
+            return p.placed(op_class_from_name(op_class), soc::processor_from_name(processor), f);
+          },
+          py::arg("op_class"), py::arg("processor"), py::arg("format") = py::none(),
+          "A copy with one op class moved to another processor (and format).")
+      .def(
+          "all_on",
+          [](const Plan& p, const std::string& processor) {
+            return p.all_on(soc::processor_from_name(processor));
+          },
+          py::arg("processor"),
+          "A copy with every op class on one processor (float ops in fp16 off the CPU).")
+      .def(
+          "with_chunk_len",
+          [](const Plan& p, int64_t chunk_len) {
+            if (chunk_len < 0)
+              throw InvalidArgument("[Plan] chunk_len must be >= 0, got " +
+                                    std::to_string(chunk_len));
+            Plan q = p;
+            q.chunk_len = chunk_len;
+            return q;
+          },
+          py::arg("chunk_len"))
+      .def_static("op_classes",
+                  [] {
+                    std::vector<std::string> out;
+                    for (int i = 0; i < kNumOpClasses; ++i)
+                      out.emplace_back(op_class_name(static_cast<OpClass>(i)));
+                    return out;
+                  })
       .def_static("known", &Plan::known)
       .def_static("describe", &Plan::describe, py::arg("name"))
       .def("__repr__", [](const Plan& p) { return "Plan(" + p.to_json().dump() + ")"; });
 
-  m.def("graph_census", [](const py::object& config, const py::handle& plan, int64_t prompt_len,
-                           int64_t chunk_len, bool sharing) {
-        return graph_stats_to_py(
-            graph_census(ModelConfig::from_json(py_to_json(config)), plan_from_py(plan), prompt_len,
-                         chunk_len, sharing));
-      }, py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
+  m.def(
+      "graph_census",
+      [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
+         bool sharing) {
+        return graph_stats_to_py(graph_census(ModelConfig::from_json(py_to_json(config)),
+                                              plan_from_py(plan), prompt_len, chunk_len, sharing));
+      },
+      py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
       py::arg("sharing") = true,
       "Static graphs one chunked prefill builds, from a model config alone (seed 001 §3.2).");
 
-  m.def("task_graph", [](const py::object& config, const py::handle& plan, int64_t prompt_len,
-                         int64_t chunk_len, double shadow_channels) {
+  m.def(
+      "task_graph",
+      [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
+         double shadow_channels) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config));
         const Plan p = plan_from_py(plan);
         PrefillGraphOptions o;
-        if (p.linear.shadow) o.expected = expected_shadow_loads(c, *p.linear.shadow, shadow_channels);
+        if (p.linear.shadow)
+          o.expected = expected_shadow_loads(c, *p.linear.shadow, shadow_channels);
         return prefill_task_graph(c, p, prompt_len, chunk_len, o);
-      }, py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
+      },
+      py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
       py::arg("shadow_channels") = kDefaultShadowChannels,
       "The prefill task graph of a config (block.h), shadow loads expected (shadow_channels).");
 
   m.attr("DEFAULT_SHADOW_CHANNELS") = kDefaultShadowChannels;
   m.def("prefill_graph_rows", &prefill_graph_rows, py::arg("prompt_len"), py::arg("chunk_len"));
 
-  m.def("decoder_block", [] {
+  m.def(
+      "decoder_block",
+      [] {
         py::list l;
         for (const BlockOpInfo& op : decoder_block()) {
           py::dict d;
           d["name"] = op.name;
           d["op_class"] = op_class_name(op.op_class);
           d["subgraph"] = npu::subgraph_kind_name(op.subgraph);
-          d["site"] = op.site ? py::object(py::str(linear_site_name(*op.site))) : py::object(py::none());
+          d["site"] =
+              op.site ? py::object(py::str(linear_site_name(*op.site))) : py::object(py::none());
           l.append(d);
         }
         return l;
-      }, "The ops of a decoder block in execution order (block.h).");
+      },
+      "The ops of a decoder block in execution order (block.h).");
 }
 
 }  // namespace socllm::py_bind

@@ -26,7 +26,8 @@ void init_quant(py::module_& m) {
         py::array_t<int8_t> qa({rows, cols});
         std::copy(w.q.begin(), w.q.end(), qa.mutable_data());
         std::vector<py::ssize_t> sshape;
-        if (spec.granularity == quant::Granularity::PerTensor) sshape = {static_cast<py::ssize_t>(w.scales.size())};
+        if (spec.granularity == quant::Granularity::PerTensor)
+          sshape = {static_cast<py::ssize_t>(w.scales.size())};
         else if (spec.granularity == quant::Granularity::PerChannel) sshape = {rows};
         else sshape = {rows, cols / group_size};
         py::array_t<float> sa(sshape);
@@ -43,8 +44,9 @@ void init_quant(py::module_& m) {
         const int64_t n = qa.size(), ns = scales.size();
         if (n > 0 && (ns == 0 || n % ns != 0 || (ns > 1 && (n / ns) > qa.shape(1)) ||
                       (ns > 1 && qa.shape(1) % (n / ns) != 0)))
-          throw ShapeError("[dequantize] " + std::to_string(ns) + " scales do not tile q of shape [" +
-                           std::to_string(qa.shape(0)) + ", " + std::to_string(qa.shape(1)) + "]");
+          throw ShapeError("[dequantize] " + std::to_string(ns) +
+                           " scales do not tile q of shape [" + std::to_string(qa.shape(0)) + ", " +
+                           std::to_string(qa.shape(1)) + "]");
         quant::QuantizedWeights w;
         w.rows = qa.shape(0);
         w.cols = qa.shape(1);

@@ -14,10 +14,12 @@ namespace socllm::py_bind {
 void init_sched(py::module_& s) {
   py::class_<sched::TaskGraph>(s, "TaskGraph")
       .def(py::init<>())
-      .def_static("from_json", [](const py::object& j) { return sched::TaskGraph::from_json(py_to_json(j)); })
+      .def_static("from_json",
+                  [](const py::object& j) { return sched::TaskGraph::from_json(py_to_json(j)); })
       .def("to_json", [](const sched::TaskGraph& g) { return json_to_py(g.to_json()); })
-      .def_property("meta", [](const sched::TaskGraph& g) { return json_to_py(g.meta); },
-                    [](sched::TaskGraph& g, const py::object& m) { g.meta = py_to_json(m); })
+      .def_property(
+          "meta", [](const sched::TaskGraph& g) { return json_to_py(g.meta); },
+          [](sched::TaskGraph& g, const py::object& m) { g.meta = py_to_json(m); })
       .def("validate", &sched::TaskGraph::validate)
       .def("__len__", &sched::TaskGraph::size)
       .def("topological_order", &sched::TaskGraph::topological_order);
@@ -31,86 +33,113 @@ void init_sched(py::module_& s) {
       .def_readonly("decisions", &sched::Timeline::decisions)
       .def_readonly("decision_ns_total", &sched::Timeline::decision_ns_total)
       .def_readonly("search_nodes", &sched::Timeline::search_nodes)
-      .def_property_readonly("spans", [](const sched::Timeline& t) {
-        py::array_t<double> a({static_cast<py::ssize_t>(t.spans.size()), py::ssize_t{2}});
-        auto r = a.mutable_unchecked<2>();
-        for (size_t i = 0; i < t.spans.size(); ++i) {
-          r(static_cast<py::ssize_t>(i), 0) = t.spans[i].start_us;
-          r(static_cast<py::ssize_t>(i), 1) = t.spans[i].end_us;
-        }
-        return a;
-      }, "[n_tasks, 2] start and end (µs) of every task, by task id")
+      .def_property_readonly(
+          "spans",
+          [](const sched::Timeline& t) {
+            py::array_t<double> a({static_cast<py::ssize_t>(t.spans.size()), py::ssize_t{2}});
+            auto r = a.mutable_unchecked<2>();
+            for (size_t i = 0; i < t.spans.size(); ++i) {
+              r(static_cast<py::ssize_t>(i), 0) = t.spans[i].start_us;
+              r(static_cast<py::ssize_t>(i), 1) = t.spans[i].end_us;
+            }
+            return a;
+          },
+          "[n_tasks, 2] start and end (µs) of every task, by task id")
       .def("summary", [](const sched::Timeline& t) { return json_to_py(t.summary()); });
 
-  s.def("simulate", [](const sched::TaskGraph& g, const soc::CostModel& cost, const std::string& policy,
-                       int64_t optimal_max_tasks) {
-    sched::SimOptions o;
-    o.policy = sched::policy_from_name(policy);
-    o.optimal_max_tasks = optimal_max_tasks;
-    py::gil_scoped_release release;
-    return sched::simulate(g, cost, o);
-  }, py::arg("graph"), py::arg("cost"), py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24);
+  s.def(
+      "simulate",
+      [](const sched::TaskGraph& g, const soc::CostModel& cost, const std::string& policy,
+         int64_t optimal_max_tasks) {
+        sched::SimOptions o;
+        o.policy = sched::policy_from_name(policy);
+        o.optimal_max_tasks = optimal_max_tasks;
+        py::gil_scoped_release release;
+        return sched::simulate(g, cost, o);
+      },
+      py::arg("graph"), py::arg("cost"), py::arg("policy") = "ooe",
+      py::arg("optimal_max_tasks") = 24);
 
-  s.def("simulate_durations", [](const sched::TaskGraph& g, const std::vector<double>& durations_us,
-                                 double sync_us, const std::string& policy, int64_t optimal_max_tasks) {
-    sched::SimOptions o;
-    o.policy = sched::policy_from_name(policy);
-    o.optimal_max_tasks = optimal_max_tasks;
-    return sched::simulate(g, durations_us, sync_us, o);
-  }, py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0, py::arg("policy") = "ooe",
-  py::arg("optimal_max_tasks") = 24,
-  "Simulation with given task durations and one cross-processor sync cost (hand examples).");
+  s.def(
+      "simulate_durations",
+      [](const sched::TaskGraph& g, const std::vector<double>& durations_us, double sync_us,
+         const std::string& policy, int64_t optimal_max_tasks) {
+        sched::SimOptions o;
+        o.policy = sched::policy_from_name(policy);
+        o.optimal_max_tasks = optimal_max_tasks;
+        return sched::simulate(g, durations_us, sync_us, o);
+      },
+      py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0,
+      py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24,
+      "Simulation with given task durations and one cross-processor sync cost (hand examples).");
 
-  s.def("policies", [] {
-    py::list l;
-    for (const auto& p : sched::policies()) {
-      py::dict d;
-      d["name"] = p.name;
-      d["alias"] = p.alias;
-      d["description"] = p.description;
-      l.append(d);
-    }
-    return l;
-  }, "The scheduling policies (simulator.h): name, alias (earlier short name), description.");
-  s.def("policy_name", [](const std::string& s) { return sched::policy_name(sched::policy_from_name(s)); },
-        py::arg("policy"), "Canonical name of a policy name or alias (InvalidArgument if unknown).");
+  s.def(
+      "policies",
+      [] {
+        py::list l;
+        for (const auto& p : sched::policies()) {
+          py::dict d;
+          d["name"] = p.name;
+          d["alias"] = p.alias;
+          d["description"] = p.description;
+          l.append(d);
+        }
+        return l;
+      },
+      "The scheduling policies (simulator.h): name, alias (earlier short name), description.");
+  s.def(
+      "policy_name",
+      [](const std::string& s) { return sched::policy_name(sched::policy_from_name(s)); },
+      py::arg("policy"), "Canonical name of a policy name or alias (InvalidArgument if unknown).");
 
   py::class_<PrefillTimeline>(s, "PrefillTimeline", "A simulated prefill (simulate.h).")
       .def_readonly("graph", &PrefillTimeline::graph)
       .def_readonly("timeline", &PrefillTimeline::timeline)
       .def("summary", [](const PrefillTimeline& t) { return json_to_py(t.summary()); });
 
-  s.def("simulate_prefill", [](const py::object& config, const py::handle& plan, const py::object& profile,
-                               int64_t prompt_len, int64_t chunk_len, const std::string& policy,
-                               bool runtime_graph_build, double shadow_channels, int64_t optimal_max_tasks) {
-    const ModelConfig c = ModelConfig::from_json(py_to_json(config));
-    const Plan p = plan_from_py(plan);
-    const auto prof = py_to_json(profile);
-    const auto dev = soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
-    PrefillSimOptions o;
-    o.policy = policy;
-    o.runtime_graph_build = runtime_graph_build;
-    o.shadow_channels = shadow_channels;
-    o.optimal_max_tasks = optimal_max_tasks;
-    py::gil_scoped_release nogil;
-    return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
-  }, py::arg("config"), py::arg("plan"), py::arg("profile"), py::arg("prompt_len"), py::arg("chunk_len"),
-  py::arg("policy") = "npu-stall-first", py::arg("runtime_graph_build") = false,
-  py::arg("shadow_channels") = kDefaultShadowChannels, py::arg("optimal_max_tasks") = 24);
+  s.def(
+      "simulate_prefill",
+      [](const py::object& config, const py::handle& plan, const py::object& profile,
+         int64_t prompt_len, int64_t chunk_len, const std::string& policy, bool runtime_graph_build,
+         double shadow_channels, int64_t optimal_max_tasks) {
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config));
+        const Plan p = plan_from_py(plan);
+        const auto prof = py_to_json(profile);
+        const auto dev =
+            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        PrefillSimOptions o;
+        o.policy = policy;
+        o.runtime_graph_build = runtime_graph_build;
+        o.shadow_channels = shadow_channels;
+        o.optimal_max_tasks = optimal_max_tasks;
+        py::gil_scoped_release nogil;
+        return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
+      },
+      py::arg("config"), py::arg("plan"), py::arg("profile"), py::arg("prompt_len"),
+      py::arg("chunk_len"), py::arg("policy") = "npu-stall-first",
+      py::arg("runtime_graph_build") = false, py::arg("shadow_channels") = kDefaultShadowChannels,
+      py::arg("optimal_max_tasks") = 24);
 
-  s.def("simulate_graph", [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
-                             int64_t optimal_max_tasks) {
-    const auto prof = py_to_json(profile);
-    const auto dev = soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
-    py::gil_scoped_release nogil;
-    return simulate_graph(g, dev, policy, optimal_max_tasks);
-  }, py::arg("graph"), py::arg("profile"), py::arg("policy") = "npu-stall-first",
-  py::arg("optimal_max_tasks") = 24, "Times a task graph (meta must give prompt_len).");
+  s.def(
+      "simulate_graph",
+      [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
+         int64_t optimal_max_tasks) {
+        const auto prof = py_to_json(profile);
+        const auto dev =
+            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        py::gil_scoped_release nogil;
+        return simulate_graph(g, dev, policy, optimal_max_tasks);
+      },
+      py::arg("graph"), py::arg("profile"), py::arg("policy") = "npu-stall-first",
+      py::arg("optimal_max_tasks") = 24, "Times a task graph (meta must give prompt_len).");
 
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
-  s.def("to_trace_json", [](const sched::TaskGraph& g, const sched::Timeline& t) {
-    return json_to_py(sched::to_trace_json(g, t));
-  }, py::arg("graph"), py::arg("timeline"));
+  s.def(
+      "to_trace_json",
+      [](const sched::TaskGraph& g, const sched::Timeline& t) {
+        return json_to_py(sched::to_trace_json(g, t));
+      },
+      py::arg("graph"), py::arg("timeline"));
 }
 
 }  // namespace socllm::py_bind

@@ -13,29 +13,37 @@ soc::OpDesc op_from_py(const py::handle& o) { return soc::OpDesc::from_json(py_t
 
 void init_soc(py::module_& s) {
   py::class_<soc::DeviceProfile>(s, "DeviceProfile")
-      .def_static("from_json", [](const py::object& j, const std::string& origin) {
-        return soc::DeviceProfile::from_json(py_to_json(j), origin);
-      }, py::arg("profile"), py::arg("origin") = "profile")
+      .def_static(
+          "from_json",
+          [](const py::object& j, const std::string& origin) {
+            return soc::DeviceProfile::from_json(py_to_json(j), origin);
+          },
+          py::arg("profile"), py::arg("origin") = "profile")
       .def_property_readonly("name", &soc::DeviceProfile::name)
       .def("has", &soc::DeviceProfile::has, py::arg("pointer"))
-      .def("number", &soc::DeviceProfile::number, py::arg("pointer"), py::arg("needed_for") = "a lookup")
+      .def("number", &soc::DeviceProfile::number, py::arg("pointer"),
+           py::arg("needed_for") = "a lookup")
       .def("source", &soc::DeviceProfile::source, py::arg("pointer"));
 
   py::class_<soc::CostModel>(s, "CostModel")
       .def(py::init<soc::DeviceProfile>(), py::arg("profile"))
       .def_property_readonly("profile", &soc::CostModel::profile)
-      .def("latency_us", [](const soc::CostModel& c, const py::handle& op, const std::string& proc) {
-        return c.latency_us(op_from_py(op), soc::processor_from_name(proc));
-      }, py::arg("op"), py::arg("processor"),
-      "Latency (µs) of one operator, given as a dict: {'op': 'matmul', 'dtype': 'int8', 'm':..., "
-      "'k':..., 'n':...} (see soc.h OpDesc), on 'npu' | 'cpu' | 'gpu'.")
-      .def("active_power_w", [](const soc::CostModel& c, const std::string& p) {
-        return c.active_power_w(soc::processor_from_name(p));
-      })
+      .def(
+          "latency_us",
+          [](const soc::CostModel& c, const py::handle& op, const std::string& proc) {
+            return c.latency_us(op_from_py(op), soc::processor_from_name(proc));
+          },
+          py::arg("op"), py::arg("processor"),
+          "Latency (µs) of one operator, given as a dict: {'op': 'matmul', 'dtype': 'int8', "
+          "'m':..., "
+          "'k':..., 'n':...} (see soc.h OpDesc), on 'npu' | 'cpu' | 'gpu'.")
+      .def("active_power_w",
+           [](const soc::CostModel& c, const std::string& p) {
+             return c.active_power_w(soc::processor_from_name(p));
+           })
       .def("sync_us", [](const soc::CostModel& c, const std::string& a, const std::string& b) {
         return c.sync_us(soc::processor_from_name(a), soc::processor_from_name(b));
       });
-
 }
 
 }  // namespace socllm::py_bind

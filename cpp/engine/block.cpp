@@ -26,9 +26,13 @@ constexpr std::array<BlockOpInfo, kNumBlockOps> kBlock = {{
     {BlockOp::FfnResidual, "ffn_residual", OpClass::Residual, SubgraphKind::Down, std::nullopt},
 }};
 
-int64_t dtype_bytes(soc::DType d) { return d == soc::DType::Int8 ? 1 : d == soc::DType::Fp16 ? 2 : 4; }
+int64_t dtype_bytes(soc::DType d) {
+  return d == soc::DType::Int8 ? 1 : d == soc::DType::Fp16 ? 2 : 4;
+}
 
-sched::TaskKind task_kind_of(SubgraphKind k) { return static_cast<sched::TaskKind>(static_cast<int>(k)); }
+sched::TaskKind task_kind_of(SubgraphKind k) {
+  return static_cast<sched::TaskKind>(static_cast<int>(k));
+}
 
 // Input and output widths (values per row) of an op.
 std::pair<int64_t, int64_t> op_widths(const ModelConfig& c, BlockOp op) {
@@ -112,8 +116,8 @@ soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int6
       const auto& s = plan.linear;
       const int64_t g = s.activations == quant::ActFormat::Int8DynamicPerGroup ? s.group_size : 0;
       o.groups = g > 0 ? std::max<int64_t>(1, (in_w + g - 1) / g) : 1;
-      o.weight_bytes = static_cast<int64_t>(static_cast<double>(in_w * out_w) *
-                                            weight_bytes_per_param(s));
+      o.weight_bytes =
+          static_cast<int64_t>(static_cast<double>(in_w * out_w) * weight_bytes_per_param(s));
       break;
     }
   }
@@ -129,7 +133,8 @@ soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int6
 
 npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, npu::SubgraphKind kind,
                                    int64_t layer, int64_t rows, int64_t chunk_index) {
-  if (rows <= 0) throw InvalidArgument("[StaticGraph] rows must be > 0, got " + std::to_string(rows));
+  if (rows <= 0)
+    throw InvalidArgument("[StaticGraph] rows must be > 0, got " + std::to_string(rows));
   if (layer < 0 || layer >= c.n_layers)
     throw InvalidArgument("[StaticGraph] layer " + std::to_string(layer) + " outside [0, " +
                           std::to_string(c.n_layers) + ")");
@@ -166,7 +171,8 @@ npu::GraphCacheStats graph_census(const ModelConfig& c, const Plan& plan, int64_
 
 int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len) {
   if (prompt_len <= 0)
-    throw InvalidArgument("[prefill] prompt length must be positive, got " + std::to_string(prompt_len));
+    throw InvalidArgument("[prefill] prompt length must be positive, got " +
+                          std::to_string(prompt_len));
   if (chunk_len < 0)
     throw InvalidArgument("[prefill] chunk length must be >= 0, got " + std::to_string(chunk_len));
   if (chunk_len == 0) return prompt_len;
@@ -179,13 +185,15 @@ int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len) {
 std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant::ShadowOptions& o,
                                               double channels) {
   const int64_t L = c.n_layers, n = kNumLinearSites * L;
-  const int64_t keep = n - static_cast<int64_t>(std::llround(o.pruning_rate * static_cast<double>(n)));
+  const int64_t keep =
+      n - static_cast<int64_t>(std::llround(o.pruning_rate * static_cast<double>(n)));
   // kept first: down inputs of evenly spaced layers, then the other inputs layer by layer
   std::vector<int64_t> order;  // input indices in keep order
   const int64_t downs = std::clamp<int64_t>(keep, 1, L);
   std::vector<bool> is_down(static_cast<size_t>(n), false);
   for (int64_t i = 0; i < downs; ++i) {
-    const int64_t layer = downs == 1 ? 0 : std::llround(static_cast<double>(i) * (L - 1) / (downs - 1));
+    const int64_t layer =
+        downs == 1 ? 0 : std::llround(static_cast<double>(i) * (L - 1) / (downs - 1));
     const int64_t idx = layer * kNumLinearSites + static_cast<int>(LinearSite::MlpAct);
     if (!is_down[static_cast<size_t>(idx)]) order.push_back(idx);
     is_down[static_cast<size_t>(idx)] = true;
@@ -201,7 +209,8 @@ std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant:
     auto& s = loads[static_cast<size_t>(i)];
     s.pruned = true;
     s.outlier_channels = channels;
-    s.cold_fetch_bytes = channels * (1.0 - o.hot_share) * static_cast<double>(out_w) * sizeof(float);
+    s.cold_fetch_bytes =
+        channels * (1.0 - o.hot_share) * static_cast<double>(out_w) * sizeof(float);
   }
   for (int64_t i = 0; i < std::max<int64_t>(keep, 0); ++i)
     loads[static_cast<size_t>(order[static_cast<size_t>(i)])].pruned = false;
@@ -209,7 +218,8 @@ std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant:
 }
 
 BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan)
-    : c_(std::move(config)), plan_(std::move(plan)),
+    : c_(std::move(config)),
+      plan_(std::move(plan)),
       prev_attention_(static_cast<size_t>(c_.n_layers), -1),
       builds_(static_cast<size_t>(c_.n_layers), -1) {
   c_.validate();
@@ -244,7 +254,7 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
                      " given, " + std::to_string(c_.n_layers * kNumLinearSites) +
                      " (n_layers x 4) expected for plan '" + plan_.name + "'");
   const std::string cp = "c" + std::to_string(chunk) + ".";
-  int64_t prev = -1;  // chunks depend on each other only through attention (Eq. 2)
+  int64_t prev = -1;            // chunks depend on each other only through attention (Eq. 2)
   int64_t pending_shadow = -1;  // shadow task the next task also waits for (Eq. 1 merge)
   const auto block = decoder_block();
   for (int64_t l = 0; l < c_.n_layers; ++l) {
@@ -299,7 +309,8 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
       // The shadow part of this task's linear reads the same input and runs beside it; the next
       // task adds its result (Eq. 1).
       if (shadowed && site) {
-        const ShadowLoad& sl = shadow[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(*site))];
+        const ShadowLoad& sl =
+            shadow[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(*site))];
         if (!sl.pruned) {
           sched::Task sh;
           sh.kind = sched::TaskKind::Shadow;
@@ -376,20 +387,25 @@ sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int6
                           std::to_string(c.context_length));
   if (chunk_len > c.context_length)
     throw InvalidArgument("[prefill_task_graph] chunk length " + std::to_string(chunk_len) +
-                          " exceeds the model's context length " + std::to_string(c.context_length));
+                          " exceeds the model's context length " +
+                          std::to_string(c.context_length));
   const int64_t chunks = (prompt_len + rows - 1) / rows;
-  if (!opts.shadow_per_chunk.empty() && static_cast<int64_t>(opts.shadow_per_chunk.size()) != chunks)
+  if (!opts.shadow_per_chunk.empty() &&
+      static_cast<int64_t>(opts.shadow_per_chunk.size()) != chunks)
     throw ShapeError("[prefill_task_graph] " + std::to_string(opts.shadow_per_chunk.size()) +
                      " chunks of shadow loads for " + std::to_string(chunks) + " chunks");
   std::vector<ShadowLoad> expected = opts.expected;
-  if (plan.linear.shadow && expected.empty()) expected = expected_shadow_loads(c, *plan.linear.shadow);
+  if (plan.linear.shadow && expected.empty())
+    expected = expected_shadow_loads(c, *plan.linear.shadow);
   BlockGraphBuilder b(c, plan);
-  if (opts.build_ms > 0 || opts.optimize_ms > 0) b.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
+  if (opts.build_ms > 0 || opts.optimize_ms > 0)
+    b.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
   for (int64_t ch = 0; ch < chunks; ++ch) {
-    const auto& loads = opts.shadow_per_chunk.empty() ? expected
-                                                      : opts.shadow_per_chunk[static_cast<size_t>(ch)];
-    b.add_chunk(ch, rows, (ch + 1) * rows, plan.linear.shadow ? std::span<const ShadowLoad>(loads)
-                                                             : std::span<const ShadowLoad>());
+    const auto& loads =
+        opts.shadow_per_chunk.empty() ? expected : opts.shadow_per_chunk[static_cast<size_t>(ch)];
+    b.add_chunk(
+        ch, rows, (ch + 1) * rows,
+        plan.linear.shadow ? std::span<const ShadowLoad>(loads) : std::span<const ShadowLoad>());
   }
   b.add_lm_head(1);
   sched::TaskGraph g = b.take();

@@ -44,9 +44,9 @@ void Calibration::check_matches(const ModelConfig& c) const {
     const auto site = static_cast<LinearSite>(s);
     const int64_t w = linear_site_width(c, site);
     if (width[s] != w || static_cast<int64_t>(channel_absmax[s].size()) != n_layers * w)
-      throw ShapeError(std::string("[Calibration] site '") + linear_site_name(site) + "' has width " +
-                       std::to_string(width[s]) + ", the model's is " + std::to_string(w) +
-                       " (calibration file from another model?)");
+      throw ShapeError(std::string("[Calibration] site '") + linear_site_name(site) +
+                       "' has width " + std::to_string(width[s]) + ", the model's is " +
+                       std::to_string(w) + " (calibration file from another model?)");
     if (!abs_hist[s].empty() && static_cast<int64_t>(abs_hist[s].size()) != n_layers * kAbsHistBins)
       throw ShapeError(std::string("[Calibration] site '") + linear_site_name(site) +
                        "' has a |x| histogram of " + std::to_string(abs_hist[s].size()) +
@@ -176,7 +176,6 @@ std::vector<quant::ShadowLinearConfig> Calibration::shadow_configs(
   return out;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // The artifact file.
 
@@ -197,9 +196,9 @@ constexpr std::array<CalibrationArraySpec, 6> kSchema = {{
 }};
 
 // The config keys that decide whether statistics fit a model (its name may differ).
-constexpr const char* kShapeKeys[] = {"arch", "vocab_size", "d_model", "n_layers", "n_heads",
-                                      "n_kv_heads", "head_dim", "d_ff", "rope_theta", "rms_eps",
-                                      "tie_embeddings", "qkv_bias", "mlp"};
+constexpr const char* kShapeKeys[] = {
+    "arch", "vocab_size", "d_model", "n_layers",       "n_heads",  "n_kv_heads", "head_dim",
+    "d_ff", "rope_theta", "rms_eps", "tie_embeddings", "qkv_bias", "mlp"};
 
 struct SiteArrays {
   std::vector<float>* f;
@@ -231,7 +230,8 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
                        const nlohmann::json& provenance) const {
   check_matches(model);
   if (!provenance.is_object())
-    throw InvalidArgument("[Calibration.save] provenance must be an object, got " + provenance.dump());
+    throw InvalidArgument("[Calibration.save] provenance must be an object, got " +
+                          provenance.dump());
   H5Writer w(path);
   for (const auto& [k, v] : provenance.items())
     w.attr("/", k, v.is_array() || v.is_object() ? nlohmann::json(v.dump()) : v);
@@ -247,7 +247,8 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
       const size_t n = a.f ? a.f->size() : a.i->size();
       if (n == 0) continue;  // its step did not run
       const auto shape = spec_shape(spec, n_layers, width[s]);
-      const std::string ds = std::string(spec.name) + "/" + linear_site_name(static_cast<LinearSite>(s));
+      const std::string ds =
+          std::string(spec.name) + "/" + linear_site_name(static_cast<LinearSite>(s));
       if (a.f) w.write(ds, shape, a.f->data());
       else w.write(ds, shape, a.i->data());
     }
@@ -274,9 +275,9 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
       for (int64_t l = 0; l < n_layers; ++l)
         for (int64_t ch : cfgs[static_cast<size_t>(l * kNumLinearSites + s)].hot_channels)
           hot[static_cast<size_t>(l * width[s] + ch)] = 1;
-      w.write_mask(std::string("/shadow_defaults/hot_mask/") +
-                       linear_site_name(static_cast<LinearSite>(s)),
-                   {n_layers, width[s]}, hot.data());
+      w.write_mask(
+          std::string("/shadow_defaults/hot_mask/") + linear_site_name(static_cast<LinearSite>(s)),
+          {n_layers, width[s]}, hot.data());
     }
   }
   w.commit();
@@ -286,8 +287,10 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
                               nlohmann::json* provenance) {
   H5File f(path);
   if (!f.has_attr("/", "format") || f.attr_json("/", "format") != kFormat)
-    throw FormatError("[Calibration] '" + path + "' is not a socllm calibration file (format attribute missing)");
-  const auto version = f.has_attr("/", "format_version") ? f.attr_json("/", "format_version") : nlohmann::json(0);
+    throw FormatError("[Calibration] '" + path +
+                      "' is not a socllm calibration file (format attribute missing)");
+  const auto version =
+      f.has_attr("/", "format_version") ? f.attr_json("/", "format_version") : nlohmann::json(0);
   if (version != kFormatVersion)
     throw InvalidArgument("[Calibration] '" + path + "' has schema version " + version.dump() +
                           "; this socllm reads version " + std::to_string(kFormatVersion) +
@@ -304,14 +307,16 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
   const nlohmann::json ours = model.to_json();
   for (const char* k : kShapeKeys)
     if (theirs.value(k, nlohmann::json()) != ours.value(k, nlohmann::json()))
-      throw InvalidArgument("[Calibration] '" + path + "' was calibrated on model '" + name + "' (" +
-                            k + " " + theirs.value(k, nlohmann::json()).dump() + "), not on this one ('" +
-                            model.name + "', " + k + " " + ours.value(k, nlohmann::json()).dump() + ")");
+      throw InvalidArgument("[Calibration] '" + path + "' was calibrated on model '" + name +
+                            "' (" + k + " " + theirs.value(k, nlohmann::json()).dump() +
+                            "), not on this one ('" + model.name + "', " + k + " " +
+                            ours.value(k, nlohmann::json()).dump() + ")");
   Calibration c = empty_for(model);
   for (const auto& spec : kSchema) {
     int present = 0;
     for (int s = 0; s < kNumLinearSites; ++s) {
-      const std::string ds = std::string("/") + spec.name + "/" + linear_site_name(static_cast<LinearSite>(s));
+      const std::string ds =
+          std::string("/") + spec.name + "/" + linear_site_name(static_cast<LinearSite>(s));
       if (!f.has(ds)) continue;
       ++present;
       const auto want = spec_shape(spec, c.n_layers, c.width[s]);
@@ -335,9 +340,11 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
     }
     if (present != 0 && present != kNumLinearSites)
       throw FormatError("[Calibration] '" + path + "' has " + spec.name + " for " +
-                        std::to_string(present) + " of the " + std::to_string(kNumLinearSites) + " sites");
+                        std::to_string(present) + " of the " + std::to_string(kNumLinearSites) +
+                        " sites");
     if (present == 0 && spec.required)
-      throw FormatError("[Calibration] '" + path + "' lacks " + spec.name + " (written by step " + spec.step + ")");
+      throw FormatError("[Calibration] '" + path + "' lacks " + spec.name + " (written by step " +
+                        spec.step + ")");
   }
   const bool outliers = !c.outlier_threshold[0].empty();
   for (int s = 0; s < kNumLinearSites; ++s)

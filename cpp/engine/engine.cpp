@@ -50,13 +50,13 @@ void Engine::check_tokens(std::span<const int32_t> tokens, const char* fn) const
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= V)
       throw InvalidArgument(std::string("[") + fn + "] token id " + std::to_string(tokens[i]) +
-                            " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
-                            std::to_string(V) + ")");
+                            " at position " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(V) + ")");
 }
 
 struct Engine::Batch {
-  int64_t N = 0;               // rows, padding included
-  std::vector<int64_t> pos;    // absolute position of every row
+  int64_t N = 0;             // rows, padding included
+  std::vector<int64_t> pos;  // absolute position of every row
   struct Seq {
     KVCache* cache;
     int64_t row0;
@@ -226,8 +226,8 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       act(static_cast<size_t>(N * dff)), o(static_cast<size_t>(N * d));
   int64_t scratch = 0;
   for (const auto& s : b.seqs)
-    scratch = std::max(scratch, k::attention_scratch_floats(s.T, s.cache->length() + s.T,
-                                                            c.n_heads, c.n_kv_heads, c.head_dim));
+    scratch = std::max(scratch, k::attention_scratch_floats(s.T, s.cache->length() + s.T, c.n_heads,
+                                                            c.n_kv_heads, c.head_dim));
   std::vector<float> S(static_cast<size_t>(scratch));
   // An op placed in fp16 stores its output in fp16 (plan.h): rounding emulates it.
   auto store = [&](OpClass cls, float* y, int64_t n) {
@@ -243,10 +243,12 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       if (prep)
         prep->at(l, site).forward(
             in, N, out, ldo, false, b.segments,
-            shadow_sink ? &(*shadow_sink)[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(site))]
-                        : nullptr);
+            shadow_sink
+                ? &(*shadow_sink)[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(site))]
+                : nullptr);
       else
-        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out, ldo);
+        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out,
+                  ldo);
     };
     std::optional<npu::SubgraphKind> current;
     // The block description's ops in order (block.h); in chunked prefill every subgraph is a
@@ -311,16 +313,17 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
     }
   }
   for (auto& s : b.seqs) s.cache->length_ += s.T;
-  if (observe) observe->tokens += [&] {
-    int64_t n = 0;
-    for (const auto& s : b.seqs) n += s.T;
-    return n;
-  }();
+  if (observe)
+    observe->tokens += [&] {
+      int64_t n = 0;
+      for (const auto& s : b.seqs) n += s.T;
+      return n;
+    }();
 }
 
 // Shadow loads of one chunk from the counters its linears reported.
-std::vector<ShadowLoad> Engine::chunk_shadow_loads(const PreparedLinears& prep,
-                                                   const std::vector<quant::ShadowStats>& st) const {
+std::vector<ShadowLoad> Engine::chunk_shadow_loads(
+    const PreparedLinears& prep, const std::vector<quant::ShadowStats>& st) const {
   std::vector<ShadowLoad> loads(st.size());
   const int64_t L = model_->config().n_layers;
   for (int64_t l = 0; l < L; ++l)
@@ -440,8 +443,9 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
   run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr);
   if (record)  // one chunk of the whole prompt
-    record->add_chunk(0, N, N, prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
-                                                          : std::vector<ShadowLoad>{});
+    record->add_chunk(
+        0, N, N,
+        prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats) : std::vector<ShadowLoad>{});
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
   return out;
@@ -466,8 +470,8 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
   TensorF32 h = forward({&cache}, {tokens}, plan, record ? &*record : nullptr);
   Prefill out;
   const int64_t d = h.dim(1);
-  out.logits = all_positions ? logits_from_hidden(h.ptr(), T)
-                             : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
+  out.logits =
+      all_positions ? logits_from_hidden(h.ptr(), T) : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
   if (record) {
     record->add_lm_head(1);
     out.graph = record->take();
@@ -490,9 +494,10 @@ std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
       ld.pruned = cfg.pruned;
       // Distinct outlier channels per calibration sequence, the cold ones fetched from flash.
       const auto seqs = calib->outlier_seqs[s][static_cast<size_t>(l)];
-      ld.outlier_channels = seqs > 0 ? static_cast<double>(calib->outlier_seq_channels[s][static_cast<size_t>(l)]) /
-                                           static_cast<double>(seqs)
-                                     : 0.0;
+      ld.outlier_channels =
+          seqs > 0 ? static_cast<double>(calib->outlier_seq_channels[s][static_cast<size_t>(l)]) /
+                         static_cast<double>(seqs)
+                   : 0.0;
       ld.cold_fetch_bytes = ld.outlier_channels * (1.0 - plan.linear.shadow->hot_share) *
                             static_cast<double>(site_out(c, site)) * sizeof(float);
     }
@@ -536,7 +541,8 @@ TensorF32 Engine::step(KVCache& cache, std::span<const int32_t> tokens, bool all
                        const Plan& plan) const {
   TensorF32 h = forward_hidden({&cache}, {tokens}, plan);
   const int64_t T = h.dim(0), d = h.dim(1);
-  return all_positions ? logits_from_hidden(h.ptr(), T) : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
+  return all_positions ? logits_from_hidden(h.ptr(), T)
+                       : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
 }
 
 namespace {

@@ -34,10 +34,12 @@ LinearScheme scheme(WeightFormat w, Granularity g, ActFormat a, int64_t group = 
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> kPresets = {
-      {"fp32", "every operator in fp32 on the CPU: the reference the quantized plans are measured against",
+      {"fp32",
+       "every operator in fp32 on the CPU: the reference the quantized plans are measured against",
        "{}", [](const json&) { return LinearScheme{}; }},
       {"w8a8",
-       "llm.npu's NPU baseline (seed 001 §2.3, §3.3): int8 per-tensor weights, int8 activations with "
+       "llm.npu's NPU baseline (seed 001 §2.3, §3.3): int8 per-tensor weights, int8 activations "
+       "with "
        "static per-tensor scales from calibration (symmetric max-min), exact int8 GEMM",
        "{}",
        [](const json&) {
@@ -55,7 +57,8 @@ const std::vector<Preset>& presets() {
        "activation outliers migrated into weights with strength alpha, then w8a8 per-tensor static",
        R"({"alpha": 0.5})",
        [](const json& o) {
-         auto s = scheme(WeightFormat::Int8, Granularity::PerTensor, ActFormat::Int8StaticPerTensor);
+         auto s =
+             scheme(WeightFormat::Int8, Granularity::PerTensor, ActFormat::Int8StaticPerTensor);
          s.smooth_alpha = o["alpha"].get<double>();
          return s;
        }},
@@ -77,11 +80,13 @@ const std::vector<Preset>& presets() {
        [](const json& o) {
          const auto w = o["weights"].get<std::string>();
          if (w != "per-tensor" && w != "per-channel")
-           throw InvalidArgument("[Plan] shadow-outlier: weights must be per-tensor or per-channel, got '" +
-                                 w + "'");
-         auto s = scheme(WeightFormat::Int8, w == "per-tensor" ? Granularity::PerTensor : Granularity::PerChannel,
+           throw InvalidArgument(
+               "[Plan] shadow-outlier: weights must be per-tensor or per-channel, got '" + w + "'");
+         auto s = scheme(WeightFormat::Int8,
+                         w == "per-tensor" ? Granularity::PerTensor : Granularity::PerChannel,
                          ActFormat::Int8StaticPerTensor);
-         s.shadow = quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
+         s.shadow =
+             quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
          return s;
        }},
       {"w8-group",
@@ -163,10 +168,8 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   std::optional<soc::DType> fmt;
   if (v.is_string()) {
     const auto t = v.get<std::string>();
-    if (t == "npu" || t == "cpu" || t == "gpu")
-      proc = soc::processor_from_name(t);
-    else
-      fmt = soc::dtype_from_name(t);
+    if (t == "npu" || t == "cpu" || t == "gpu") proc = soc::processor_from_name(t);
+    else fmt = soc::dtype_from_name(t);
   } else if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {
       if (k == "processor") proc = soc::processor_from_name(x.get<std::string>());
@@ -274,7 +277,8 @@ void Plan::validate_placement() const {
                             "another processor)");
     if (p.processor != soc::Processor::Npu) continue;
     if (c == OpClass::Shadow && linear.shadow)
-      throw InvalidArgument("[Plan] '" + name + "': op class 'shadow' (the float outlier part, "
+      throw InvalidArgument("[Plan] '" + name +
+                            "': op class 'shadow' (the float outlier part, "
                             "gathered per input at run time) cannot run on a static NPU graph");
     if (c == OpClass::Linear &&
         (linear.activations == ActFormat::Int8DynamicPerRow || linear.outlier_threshold))
@@ -290,10 +294,8 @@ Plan Plan::placed(OpClass c, soc::Processor processor, std::optional<soc::DType>
   Plan p = *this;
   OpPlacement& o = p.placement[static_cast<size_t>(c)];
   o.processor = processor;
-  if (c == OpClass::Linear)
-    o.format = linear_format(linear);
-  else if (format)
-    o.format = *format;
+  if (c == OpClass::Linear) o.format = linear_format(linear);
+  else if (format) o.format = *format;
   p.validate_placement();
   return p;
 }
@@ -373,7 +375,8 @@ Plan Plan::from_json(const json& j) {
     if (key == "name" || key == "ops") continue;
     if (key == "placement") {
       if (!v.is_object())
-        throw InvalidArgument("[Plan] 'placement' must map op classes to processors, got " + v.dump());
+        throw InvalidArgument("[Plan] 'placement' must map op classes to processors, got " +
+                              v.dump());
       for (const auto& [c, pv] : v.items()) placement_keys[c] = pv;
       continue;
     }
@@ -421,7 +424,8 @@ Plan Plan::from_json(const json& j) {
   }
   plan.placement = default_placement(plan.linear);
   if (j.contains("ops")) apply_ops_placement(plan, j["ops"]);
-  for (const auto& [c, v] : placement_keys.items()) apply_placement_entry(plan, op_class_from_name(c), v);
+  for (const auto& [c, v] : placement_keys.items())
+    apply_placement_entry(plan, op_class_from_name(c), v);
   plan.validate_placement();
   return plan;
 }
@@ -433,7 +437,8 @@ json Plan::to_json() const {
   json ops = json::object();
   for (int i = 0; i < kNumOpClasses; ++i) {
     const OpPlacement& p = placement[static_cast<size_t>(i)];
-    json e = {{"processor", soc::processor_name(p.processor)}, {"format", soc::dtype_name(p.format)}};
+    json e = {{"processor", soc::processor_name(p.processor)},
+              {"format", soc::dtype_name(p.format)}};
     if (static_cast<OpClass>(i) == OpClass::Linear) {
       json lin = linear.to_json();
       lin.update(e);

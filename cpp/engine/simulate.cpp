@@ -5,7 +5,8 @@
 
 namespace socllm {
 
-std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c, const soc::DeviceProfile& p) {
+std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
+                                                 const soc::DeviceProfile& p) {
   const std::string why = "run-time graph building";
   const double build = p.number("/cost_model/graph/build_ms", why);
   const double optimize = p.number("/cost_model/graph/optimize_ms", why);
@@ -38,7 +39,8 @@ PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
                                  const soc::DeviceProfile& device, int64_t prompt_len,
                                  int64_t chunk_len, const PrefillSimOptions& opts) {
   PrefillGraphOptions g;
-  if (opts.runtime_graph_build) std::tie(g.build_ms, g.optimize_ms) = runtime_graph_build_ms(c, device);
+  if (opts.runtime_graph_build)
+    std::tie(g.build_ms, g.optimize_ms) = runtime_graph_build_ms(c, device);
   if (plan.linear.shadow) {
     if (!(opts.shadow_channels >= 0) || !std::isfinite(opts.shadow_channels))
       throw InvalidArgument("[simulate] shadow_channels must be >= 0, got " +
@@ -77,7 +79,8 @@ nlohmann::json PrefillTimeline::summary() const {
       {"ttft_ms", prefill_ms},
       {"energy_mj", s["energy_mj"]},
       {"graph_build_ms", build_us / 1e3},
-      {"peak_memory_bytes", graph.meta.value("resident_bytes", int64_t{0}) + timeline.peak_working_bytes},
+      {"peak_memory_bytes",
+       graph.meta.value("resident_bytes", int64_t{0}) + timeline.peak_working_bytes},
       {"tasks", graph.size()},
       {"bubble_rate", bubble},
       {"busy_ms", busy},

@@ -7,7 +7,7 @@
 namespace socllm {
 namespace {
 
-constexpr int64_t QK = 32;    // elements per legacy block (Q4_0 ... Q8_0)
+constexpr int64_t QK = 32;     // elements per legacy block (Q4_0 ... Q8_0)
 constexpr int64_t QK_K = 256;  // elements per K-quant super-block
 
 float fp16_to_fp32(uint16_t h) {
@@ -239,12 +239,12 @@ struct TypeTraits {
 };
 
 constexpr TypeTraits kTypes[] = {
-    {0, "F32", 1, 4, nullptr},           {1, "F16", 1, 2, nullptr},
-    {2, "Q4_0", QK, 18, deq_q4_0},       {3, "Q4_1", QK, 20, deq_q4_1},
-    {6, "Q5_0", QK, 22, deq_q5_0},       {7, "Q5_1", QK, 24, deq_q5_1},
-    {8, "Q8_0", QK, 34, deq_q8_0},       {10, "Q2_K", QK_K, 84, deq_q2_k},
-    {11, "Q3_K", QK_K, 110, deq_q3_k},   {12, "Q4_K", QK_K, 144, deq_q4_k},
-    {13, "Q5_K", QK_K, 176, deq_q5_k},   {14, "Q6_K", QK_K, 210, deq_q6_k},
+    {0, "F32", 1, 4, nullptr},         {1, "F16", 1, 2, nullptr},
+    {2, "Q4_0", QK, 18, deq_q4_0},     {3, "Q4_1", QK, 20, deq_q4_1},
+    {6, "Q5_0", QK, 22, deq_q5_0},     {7, "Q5_1", QK, 24, deq_q5_1},
+    {8, "Q8_0", QK, 34, deq_q8_0},     {10, "Q2_K", QK_K, 84, deq_q2_k},
+    {11, "Q3_K", QK_K, 110, deq_q3_k}, {12, "Q4_K", QK_K, 144, deq_q4_k},
+    {13, "Q5_K", QK_K, 176, deq_q5_k}, {14, "Q6_K", QK_K, 210, deq_q6_k},
     {30, "BF16", 1, 2, nullptr},
 };
 
@@ -267,18 +267,22 @@ const TypeTraits& require_type(uint32_t type, const char* fn) {
 std::string ggml_type_name(uint32_t type) {
   // Names of ggml types socllm cannot decode, so messages still say what the file holds.
   static const std::pair<uint32_t, const char*> kOther[] = {
-      {9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"},
-      {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"}, {22, "IQ2_S"}, {23, "IQ4_XS"},
-      {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {29, "IQ1_M"},
-      {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"}};
+      {9, "Q8_1"},   {15, "Q8_K"},   {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"},
+      {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"},   {22, "IQ2_S"},  {23, "IQ4_XS"},
+      {24, "I8"},    {25, "I16"},    {26, "I32"},     {27, "I64"},    {28, "F64"},
+      {29, "IQ1_M"}, {34, "TQ1_0"},  {35, "TQ2_0"},   {39, "MXFP4"}};
   if (const TypeTraits* t = find_type(type)) return t->name;
   for (const auto& [id, name] : kOther)
     if (id == type) return name;
   return "type" + std::to_string(type);
 }
 
-int64_t ggml_block_elems(uint32_t type) { return require_type(type, "ggml_block_elems").block_elems; }
-int64_t ggml_block_bytes(uint32_t type) { return require_type(type, "ggml_block_bytes").block_bytes; }
+int64_t ggml_block_elems(uint32_t type) {
+  return require_type(type, "ggml_block_elems").block_elems;
+}
+int64_t ggml_block_bytes(uint32_t type) {
+  return require_type(type, "ggml_block_bytes").block_bytes;
+}
 
 std::vector<std::string> ggml_supported_types() {
   std::vector<std::string> out;
@@ -293,8 +297,12 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n) {
                      t.name + "'s block of " + std::to_string(t.block_elems));
   switch (type) {
     case 0: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case 1: for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(u16(src + 2 * i)); return;
-    case 30: for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(u16(src + 2 * i)); return;
+    case 1:
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(u16(src + 2 * i));
+      return;
+    case 30:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(u16(src + 2 * i));
+      return;
     default:
       for (int64_t b = 0; b < n / t.block_elems; ++b)
         t.block(src + b * t.block_bytes, dst + b * t.block_elems);

@@ -13,8 +13,19 @@ namespace {
 
 // GGUF metadata value types (ggml docs/gguf.md, `gguf_metadata_value_type`).
 enum : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // Bounds-checked little-endian cursor over the mapped file.
@@ -160,8 +171,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
         if (d != 0 && numel > static_cast<int64_t>(size_) / d)  // more elements than file bytes
           throw FormatError("[GgufFile] tensor '" + t.name + "' has shape " + shape_str(t.shape) +
                             ", larger than the file '" + path + "'");
-        else
-          numel *= d;
+        else numel *= d;
       t.type = c.read<uint32_t>();
       rel_offsets.push_back(c.read<uint64_t>());
       if (index_.count(t.name)) throw FormatError("[GgufFile] duplicate tensor '" + t.name + "'");

@@ -142,7 +142,8 @@ std::vector<int64_t> H5File::shape(const std::string& dataset_path) const {
   if (!has(dataset_path))
     throw FormatError("[H5File] '" + path_ + "' has no dataset '" + dataset_path + "'");
   Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
-  if (d.id < 0) throw FormatError("[H5File] '" + dataset_path + "' in '" + path_ + "' is not a dataset");
+  if (d.id < 0)
+    throw FormatError("[H5File] '" + dataset_path + "' in '" + path_ + "' is not a dataset");
   Handle sp{H5Dget_space(d.id), H5Sclose};
   int nd = H5Sget_simple_extent_ndims(sp.id);
   if (nd < 0 || nd > 8) throw FormatError("[H5File] bad dataspace for '" + dataset_path + "'");
@@ -218,7 +219,8 @@ TensorF32 H5File::read_f32(const std::string& dataset_path) const {
   std::vector<int64_t> shape = this->shape(dataset_path);
   Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
   TensorF32 out(shape);
-  if (out.numel() > 0 && H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.ptr()) < 0)
+  if (out.numel() > 0 &&
+      H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.ptr()) < 0)
     throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
                       "' (truncated or corrupt)");
   return out;
@@ -234,7 +236,8 @@ H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
   silence_hdf5();
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
   id_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id_ < 0) throw InvalidArgument("[H5Writer] cannot create '" + tmp_ + "' (is the folder writable?)");
+  if (id_ < 0)
+    throw InvalidArgument("[H5Writer] cannot create '" + tmp_ + "' (is the folder writable?)");
 }
 
 H5Writer::~H5Writer() {
@@ -266,15 +269,17 @@ void H5Writer::attr(const std::string& obj, const std::string& name, const nlohm
     rc = H5Awrite(a.id, t.id, &c);
   } else if (v.is_boolean() || v.is_number_integer()) {
     const int64_t x = v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>();
-    Handle a{H5Acreate2(o.id, name.c_str(), H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    Handle a{H5Acreate2(o.id, name.c_str(), H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT),
+             H5Aclose};
     rc = H5Awrite(a.id, H5T_NATIVE_INT64, &x);
   } else if (v.is_number()) {
     const double x = v.get<double>();
-    Handle a{H5Acreate2(o.id, name.c_str(), H5T_IEEE_F64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    Handle a{H5Acreate2(o.id, name.c_str(), H5T_IEEE_F64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT),
+             H5Aclose};
     rc = H5Awrite(a.id, H5T_NATIVE_DOUBLE, &x);
   } else {
-    throw InvalidArgument("[H5Writer] attribute '" + name + "' must be a string, number or bool, got " +
-                          v.dump());
+    throw InvalidArgument("[H5Writer] attribute '" + name +
+                          "' must be a string, number or bool, got " + v.dump());
   }
   if (rc < 0) throw InvalidArgument("[H5Writer] cannot write attribute '" + name + "'");
 }
@@ -292,7 +297,8 @@ void H5Writer::write_raw(const std::string& path, const std::vector<int64_t>& sh
     H5Pset_chunk(dcpl.id, static_cast<int>(dims.size()), dims.data());
     H5Pset_deflate(dcpl.id, 4);
   }
-  Handle d{H5Dcreate2(id_, path.c_str(), file_type, sp.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT), H5Dclose};
+  Handle d{H5Dcreate2(id_, path.c_str(), file_type, sp.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
+           H5Dclose};
   if (d.id < 0 || (n > 0 && H5Dwrite(d.id, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
     throw InvalidArgument("[H5Writer] cannot write dataset '" + path + "' to '" + tmp_ + "'");
 }
@@ -314,11 +320,12 @@ void H5Writer::write_mask(const std::string& p, const std::vector<int64_t>& shap
   const int8_t f = 0, tr = 1;
   H5Tenum_insert(t.id, "FALSE", &f);
   H5Tenum_insert(t.id, "TRUE", &tr);
-  std::vector<int8_t> v(data, data + [&] {
-    int64_t n = 1;
-    for (int64_t x : shape) n *= x;
-    return n;
-  }());
+  std::vector<int8_t> v(
+      data, data + [&] {
+        int64_t n = 1;
+        for (int64_t x : shape) n *= x;
+        return n;
+      }());
   for (auto& x : v) x = x != 0;
   write_raw(p, shape, t.id, t.id, v.data());
 }

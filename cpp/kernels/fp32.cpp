@@ -25,8 +25,8 @@ void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, 
   if (T == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, W, in, x, 1, beta, y, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, ldx, W, in, beta,
-                y, ldy);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, ldx, W, in, beta, y,
+                ldy);
   }
   if (bias) {
 #pragma omp parallel for schedule(static) if (T * out >= kMinParallelElems)
@@ -43,7 +43,8 @@ void rms_norm(const float* x, const float* w, int64_t T, int64_t d, double eps, 
     double ss = 0;
     for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     // transformers computes rsqrt in fp32, then scales x and multiplies by the weight.
-    float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + static_cast<float>(eps));
+    float r =
+        1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + static_cast<float>(eps));
     for (int64_t i = 0; i < d; ++i) yr[i] = w[i] * (xr[i] * r);
   }
 }
@@ -132,8 +133,8 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
   // rows are stacked into one [group*rows, head_dim] matrix: one larger GEMM per task instead
   // of `group` small ones, each packing the same K. OpenBLAS (OpenMP build) runs
   // single-threaded inside the parallel region, so threads split tasks, not tiny GEMMs.
-#pragma omp parallel for schedule(dynamic) collapse(2) \
-    if (n_heads * T * (past + T) * head_dim >= kMinParallelElems)
+#pragma omp parallel for schedule(dynamic) \
+    collapse(2) if (n_heads * T * (past + T) * head_dim >= kMinParallelElems)
   for (int64_t g = 0; g < n_kv_heads; ++g) {
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t r0 = blk * kQueryBlock;
@@ -147,14 +148,14 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
         for (int64_t i = 0; i < rows; ++i)
           std::memcpy(Qs + (hh * rows + i) * head_dim,
                       q + (r0 + i) * ldq + (g * group + hh) * head_dim, head_dim * sizeof(float));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * rows, keys, head_dim, scale,
-                  Qs, head_dim, k + g * head_dim, ldkv, 0.0f, S, keys);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * rows, keys, head_dim, scale, Qs,
+                  head_dim, k + g * head_dim, ldkv, 0.0f, S, keys);
       for (int64_t hh = 0; hh < group; ++hh)
         for (int64_t i = 0; i < rows; ++i)
           inv_sum[hh * rows + i] =
               softmax_prefix_unnormalized(S + (hh * rows + i) * keys, past + r0 + i + 1, keys);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group * rows, head_dim, keys, 1.0f,
-                  S, keys, v + g * head_dim, ldkv, 0.0f, Os, head_dim);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group * rows, head_dim, keys, 1.0f, S,
+                  keys, v + g * head_dim, ldkv, 0.0f, Os, head_dim);
       for (int64_t hh = 0; hh < group; ++hh)
         for (int64_t i = 0; i < rows; ++i) {
           const float* o = Os + (hh * rows + i) * head_dim;

@@ -36,7 +36,7 @@ void gemm_scalar(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t
 // even K. One broadcast int32 of A (a k-pair of one row) times a B vector gives 8 columns'
 // pair sums in int32 (exact: |sum| <= 2 * 128 * 128), accumulated with vpaddd. Like the VNNI
 // path there are no horizontal sums; K and N are zero-padded to multiples of 2 and 8.
-constexpr int64_t kAvx2Cols = 8;           // int32 lanes per ymm
+constexpr int64_t kAvx2Cols = 8;             // int32 lanes per ymm
 constexpr int kAvx2Rows = 6, kAvx2Vecs = 2;  // 6 x 16 tile: 12 accumulators of 16 ymm
 constexpr int64_t kAvx2PairBlock = 128;      // k-pairs per K block: B 8 KB; 512 rows of A 256 KB
 
@@ -86,7 +86,8 @@ std::vector<int16_t> widen_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K,
 template <int MR>
 __attribute__((target("avx2"))) void tile_avx2(const int16_t* A, int64_t lda, const Avx2Pack& pb,
                                                int64_t q0, int64_t q1, int64_t n0, int vecs,
-                                               int32_t* C, int64_t ldc, int64_t N, bool accumulate) {
+                                               int32_t* C, int64_t ldc, int64_t N,
+                                               bool accumulate) {
   __m256i acc[MR][kAvx2Vecs];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < kAvx2Vecs; ++j) acc[i][j] = _mm256_setzero_si256();
@@ -111,8 +112,10 @@ __attribute__((target("avx2"))) void tile_avx2(const int16_t* A, int64_t lda, co
       alignas(32) int32_t tmp[kAvx2Cols];
       _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[i][j]);
       for (int64_t v = 0; v < valid; ++v)
-        c[v] = accumulate ? static_cast<int32_t>(static_cast<uint32_t>(c[v]) + static_cast<uint32_t>(tmp[v]))
-                          : tmp[v];
+        c[v] =
+            accumulate
+                ? static_cast<int32_t>(static_cast<uint32_t>(c[v]) + static_cast<uint32_t>(tmp[v]))
+                : tmp[v];
     }
 }
 
@@ -135,8 +138,8 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
           static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
       int64_t m = 0;
       for (; m + kAvx2Rows <= M; m += kAvx2Rows)
-        tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
-                             N, acc);
+        tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N,
+                             acc);
       for (; m < M; ++m)
         tile_avx2<1>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
     }
@@ -149,7 +152,7 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
 // int32 lane; 16 consecutive columns fill a zmm. One broadcast int32 of A (4 k-values of one
 // row) against it accumulates 4 products into each of 16 columns: no horizontal sums. K and
 // N are zero-padded to multiples of 4 and 16 (zero B bytes contribute nothing, whatever A is).
-constexpr int64_t kVnniCols = 16;           // int32 lanes per zmm
+constexpr int64_t kVnniCols = 16;            // int32 lanes per zmm
 constexpr int kVnniRows = 6, kVnniVecs = 4;  // 6 x 64 tile: 24 accumulators of 32 zmm
 
 #define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -230,7 +233,8 @@ void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t
 #pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
   for (int64_t nb = 0; nb < n_blocks; ++nb) {
     const int64_t n0 = nb * block_cols;
-    const int vecs = static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
+    const int vecs =
+        static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
     int64_t m = 0;
     for (; m + kVnniRows <= M; m += kVnniRows)
       tile_vnni<kShift, kVnniRows>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
@@ -253,8 +257,8 @@ void check_args(const char* fn, const void* A, int64_t lda, const void* B, int64
   bool ok = false;
   for (Isa s : supported_isas()) ok |= s == isa;
   if (!ok)
-    throw Unsupported(std::string("[") + fn + "] this CPU does not support the " +
-                      isa_name(isa) + " path");
+    throw Unsupported(std::string("[") + fn + "] this CPU does not support the " + isa_name(isa) +
+                      " path");
 }
 
 // The kernel of one path on unpacked B; arguments already checked.
@@ -290,8 +294,7 @@ std::string isa_name(Isa isa) {
 Isa isa_from_name(const std::string& name) {
   for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
     if (isa_name(i) == name) return i;
-  throw InvalidArgument("[isa] unknown instruction set '" + name +
-                        "' (scalar, avx2, avx512-vnni)");
+  throw InvalidArgument("[isa] unknown instruction set '" + name + "' (scalar, avx2, avx512-vnni)");
 }
 
 std::vector<Isa> supported_isas() {
@@ -332,8 +335,9 @@ PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_
 }
 
 int64_t PackedWeightsS8::bytes() const {
-  return static_cast<int64_t>(
-      rows_.size() + (vnni_.data.size() + vnni_.shift.size() + avx2_.data.size()) * sizeof(int32_t));
+  return static_cast<int64_t>(rows_.size() +
+                              (vnni_.data.size() + vnni_.shift.size() + avx2_.data.size()) *
+                                  sizeof(int32_t));
 }
 
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,

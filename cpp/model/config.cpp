@@ -13,7 +13,8 @@ void ModelConfig::check_runnable() const {
                       "' is not supported by the engine (llama, qwen2); shape-only configs of "
                       "other architectures can be timed, not run");
   if (!gated_mlp)
-    throw Unsupported("[ModelConfig] '" + name + "': plain (non-gated) MLPs are not supported by "
+    throw Unsupported("[ModelConfig] '" + name +
+                      "': plain (non-gated) MLPs are not supported by "
                       "the engine");
 }
 
@@ -45,22 +46,22 @@ void ModelConfig::validate() const {
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json j = extra;
   j.update(nlohmann::json{{"arch", arch},
-          {"name", name},
-          {"vocab_size", vocab_size},
-          {"d_model", d_model},
-          {"n_layers", n_layers},
-          {"n_heads", n_heads},
-          {"n_kv_heads", n_kv_heads},
-          {"head_dim", head_dim},
-          {"d_ff", d_ff},
-          {"context_length", context_length},
-          {"rope_theta", rope_theta},
-          {"rms_eps", rms_eps},
-          {"tie_embeddings", tie_embeddings},
-          {"qkv_bias", qkv_bias},
-          {"bos_id", bos_id},
-          {"eos_id", eos_id},
-          {"mlp", gated_mlp ? "gated" : "plain"}});
+                          {"name", name},
+                          {"vocab_size", vocab_size},
+                          {"d_model", d_model},
+                          {"n_layers", n_layers},
+                          {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads},
+                          {"head_dim", head_dim},
+                          {"d_ff", d_ff},
+                          {"context_length", context_length},
+                          {"rope_theta", rope_theta},
+                          {"rms_eps", rms_eps},
+                          {"tie_embeddings", tie_embeddings},
+                          {"qkv_bias", qkv_bias},
+                          {"bos_id", bos_id},
+                          {"eos_id", eos_id},
+                          {"mlp", gated_mlp ? "gated" : "plain"}});
   return j;
 }
 
@@ -70,8 +71,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     throw InvalidArgument("[ModelConfig.from_json] a model config is a JSON object, got " +
                           j.dump().substr(0, 200));
   std::string missing;
-  for (const char* key : {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff",
-                          "context_length"})
+  for (const char* key :
+       {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "context_length"})
     if (!j.contains(key)) missing += std::string(missing.empty() ? "" : ", ") + "'" + key + "'";
   if (!missing.empty())
     throw InvalidArgument("[ModelConfig.from_json] model config lacks " + missing);

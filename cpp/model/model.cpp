@@ -40,7 +40,8 @@ TensorF32 stack_rows(std::initializer_list<const TensorF32*> parts) {
 std::shared_ptr<const Model> Model::load(const std::string& path) {
   H5File f(path);
   if (!f.has_attr("/", "format") || f.attr_str("/", "format") != "socllm-model")
-    throw FormatError("[Model.load] '" + path + "' is not a socllm model file (run socllm convert)");
+    throw FormatError("[Model.load] '" + path +
+                      "' is not a socllm model file (run socllm convert)");
   int64_t version = f.attr_int("/", "format_version");
   if (version != 1)
     throw Unsupported("[Model.load] model format version " + std::to_string(version) + " in '" +
@@ -106,8 +107,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
 int64_t Model::weight_bytes() const {
   int64_t n = embed_.numel() + lm_head_.numel() + final_norm_.numel();
   for (const auto& L : layers_)
-    n += L.attn_norm.numel() + L.wqkv.numel() + L.bqkv.numel() + L.wo.numel() +
-         L.ffn_norm.numel() + L.w_gate_up.numel() + L.w_down.numel();
+    n += L.attn_norm.numel() + L.wqkv.numel() + L.bqkv.numel() + L.wo.numel() + L.ffn_norm.numel() +
+         L.w_gate_up.numel() + L.w_down.numel();
   return n * static_cast<int64_t>(sizeof(float));
 }
 

@@ -11,7 +11,8 @@ namespace socllm::quant {
 
 namespace {
 
-constexpr WeightFormat kWeightFormats[] = {WeightFormat::F32, WeightFormat::Int8, WeightFormat::Int4};
+constexpr WeightFormat kWeightFormats[] = {WeightFormat::F32, WeightFormat::Int8,
+                                           WeightFormat::Int4};
 constexpr ActFormat kActFormats[] = {ActFormat::F32, ActFormat::F16, ActFormat::Int8StaticPerTensor,
                                      ActFormat::Int8DynamicPerRow, ActFormat::Int8DynamicPerGroup};
 // SmoothQuant's clamp on both statistics and on the factor (its smooth_lm).
@@ -25,7 +26,8 @@ std::string names_of(const E (&all)[N], std::string (*name)(E)) {
 }
 
 template <typename E, size_t N>
-E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N], std::string (*name)(E)) {
+E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N],
+             std::string (*name)(E)) {
   if (!v.is_string())
     throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a string, got " +
                           v.dump() + " (known: " + names_of(all, name) + ")");
@@ -37,7 +39,8 @@ E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N], std:
 
 double number_field(const nlohmann::json& v, const char* field) {
   if (!v.is_number())
-    throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a number, got " + v.dump());
+    throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a number, got " +
+                          v.dump());
   return v.get<double>();
 }
 
@@ -79,7 +82,8 @@ bool LinearScheme::needs_calibration() const {
 
 void LinearScheme::validate() const {
   if (group_size <= 0)
-    throw InvalidArgument("[LinearScheme] group_size must be > 0, got " + std::to_string(group_size));
+    throw InvalidArgument("[LinearScheme] group_size must be > 0, got " +
+                          std::to_string(group_size));
   if (smooth_alpha && !(*smooth_alpha >= 0.0 && *smooth_alpha <= 1.0))
     throw InvalidArgument("[LinearScheme] smoothing alpha must be in [0, 1], got " +
                           std::to_string(*smooth_alpha));
@@ -114,15 +118,14 @@ nlohmann::json LinearScheme::to_json() const {
   j["smoothing_alpha"] = smooth_alpha ? nlohmann::json(*smooth_alpha) : nlohmann::json(nullptr);
   j["outlier_threshold"] =
       outlier_threshold ? nlohmann::json(*outlier_threshold) : nlohmann::json(nullptr);
-  j["shadow_outliers"] =
-      shadow ? nlohmann::json{{"pruning_rate", shadow->pruning_rate}, {"hot_share", shadow->hot_share}}
-             : nlohmann::json(nullptr);
+  j["shadow_outliers"] = shadow ? nlohmann::json{{"pruning_rate", shadow->pruning_rate},
+                                                 {"hot_share", shadow->hot_share}}
+                                : nlohmann::json(nullptr);
   return j;
 }
 
 LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
-  if (!j.is_object())
-    throw InvalidArgument("[LinearScheme] expected an object, got " + j.dump());
+  if (!j.is_object()) throw InvalidArgument("[LinearScheme] expected an object, got " + j.dump());
   LinearScheme s;
   for (const auto& [key, v] : j.items()) {
     if (key == "weights") {
@@ -133,11 +136,13 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
           s.weights = parse_enum(wv, "weights.format", kWeightFormats, weight_format_name);
         } else if (wk == "granularity") {
           if (!wv.is_string())
-            throw InvalidArgument("[LinearScheme] 'granularity' must be a string, got " + wv.dump());
+            throw InvalidArgument("[LinearScheme] 'granularity' must be a string, got " +
+                                  wv.dump());
           s.weight_granularity = granularity_from_name(wv.get<std::string>());
         } else if (wk == "group_size") {
           if (!wv.is_number_integer())
-            throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " + wv.dump());
+            throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " +
+                                  wv.dump());
           s.group_size = wv.get<int64_t>();
         } else {
           throw InvalidArgument("[LinearScheme] unknown weights field '" + wk +
@@ -197,8 +202,8 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
                        std::to_string(in));
     for (size_t j = 0; j < act_absmax.size(); ++j)
       if (!std::isfinite(act_absmax[j]) || act_absmax[j] < 0.0f)
-        throw InvalidArgument("[PreparedLinear] calibration absmax of channel " + std::to_string(j) +
-                              " is " + std::to_string(act_absmax[j]));
+        throw InvalidArgument("[PreparedLinear] calibration absmax of channel " +
+                              std::to_string(j) + " is " + std::to_string(act_absmax[j]));
   }
 
   // Smoothed weights W·diag(s) (SmoothQuant Eq. 4); the input is divided by s at run time.
@@ -220,8 +225,9 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
   }
   if (scheme_.shadow) {
     if (!shadow)
-      throw InvalidArgument("[PreparedLinear] shadow outlier execution needs this input's "
-                            "profiled threshold (calibration step 'outliers')");
+      throw InvalidArgument(
+          "[PreparedLinear] shadow outlier execution needs this input's "
+          "profiled threshold (calibration step 'outliers')");
     if (!(shadow->threshold > 0.0f) || !std::isfinite(shadow->threshold))
       throw InvalidArgument("[PreparedLinear] shadow threshold must be finite and > 0, got " +
                             std::to_string(shadow->threshold));
@@ -240,7 +246,8 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
   } else if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
     const float amax = *std::max_element(eff_absmax.begin(), eff_absmax.end());
     if (!(amax > 0.0f))
-      throw InvalidArgument("[PreparedLinear] calibration absmax of this input is 0: no static scale");
+      throw InvalidArgument(
+          "[PreparedLinear] calibration absmax of this input is 0: no static scale");
     act_scale_ = amax / 127.0f;
   }
   // The float weights outlier columns / cold channels are read from: the caller's W itself
@@ -339,7 +346,8 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
   if (scheme_.outlier_threshold) {
     const float thr = static_cast<float>(*scheme_.outlier_threshold);
     const RowSegment whole{0, N};
-    for (const RowSegment& seg : segments.empty() ? std::span<const RowSegment>(&whole, 1) : segments) {
+    for (const RowSegment& seg :
+         segments.empty() ? std::span<const RowSegment>(&whole, 1) : segments) {
       if (seg.begin < 0 || seg.end > N || seg.begin > seg.end)
         throw ShapeError("[PreparedLinear] row segment [" + std::to_string(seg.begin) + ", " +
                          std::to_string(seg.end) + ") outside [0, " + std::to_string(N) + ")");

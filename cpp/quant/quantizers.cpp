@@ -11,7 +11,8 @@ inline int8_t quantize_one(float x, float scale, int32_t qmax) {
   if (scale == 0.0f) return 0;
   // nearbyint rounds half to even under the default rounding mode, like np.round.
   const float r = std::nearbyint(x / scale);
-  return static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax - 1), static_cast<float>(qmax)));
+  return static_cast<int8_t>(
+      std::clamp(r, static_cast<float>(-qmax - 1), static_cast<float>(qmax)));
 }
 
 float absmax(const float* x, int64_t n, int64_t stride) {
@@ -45,7 +46,8 @@ void QuantSpec::validate(int64_t cols) const {
                           " must be > 0 and divide the row length " + std::to_string(cols));
 }
 
-QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols, const QuantSpec& spec) {
+QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
+                                  const QuantSpec& spec) {
   if (rows < 0 || cols < 0)
     throw ShapeError("[quantize] negative shape [" + std::to_string(rows) + ", " +
                      std::to_string(cols) + "]");
@@ -81,13 +83,15 @@ void dequantize_weights(const QuantizedWeights& w, float* out) {
   if (n == 0) return;
   const int64_t block = n / static_cast<int64_t>(w.scales.size());
   for (int64_t i = 0; i < n; ++i)
-    out[i] = static_cast<float>(w.q[static_cast<size_t>(i)]) * w.scales[static_cast<size_t>(i / block)];
+    out[i] =
+        static_cast<float>(w.q[static_cast<size_t>(i)]) * w.scales[static_cast<size_t>(i / block)];
 }
 
 void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* out) {
   QuantSpec{bits, Granularity::PerTensor, 0}.validate(n);
   if (!(scale > 0.0f) || !std::isfinite(scale))
-    throw InvalidArgument("[quantize_static] scale must be finite and > 0, got " + std::to_string(scale));
+    throw InvalidArgument("[quantize_static] scale must be finite and > 0, got " +
+                          std::to_string(scale));
   const int32_t qmax = bits == 8 ? 127 : 7;
   for (int64_t i = 0; i < n; ++i) {
     if (std::isnan(x[i]))

@@ -60,7 +60,8 @@ std::vector<OutlierResidual> shadow_outlier_split(float* x, int64_t N, int64_t i
                           std::to_string(t));
   std::vector<OutlierResidual> out;
   const RowSegment whole{0, N};
-  for (const RowSegment& seg : segments.empty() ? std::span<const RowSegment>(&whole, 1) : segments) {
+  for (const RowSegment& seg :
+       segments.empty() ? std::span<const RowSegment>(&whole, 1) : segments) {
     if (seg.begin < 0 || seg.end > N || seg.begin > seg.end)
       throw ShapeError("[shadow_outlier_split] row segment [" + std::to_string(seg.begin) + ", " +
                        std::to_string(seg.end) + ") outside [0, " + std::to_string(N) + ")");

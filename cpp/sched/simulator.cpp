@@ -99,13 +99,14 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
   tl.spans.assign(n, {});
   std::vector<int64_t> missing(n);
   std::vector<double> end(n, kInf), ready_at(n, kInf);
-  std::array<std::vector<int64_t>, kProcs> ready;       // deps finished, per processor
-  std::array<std::vector<int64_t>, kProcs> program;     // in-order queues (task id order)
+  std::array<std::vector<int64_t>, kProcs> ready;    // deps finished, per processor
+  std::array<std::vector<int64_t>, kProcs> program;  // in-order queues (task id order)
   std::array<size_t, kProcs> head{};
   std::array<int64_t, kProcs> running;
   running.fill(-1);
   // Program order: a topological order, so in-order issue never deadlocks across processors.
-  for (int64_t t : pb.g.topological_order()) program[proc_index(tasks[static_cast<size_t>(t)].processor)].push_back(t);
+  for (int64_t t : pb.g.topological_order())
+    program[proc_index(tasks[static_cast<size_t>(t)].processor)].push_back(t);
   for (size_t i = 0; i < n; ++i) {
     missing[i] = static_cast<int64_t>(tasks[i].deps.size());
     if (missing[i] == 0) {
@@ -119,7 +120,8 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
     if (task.processor == soc::Processor::Npu) return -pb.dur[static_cast<size_t>(t)];
     double c = 0;
     for (int64_t s : pb.succ[static_cast<size_t>(t)])
-      if (missing[static_cast<size_t>(s)] == 1 && tasks[static_cast<size_t>(s)].processor == soc::Processor::Npu)
+      if (missing[static_cast<size_t>(s)] == 1 &&
+          tasks[static_cast<size_t>(s)].processor == soc::Processor::Npu)
         c += pb.dur[static_cast<size_t>(s)];
     return c;
   };
@@ -135,13 +137,15 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
       if (policy == Policy::InOrder) {
         if (head[p] < program[p].size()) {
           const int64_t h = program[p][head[p]];
-          if (missing[static_cast<size_t>(h)] == 0 && ready_at[static_cast<size_t>(h)] <= now) pick = h;
+          if (missing[static_cast<size_t>(h)] == 0 && ready_at[static_cast<size_t>(h)] <= now)
+            pick = h;
         }
       } else {
         double best = -kInf;
         for (int64_t t : rq) {
           if (ready_at[static_cast<size_t>(t)] > now) continue;
-          const double score = policy == Policy::Fifo ? -ready_at[static_cast<size_t>(t)] : contribution(t);
+          const double score =
+              policy == Policy::Fifo ? -ready_at[static_cast<size_t>(t)] : contribution(t);
           if (pick < 0 || score > best || (score == best && t < pick)) {
             pick = t;
             best = score;
@@ -149,8 +153,10 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
         }
       }
       if (pick < 0) continue;
-      tl.decision_ns_total += static_cast<double>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      tl.decision_ns_total +=
+          static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - t0)
+                                  .count());
       tl.decisions += 1;
       if (policy == Policy::InOrder) ++head[p];
       rq.erase(std::find(rq.begin(), rq.end(), pick));
@@ -164,7 +170,8 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
       if (running[p] >= 0) next = std::min(next, end[static_cast<size_t>(running[p])]);
       else
         for (int64_t t : ready[p])
-          if (ready_at[static_cast<size_t>(t)] > now) next = std::min(next, ready_at[static_cast<size_t>(t)]);
+          if (ready_at[static_cast<size_t>(t)] > now)
+            next = std::min(next, ready_at[static_cast<size_t>(t)]);
     }
     if (next == kInf) throw Error("[simulate] no runnable task (internal error: graph validated)");
     now = next;
@@ -213,8 +220,9 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
 
   std::function<void()> dfs = [&]() {
     if (++nodes > opts.optimal_max_nodes)
-      throw Unsupported("[simulate] optimal: search exceeded " + std::to_string(opts.optimal_max_nodes) +
-                        " nodes on " + std::to_string(n) + " tasks; use a smaller graph");
+      throw Unsupported("[simulate] optimal: search exceeded " +
+                        std::to_string(opts.optimal_max_nodes) + " nodes on " + std::to_string(n) +
+                        " tasks; use a smaller graph");
     if (scheduled == n) {
       double ms = 0;
       for (size_t i = 0; i < n; ++i) ms = std::max(ms, end[i]);
@@ -232,7 +240,8 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
     for (size_t p = 0; p < kProcs; ++p) lb = std::max(lb, avail[p] + remaining[p]);
     for (size_t i = 0; i < n; ++i) {
       if (start[i] != kInf || missing[i] != 0) continue;
-      const double est = std::max(avail[proc_index(tasks[i].processor)], pb.ready_time(static_cast<int64_t>(i), end));
+      const double est = std::max(avail[proc_index(tasks[i].processor)],
+                                  pb.ready_time(static_cast<int64_t>(i), end));
       elig.push_back({static_cast<int64_t>(i), est});
       lb = std::max(lb, est + tail[i]);
       if (est + pb.dur[i] < min_ect) {
@@ -246,7 +255,8 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
     // most promising (longest tail) first.
     std::vector<std::pair<int64_t, double>> branch;
     for (const auto& e : elig)
-      if (tasks[static_cast<size_t>(e.first)].processor == pstar && e.second < min_ect - 1e-12) branch.push_back(e);
+      if (tasks[static_cast<size_t>(e.first)].processor == pstar && e.second < min_ect - 1e-12)
+        branch.push_back(e);
     std::sort(branch.begin(), branch.end(), [&](const auto& a, const auto& b) {
       return tail[static_cast<size_t>(a.first)] > tail[static_cast<size_t>(b.first)];
     });
@@ -273,7 +283,8 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
   Timeline tl = incumbent;  // the heuristic's schedule if nothing beat it
   tl.policy = policy_name(Policy::Optimal);
   if (!best_start.empty()) {
-    for (size_t i = 0; i < n; ++i) tl.spans[i] = {static_cast<int64_t>(i), best_start[i], best_start[i] + pb.dur[i]};
+    for (size_t i = 0; i < n; ++i)
+      tl.spans[i] = {static_cast<int64_t>(i), best_start[i], best_start[i] + pb.dur[i]};
   }
   tl.search_nodes = nodes;
   tl.decisions = 0;
@@ -334,9 +345,10 @@ nlohmann::json Timeline::summary() const {
   for (int p = 0; p < soc::kNumProcessors; ++p) {
     const auto& u = usage[static_cast<size_t>(p)];
     if (u.tasks == 0) continue;
-    procs[soc::processor_name(static_cast<soc::Processor>(p))] = {
-        {"busy_ms", u.busy_us / 1e3}, {"bubble_rate", u.bubble_rate}, {"tasks", u.tasks},
-        {"energy_mj", u.energy_mj}};
+    procs[soc::processor_name(static_cast<soc::Processor>(p))] = {{"busy_ms", u.busy_us / 1e3},
+                                                                  {"bubble_rate", u.bubble_rate},
+                                                                  {"tasks", u.tasks},
+                                                                  {"energy_mj", u.energy_mj}};
   }
   return {{"policy", policy},
           {"device", device},
@@ -344,7 +356,8 @@ nlohmann::json Timeline::summary() const {
           {"energy_mj", energy_mj},
           {"peak_working_bytes", peak_working_bytes},
           {"decisions", decisions},
-          {"decision_us_mean", decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
+          {"decision_us_mean",
+           decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
           {"processors", procs}};
 }
 
@@ -357,8 +370,11 @@ std::vector<double> task_durations_us(const TaskGraph& g, const soc::CostModel& 
 
 Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptions& opts) {
   g.validate();
-  Problem pb{g, task_durations_us(g, cost),
-             [&cost](soc::Processor a, soc::Processor b) { return cost.sync_us(a, b); }, {}, g.successors()};
+  Problem pb{g,
+             task_durations_us(g, cost),
+             [&cost](soc::Processor a, soc::Processor b) { return cost.sync_us(a, b); },
+             {},
+             g.successors()};
   for (int p = 0; p < soc::kNumProcessors; ++p) {
     const auto proc = static_cast<soc::Processor>(p);
     const bool used = std::any_of(g.tasks().begin(), g.tasks().end(),
@@ -372,8 +388,10 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
 
 Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, double sync_us,
                   const SimOptions& opts) {
-  Problem pb{g, duration_us,
-             [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; }, {},
+  Problem pb{g,
+             duration_us,
+             [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; },
+             {},
              g.successors()};
   return run(pb, opts);
 }
@@ -381,10 +399,15 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
 nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {
   auto events = nlohmann::json::array();
   for (int p = 0; p < soc::kNumProcessors; ++p) {
-    events.push_back({{"ph", "M"}, {"pid", 1}, {"tid", p}, {"name", "thread_name"},
+    events.push_back({{"ph", "M"},
+                      {"pid", 1},
+                      {"tid", p},
+                      {"name", "thread_name"},
                       {"args", {{"name", soc::processor_name(static_cast<soc::Processor>(p))}}}});
   }
-  events.push_back({{"ph", "M"}, {"pid", 1}, {"name", "process_name"},
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"name", "process_name"},
                     {"args", {{"name", "socllm " + t.device + " (" + t.policy + ")"}}}});
   for (const auto& s : t.spans) {
     const auto& task = g.at(s.task);

@@ -9,8 +9,8 @@ namespace socllm::sched {
 
 namespace {
 constexpr std::array<const char*, kNumTaskKinds> kTaskKindNames = {
-    "attn_in", "attention", "o_proj", "mlp_in", "mlp_act", "down",
-    "shadow",  "graph_build", "embed", "lm_head"};
+    "attn_in", "attention", "o_proj",      "mlp_in", "mlp_act",
+    "down",    "shadow",    "graph_build", "embed",  "lm_head"};
 }  // namespace
 
 const char* task_kind_name(TaskKind k) {
@@ -52,8 +52,8 @@ void TaskGraph::validate() const {
     for (int64_t d : t.deps) {
       if (d < 0 || d >= size())
         throw InvalidArgument("[TaskGraph] task " + std::to_string(t.id) + " '" + t.name +
-                              "' depends on task " + std::to_string(d) + ", which does not exist (" +
-                              std::to_string(size()) + " tasks)");
+                              "' depends on task " + std::to_string(d) +
+                              ", which does not exist (" + std::to_string(size()) + " tasks)");
       if (d == t.id)
         throw InvalidArgument("[TaskGraph] task " + std::to_string(t.id) + " '" + t.name +
                               "' depends on itself");
@@ -100,7 +100,8 @@ void TaskGraph::validate() const {
 std::vector<int64_t> TaskGraph::topological_order() const {
   validate();
   std::vector<int64_t> indeg(tasks_.size());
-  for (const auto& t : tasks_) indeg[static_cast<size_t>(t.id)] = static_cast<int64_t>(t.deps.size());
+  for (const auto& t : tasks_)
+    indeg[static_cast<size_t>(t.id)] = static_cast<int64_t>(t.deps.size());
   const auto succ = successors();
   std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ready;
   for (int64_t i = 0; i < size(); ++i)
@@ -132,7 +133,8 @@ nlohmann::json TaskGraph::to_json() const {
                    {"working_bytes", t.working_bytes},
                    {"ops", ops}});
   }
-  return {{"format", "socllm-task-graph"}, {"version", kJsonVersion}, {"meta", meta}, {"tasks", arr}};
+  return {
+      {"format", "socllm-task-graph"}, {"version", kJsonVersion}, {"meta", meta}, {"tasks", arr}};
 }
 
 TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
@@ -154,9 +156,11 @@ TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
       t.layer = jt.value("layer", int64_t{-1});
       t.deps = jt.value("deps", std::vector<int64_t>{});
       t.working_bytes = jt.value("working_bytes", int64_t{0});
-      for (const auto& jo : jt.value("ops", nlohmann::json::array())) t.ops.push_back(soc::OpDesc::from_json(jo));
+      for (const auto& jo : jt.value("ops", nlohmann::json::array()))
+        t.ops.push_back(soc::OpDesc::from_json(jo));
       if (jt.contains("id") && jt["id"].get<int64_t>() != i)
-        throw FormatError("id " + jt["id"].dump() + " out of order (expected " + std::to_string(i) + ")");
+        throw FormatError("id " + jt["id"].dump() + " out of order (expected " + std::to_string(i) +
+                          ")");
       g.add(std::move(t));
     } catch (const nlohmann::json::exception& e) {
       throw FormatError("[TaskGraph] task " + std::to_string(i) + ": " + e.what());

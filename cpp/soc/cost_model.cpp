@@ -9,8 +9,8 @@ namespace socllm::soc {
 namespace {
 constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "gpu"};
 constexpr std::array<const char*, 3> kDTypeNames = {"int8", "fp16", "fp32"};
-constexpr std::array<const char*, 6> kOpNames = {"matmul", "attention", "elementwise",
-                                                 "outlier_matmul", "fixed", "memory_copy"};
+constexpr std::array<const char*, 6> kOpNames = {"matmul",         "attention", "elementwise",
+                                                 "outlier_matmul", "fixed",     "memory_copy"};
 
 template <size_t N, typename E>
 E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
@@ -32,10 +32,13 @@ Processor processor_from_name(const std::string& s) {
 const char* dtype_name(DType d) { return kDTypeNames.at(static_cast<size_t>(d)); }
 DType dtype_from_name(const std::string& s) { return from_name<3, DType>(kDTypeNames, s, "dtype"); }
 const char* op_kind_name(OpKind k) { return kOpNames.at(static_cast<size_t>(k)); }
-OpKind op_kind_from_name(const std::string& s) { return from_name<6, OpKind>(kOpNames, s, "op kind"); }
+OpKind op_kind_from_name(const std::string& s) {
+  return from_name<6, OpKind>(kOpNames, s, "op kind");
+}
 
 double OpDesc::flops() const {
-  const double m_ = static_cast<double>(m), k_ = static_cast<double>(k), n_ = static_cast<double>(n);
+  const double m_ = static_cast<double>(m), k_ = static_cast<double>(k),
+               n_ = static_cast<double>(n);
   switch (kind) {
     case OpKind::MatMul:
     case OpKind::OutlierMatMul: return 2.0 * m_ * k_ * n_;
@@ -144,12 +147,14 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   const int64_t g = on == Processor::Npu ? std::max<int64_t>(op.groups, 1) : 1;
   const int64_t kg = (op.k + g - 1) / g;
   const double padded = 2.0 * static_cast<double>(round_up(op.m, tm)) *
-                        static_cast<double>(round_up(kg, tk)) * static_cast<double>(round_up(op.n, tn));
-  const double weight_bytes = static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
+                        static_cast<double>(round_up(kg, tk)) *
+                        static_cast<double>(round_up(op.n, tn));
+  const double weight_bytes =
+      static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
   // Roofline of one sub-matmul: compute on padded tiles vs streaming its weights (Table 3's
   // small-M rows follow the weight bytes on every processor).
-  double us = overhead + static_cast<double>(g) *
-                            std::max(padded / (gops * 1e3), weight_bytes / (gbps * 1e3));
+  double us = overhead +
+              static_cast<double>(g) * std::max(padded / (gops * 1e3), weight_bytes / (gbps * 1e3));
   if (g > 1) {
     OpDesc red;
     red.kind = OpKind::Elementwise;
@@ -163,14 +168,16 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
 double CostModel::latency_us(const OpDesc& op, Processor on) const {
   const std::string pn = processor_name(on);
   const std::string c = "/cost_model/" + pn + "/";
-  const std::string what = std::string(op_kind_name(op.kind)) + " " + dtype_name(op.dtype) + " on " + pn;
+  const std::string what =
+      std::string(op_kind_name(op.kind)) + " " + dtype_name(op.dtype) + " on " + pn;
   auto rate_us = [&](double flops, const std::string& key, double scale) {
     return flops / (p_.number(c + key, what) * scale);
   };
   switch (op.kind) {
     case OpKind::Fixed: return op.fixed_us;
     case OpKind::MemoryCopy:
-      return static_cast<double>(op.bytes) / (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+      return static_cast<double>(op.bytes) /
+             (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
     case OpKind::Elementwise:
       // NPU: its own (slow, seed 004 Fig. 5b) float element rate; CPU/GPU: DRAM-bound, reading
       // and writing each value once.
@@ -185,7 +192,8 @@ double CostModel::latency_us(const OpDesc& op, Processor on) const {
                   4.0 * static_cast<double>(op.k * op.n) /
                       (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
       if (op.bytes > 0)
-        us += static_cast<double>(op.bytes) / (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+        us += static_cast<double>(op.bytes) /
+              (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
       return us;
     }
     case OpKind::Attention:  // compute-bound in prefill; no weights

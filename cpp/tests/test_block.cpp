@@ -17,9 +17,15 @@ using soc::Processor;
 namespace {
 
 ModelConfig small() {
-  return ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 100}, {"d_model", 64},
-                                 {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 2},
-                                 {"head_dim", 16}, {"d_ff", 128}, {"context_length", 256}});
+  return ModelConfig::from_json({{"arch", "llama"},
+                                 {"vocab_size", 100},
+                                 {"d_model", 64},
+                                 {"n_layers", 2},
+                                 {"n_heads", 4},
+                                 {"n_kv_heads", 2},
+                                 {"head_dim", 16},
+                                 {"d_ff", 128},
+                                 {"context_length", 256}});
 }
 
 const sched::Task& find(const sched::TaskGraph& g, const std::string& name) {
@@ -88,7 +94,7 @@ TEST(BlockGraph, DependenciesFollowEq2AndEq3) {
   const auto& sh = find(g, "c2.L0.shadow.down");
   EXPECT_EQ(sh.processor, Processor::Cpu);
   EXPECT_EQ(g.at(sh.deps.at(0)).name, "c2.L0.mlp_act");  // reads the down input
-  const auto& next = find(g, "c2.L1.attn_in");            // merges the shadow result
+  const auto& next = find(g, "c2.L1.attn_in");           // merges the shadow result
   EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), sh.id), next.deps.end());
   EXPECT_EQ(sh.ops.at(0).k, 3);
   EXPECT_EQ(sh.ops.at(0).n, 64);
@@ -155,21 +161,26 @@ TEST(PlanPlacement, OpsAProcessorCannotRunAreRefused) {
     return std::string("no error");
   };
   // a float op in fp32 on the INT8/FP16 NPU
-  EXPECT_NE(message([] { Plan::from_name("fp32").placed(OpClass::Norm, Processor::Npu); })
-                .find("'norm' in fp32 cannot run on the npu"),
+  EXPECT_NE(message([] {
+              Plan::from_name("fp32").placed(OpClass::Norm, Processor::Npu);
+            }).find("'norm' in fp32 cannot run on the npu"),
             std::string::npos);
-  EXPECT_NE(message([] { Plan::from_name("fp32").all_on(Processor::Npu); }).find("'linear' in fp32"),
+  EXPECT_NE(
+      message([] { Plan::from_name("fp32").all_on(Processor::Npu); }).find("'linear' in fp32"),
+      std::string::npos);
+  EXPECT_NE(message([] {
+              Plan::from_name("llm-int8").placed(OpClass::Linear, Processor::Npu);
+            }).find("cannot run on the npu"),
             std::string::npos);
-  EXPECT_NE(message([] { Plan::from_name("llm-int8").placed(OpClass::Linear, Processor::Npu); })
-                .find("cannot run on the npu"),
-            std::string::npos);
-  EXPECT_NE(message([] { Plan::from_name("shadow-outlier").placed(OpClass::Shadow, Processor::Npu); })
-                .find("'shadow'"),
+  EXPECT_NE(message([] {
+              Plan::from_name("shadow-outlier").placed(OpClass::Shadow, Processor::Npu);
+            }).find("'shadow'"),
             std::string::npos);
   EXPECT_NE(message([] { Plan::parse("w8a8:softmax=gpu"); }).find("softmax"), std::string::npos);
   EXPECT_NE(message([] { Plan::parse("w8a8:attention=tpu"); }).find("tpu"), std::string::npos);
-  EXPECT_THROW(Plan::from_json({{"name", "w8a8"}, {"placement", {{"linear", {{"format", "fp16"}}}}}}),
-               InvalidArgument);  // a linear's format follows its scheme
+  EXPECT_THROW(
+      Plan::from_json({{"name", "w8a8"}, {"placement", {{"linear", {{"format", "fp16"}}}}}}),
+      InvalidArgument);  // a linear's format follows its scheme
   // fp16 linears (w4a16) run on the NPU's FP16 path
   EXPECT_NO_THROW(Plan::from_name("w4a16").all_on(Processor::Npu));
 }
@@ -187,14 +198,20 @@ TEST(BlockGraph, GraphRowsForShortPrompts) {
 }
 
 TEST(BlockGraph, ExpectedShadowLoadsKeepDownInputsFirst) {
-  const ModelConfig c = ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 100}, {"d_model", 64},
-                                                {"n_layers", 10}, {"n_heads", 4}, {"n_kv_heads", 2},
-                                                {"head_dim", 16}, {"d_ff", 128}, {"context_length", 256}});
+  const ModelConfig c = ModelConfig::from_json({{"arch", "llama"},
+                                                {"vocab_size", 100},
+                                                {"d_model", 64},
+                                                {"n_layers", 10},
+                                                {"n_heads", 4},
+                                                {"n_kv_heads", 2},
+                                                {"head_dim", 16},
+                                                {"d_ff", 128},
+                                                {"context_length", 256}});
   const auto loads = expected_shadow_loads(c, {0.85, 0.8}, 10.0);
   ASSERT_EQ(loads.size(), 40u);
   int kept = 0;
   for (const auto& l : loads) kept += !l.pruned;
-  EXPECT_EQ(kept, 40 - 34);  // round(0.85 * 40) = 34 pruned
+  EXPECT_EQ(kept, 40 - 34);               // round(0.85 * 40) = 34 pruned
   EXPECT_FALSE(loads[0 * 4 + 3].pruned);  // down inputs of layers 0 and 9 among the kept
   EXPECT_FALSE(loads[9 * 4 + 3].pruned);
   EXPECT_TRUE(loads[0 * 4 + 0].pruned);
@@ -205,14 +222,14 @@ TEST(BlockGraph, ExpectedShadowLoadsKeepDownInputsFirst) {
 }
 
 TEST(Kernels, RoundToFp16) {
-  std::vector<float> x = {1.0f, 1.0f + 1.0f / 4096, 1.0f + 3.0f / 4096, 65504.0f, 70000.0f,
-                          -2.0f / 3.0f, 1e-8f};
+  std::vector<float> x = {
+      1.0f, 1.0f + 1.0f / 4096, 1.0f + 3.0f / 4096, 65504.0f, 70000.0f, -2.0f / 3.0f, 1e-8f};
   kernels::round_to_fp16(x.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(x[0], 1.0f);
-  EXPECT_EQ(x[1], 1.0f);                 // half an ulp (2^-11): ties to even
-  EXPECT_EQ(x[2], 1.0f + 2.0f / 2048);   // 1.5 ulp: rounds up to the even 2 ulp
-  EXPECT_EQ(x[3], 65504.0f);             // largest half
-  EXPECT_TRUE(std::isinf(x[4]));         // overflows
+  EXPECT_EQ(x[1], 1.0f);                  // half an ulp (2^-11): ties to even
+  EXPECT_EQ(x[2], 1.0f + 2.0f / 2048);    // 1.5 ulp: rounds up to the even 2 ulp
+  EXPECT_EQ(x[3], 65504.0f);              // largest half
+  EXPECT_TRUE(std::isinf(x[4]));          // overflows
   EXPECT_NEAR(x[5], -0.66650390625f, 0);  // 0x3955: the nearest half to -2/3
-  EXPECT_EQ(x[6], 0.0f);                 // below half the smallest subnormal
+  EXPECT_EQ(x[6], 0.0f);                  // below half the smallest subnormal
 }

@@ -17,9 +17,15 @@ using namespace socllm;
 namespace {
 
 ModelConfig tiny(int64_t d_model = 8) {
-  return ModelConfig::from_json({{"arch", "llama"}, {"name", "tiny"}, {"vocab_size", 10},
-                                 {"d_model", d_model}, {"n_layers", 2}, {"n_heads", 2},
-                                 {"n_kv_heads", 1}, {"d_ff", 16}, {"context_length", 64}});
+  return ModelConfig::from_json({{"arch", "llama"},
+                                 {"name", "tiny"},
+                                 {"vocab_size", 10},
+                                 {"d_model", d_model},
+                                 {"n_layers", 2},
+                                 {"n_heads", 2},
+                                 {"n_kv_heads", 1},
+                                 {"d_ff", 16},
+                                 {"context_length", 64}});
 }
 
 std::string tmp(const std::string& name) {
@@ -30,7 +36,8 @@ Calibration observed(const ModelConfig& c) {
   Calibration cal = Calibration::empty_for(c);
   std::vector<float> x(3 * c.d_model);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i) - 1.0f;
-  for (int64_t l = 0; l < c.n_layers; ++l) cal.observe(l, LinearSite::AttnIn, x.data(), 3, c.d_model);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    cal.observe(l, LinearSite::AttnIn, x.data(), 3, c.d_model);
   cal.tokens = 3;
   return cal;
 }
@@ -54,7 +61,8 @@ TEST(CalibrationStore, RoundTripsWithProvenance) {
   EXPECT_EQ(prov["format_version"], Calibration::kFormatVersion);
   // outlier statistics round-trip too, with the defaults' group for inspection
   const std::vector<float> t(2, 0.5f);
-  for (int s = 0; s < kNumLinearSites; ++s) cal.set_outlier_thresholds(static_cast<LinearSite>(s), t);
+  for (int s = 0; s < kNumLinearSites; ++s)
+    cal.set_outlier_thresholds(static_cast<LinearSite>(s), t);
   cal.save(path, c, nlohmann::json::object());
   const Calibration with = Calibration::load(path, c);
   EXPECT_EQ(with.outlier_threshold[1], t);

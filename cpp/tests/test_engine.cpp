@@ -14,8 +14,9 @@ TEST(Plan, KnownAndUnknown) {
 }
 
 TEST(ModelConfig, Validation) {
-  nlohmann::json j = {{"arch", "llama"}, {"vocab_size", 10}, {"d_model", 8}, {"n_layers", 1},
-                      {"n_heads", 2},    {"n_kv_heads", 1},  {"d_ff", 16},   {"context_length", 32}};
+  nlohmann::json j = {{"arch", "llama"}, {"vocab_size", 10},    {"d_model", 8},
+                      {"n_layers", 1},   {"n_heads", 2},        {"n_kv_heads", 1},
+                      {"d_ff", 16},      {"context_length", 32}};
   ModelConfig c = ModelConfig::from_json(j);
   EXPECT_EQ(c.head_dim, 4);
   EXPECT_EQ(c.kv_dim(), 4);
@@ -38,9 +39,14 @@ TEST(ModelConfig, Validation) {
 }
 
 TEST(KVCache, SizeAndBadCapacity) {
-  ModelConfig c = ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 10}, {"d_model", 8},
-                                          {"n_layers", 3}, {"n_heads", 2}, {"n_kv_heads", 1},
-                                          {"d_ff", 16}, {"context_length", 32}});
+  ModelConfig c = ModelConfig::from_json({{"arch", "llama"},
+                                          {"vocab_size", 10},
+                                          {"d_model", 8},
+                                          {"n_layers", 3},
+                                          {"n_heads", 2},
+                                          {"n_kv_heads", 1},
+                                          {"d_ff", 16},
+                                          {"context_length", 32}});
   KVCache kv(c, 5);
   EXPECT_EQ(kv.bytes(), 2 * 3 * 5 * 4 * 4);
   EXPECT_THROW(KVCache(c, 0), InvalidArgument);

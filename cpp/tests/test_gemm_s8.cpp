@@ -33,15 +33,15 @@ void check_all_paths(int64_t M, int64_t N, int64_t K, int pad, uint32_t seed, bo
   std::uniform_int_distribution<int> db(-128, 127);
   std::vector<TA> A(static_cast<size_t>(std::max<int64_t>(1, M * lda)));
   std::vector<int8_t> B(static_cast<size_t>(std::max<int64_t>(1, N * ldb)));
-  for (auto& x : A) x = static_cast<TA>(extremes ? (std::is_same_v<TA, uint8_t> ? 255 : -128) : da(g));
+  for (auto& x : A)
+    x = static_cast<TA>(extremes ? (std::is_same_v<TA, uint8_t> ? 255 : -128) : da(g));
   for (auto& x : B) x = static_cast<int8_t>(extremes ? -128 : db(g));
   const auto ref = reference(A, lda, B, ldb, M, N, K);
   for (k::Isa isa : k::supported_isas()) {
     std::vector<int32_t> C(static_cast<size_t>(std::max<int64_t>(1, M * N)), 12345);
     if constexpr (std::is_same_v<TA, int8_t>)
       k::gemm_s8s8s32(A.data(), lda, B.data(), ldb, C.data(), N, M, N, K, isa);
-    else
-      k::gemm_u8s8s32(A.data(), lda, B.data(), ldb, C.data(), N, M, N, K, isa);
+    else k::gemm_u8s8s32(A.data(), lda, B.data(), ldb, C.data(), N, M, N, K, isa);
     for (int64_t i = 0; i < M * N; ++i)
       ASSERT_EQ(C[i], ref[i]) << k::isa_name(isa) << " M=" << M << " N=" << N << " K=" << K
                               << " pad=" << pad << " at " << i;
@@ -85,7 +85,8 @@ TEST(GemmS8, BadArguments) {
 TEST(GemmS8, PrepackedWeightsEqualUnpacked) {
   std::mt19937 g(11);
   std::uniform_int_distribution<int> d(-128, 127);
-  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 19, 65}, {13, 70, 300}}) {
+  for (auto [M, N, K] :
+       std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 19, 65}, {13, 70, 300}}) {
     std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * (K + 2)));
     for (auto& x : A) x = static_cast<int8_t>(d(g));
     for (auto& x : B) x = static_cast<int8_t>(d(g));

@@ -34,7 +34,12 @@ std::vector<uint8_t> tiny_gguf() {
   f.b = {'G', 'G', 'U', 'F'};
   f.put<uint32_t>(3).put<uint64_t>(2).put<uint64_t>(2);
   f.str("llama.block_count").put<uint32_t>(4).put<uint32_t>(7);
-  f.str("tokenizer.ggml.tokens").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(2).str("hi").str("yo");
+  f.str("tokenizer.ggml.tokens")
+      .put<uint32_t>(9)
+      .put<uint32_t>(8)
+      .put<uint64_t>(2)
+      .str("hi")
+      .str("yo");
   f.str("a").put<uint32_t>(2).put<uint64_t>(3).put<uint64_t>(2).put<uint32_t>(0).put<uint64_t>(0);
   f.str("b").put<uint32_t>(1).put<uint64_t>(32).put<uint32_t>(8).put<uint64_t>(32);
   while (f.b.size() % 32) f.b.push_back(0);
@@ -47,8 +52,9 @@ std::vector<uint8_t> tiny_gguf() {
 
 std::string write_tmp(const std::vector<uint8_t>& bytes, const std::string& name) {
   auto p = std::filesystem::temp_directory_path() / name;
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                            static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   return p.string();
 }
 }  // namespace
@@ -88,7 +94,8 @@ TEST(Gguf, RejectsBadFiles) {
 TEST(Dequant, HandMadeLegacyBlocks) {
   // Q4_0: d = 1.0 (0x3c00); nibble q -> q - 8; low nibbles are elements 0..15.
   std::vector<uint8_t> q40(18, 0);
-  q40[0] = 0x00; q40[1] = 0x3c;
+  q40[0] = 0x00;
+  q40[1] = 0x3c;
   for (int j = 0; j < 16; ++j) q40[2 + j] = static_cast<uint8_t>((j & 0xF) | ((15 - j) << 4));
   std::vector<float> y(32);
   socllm::dequantize_row(2, q40.data(), y.data(), 32);
@@ -98,7 +105,9 @@ TEST(Dequant, HandMadeLegacyBlocks) {
   }
   // Q4_1: d = 2, m = -1 -> x = 2q - 1.
   std::vector<uint8_t> q41(20, 0);
-  q41[1] = 0x40; q41[2] = 0x00; q41[3] = 0xbc;
+  q41[1] = 0x40;
+  q41[2] = 0x00;
+  q41[3] = 0xbc;
   for (int j = 0; j < 16; ++j) q41[4 + j] = static_cast<uint8_t>(j | (j << 4));
   socllm::dequantize_row(3, q41.data(), y.data(), 32);
   for (int j = 0; j < 16; ++j) EXPECT_EQ(y[j], 2.0f * j - 1.0f);

@@ -20,8 +20,8 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
 
 // out[T, H*hd] for queries at positions past..past+T-1 over L = past+T keys (naive, double).
 std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& kk,
-                                   const std::vector<float>& vv, int64_t T, int64_t past,
-                                   int64_t H, int64_t Hkv, int64_t hd) {
+                                   const std::vector<float>& vv, int64_t T, int64_t past, int64_t H,
+                                   int64_t Hkv, int64_t hd) {
   std::vector<float> out(static_cast<size_t>(T * H * hd));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
@@ -59,7 +59,8 @@ TEST(Linear, MatchesScalarOverSizes) {
         for (int64_t o = 0; o < out; ++o) {
           double ref = 0.5 + b[o];
           for (int64_t i = 0; i < in; ++i) ref += double(x[t * in + i]) * W[o * in + i];
-          EXPECT_NEAR(y[t * out + o], ref, 1e-4 * (1 + std::abs(ref))) << T << " " << in << " " << out;
+          EXPECT_NEAR(y[t * out + o], ref, 1e-4 * (1 + std::abs(ref)))
+              << T << " " << in << " " << out;
         }
       if (T == 0) EXPECT_EQ(y[0], 0.5f);  // nothing written for an empty batch
     }
@@ -105,7 +106,8 @@ TEST(SiluMul, HandComputed) {
 
 TEST(Attention, MatchesNaiveWithGqaAndPast) {
   const int64_t H = 4, Hkv = 2, hd = 16;
-  for (auto [T, past] : std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}}) {
+  for (auto [T, past] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}}) {
     const int64_t L = past + T;
     auto q = randn(static_cast<size_t>(T * H * hd), 5);
     auto kk = randn(static_cast<size_t>(L * Hkv * hd), 6);
@@ -125,11 +127,14 @@ TEST(Attention, ChunkedEqualsFull) {
   auto q = randn(static_cast<size_t>(T * H * hd), 8);
   auto kk = randn(static_cast<size_t>(T * Hkv * hd), 9);
   auto vv = randn(static_cast<size_t>(T * Hkv * hd), 10);
-  std::vector<float> full(q.size()), part(q.size()), s(static_cast<size_t>(k::attention_scratch_floats(T, T, H, Hkv, hd)));
-  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, 0, H, Hkv, hd, full.data(), H * hd, s.data());
-  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, split, 0, H, Hkv, hd, part.data(), H * hd, s.data());
-  k::attention_causal(q.data() + split * H * hd, H * hd, kk.data(), vv.data(), Hkv * hd, T - split, split, H, Hkv, hd,
-                      part.data() + split * H * hd, H * hd, s.data());
+  std::vector<float> full(q.size()), part(q.size()),
+      s(static_cast<size_t>(k::attention_scratch_floats(T, T, H, Hkv, hd)));
+  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, 0, H, Hkv, hd,
+                      full.data(), H * hd, s.data());
+  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, split, 0, H, Hkv, hd,
+                      part.data(), H * hd, s.data());
+  k::attention_causal(q.data() + split * H * hd, H * hd, kk.data(), vv.data(), Hkv * hd, T - split,
+                      split, H, Hkv, hd, part.data() + split * H * hd, H * hd, s.data());
   for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(full[i], part[i], 1e-5);
 }
 

@@ -20,16 +20,27 @@ namespace q = socllm::quant;
 namespace {
 
 ModelConfig tiny_config(int64_t layers = 2) {
-  return ModelConfig::from_json({{"arch", "llama"}, {"vocab_size", 10}, {"d_model", 8},
-                                 {"n_layers", layers}, {"n_heads", 2}, {"n_kv_heads", 1},
-                                 {"d_ff", 16}, {"context_length", 64}});
+  return ModelConfig::from_json({{"arch", "llama"},
+                                 {"vocab_size", 10},
+                                 {"d_model", 8},
+                                 {"n_layers", layers},
+                                 {"n_heads", 2},
+                                 {"n_kv_heads", 1},
+                                 {"d_ff", 16},
+                                 {"context_length", 64}});
 }
 
 // Qwen1.5-1.8B's shapes (python/socllm/configs/qwen1.5-1.8b.json, from its public model card).
 ModelConfig qwen15_18b() {
-  return ModelConfig::from_json({{"arch", "qwen2"}, {"vocab_size", 151936}, {"d_model", 2048},
-                                 {"n_layers", 24}, {"n_heads", 16}, {"n_kv_heads", 16},
-                                 {"head_dim", 128}, {"d_ff", 5504}, {"context_length", 32768},
+  return ModelConfig::from_json({{"arch", "qwen2"},
+                                 {"vocab_size", 151936},
+                                 {"d_model", 2048},
+                                 {"n_layers", 24},
+                                 {"n_heads", 16},
+                                 {"n_kv_heads", 16},
+                                 {"head_dim", 128},
+                                 {"d_ff", 5504},
+                                 {"context_length", 32768},
                                  {"qkv_bias", true}});
 }
 
@@ -52,9 +63,9 @@ TEST(Plan, PresetsRoundTripThroughJson) {
 
 TEST(Plan, CalibrationNeedsFollowTheScheme) {
   EXPECT_FALSE(Plan::from_name("fp32").needs_calibration());
-  EXPECT_TRUE(Plan::from_name("w8a8").needs_calibration());        // static activation scale
-  EXPECT_TRUE(Plan::from_name("smoothquant").needs_calibration()); // smoothing factors
-  EXPECT_FALSE(Plan::from_name("llm-int8").needs_calibration());   // dynamic per row
+  EXPECT_TRUE(Plan::from_name("w8a8").needs_calibration());         // static activation scale
+  EXPECT_TRUE(Plan::from_name("smoothquant").needs_calibration());  // smoothing factors
+  EXPECT_FALSE(Plan::from_name("llm-int8").needs_calibration());    // dynamic per row
   EXPECT_FALSE(Plan::from_name("w4a16").needs_calibration());
   EXPECT_EQ(Plan::from_name("w8a8").linear.activations, q::ActFormat::Int8StaticPerTensor);
   EXPECT_EQ(Plan::from_name("w8a8").linear.weight_granularity, q::Granularity::PerTensor);
@@ -74,8 +85,7 @@ TEST(Plan, BadPlansAreTypedErrors) {
   EXPECT_THROW(Plan::parse("smoothquant:beta=1"), InvalidArgument);
   EXPECT_THROW(Plan::parse("w8a8:chunk_len=-1"), InvalidArgument);
   EXPECT_THROW(Plan::parse("{not json"), InvalidArgument);
-  nlohmann::json custom = {{"name", "custom"},
-                           {"ops", {{"linear", {{"activations", "int7"}}}}}};
+  nlohmann::json custom = {{"name", "custom"}, {"ops", {{"linear", {{"activations", "int7"}}}}}};
   EXPECT_THROW(Plan::from_json(custom), InvalidArgument);
   custom["ops"] = {{"convolution", "fp32"}};
   EXPECT_THROW(Plan::from_json(custom), InvalidArgument);
@@ -109,7 +119,8 @@ TEST(PreparedLinear, W8A8EqualsIntegerArithmetic) {
       for (int64_t k = 0; k < in; ++k)
         acc += int64_t{rne_sat(x[m * in + k] / static_cast<float>(sx))} *
                rne_sat(W[n * in + k] / static_cast<float>(sw));
-      const double want = double(acc) * double(static_cast<float>(sx)) * double(static_cast<float>(sw)) + b[n];
+      const double want =
+          double(acc) * double(static_cast<float>(sx)) * double(static_cast<float>(sw)) + b[n];
       EXPECT_NEAR(y[m * out + n], want, 1e-5 * std::max(1.0, std::abs(want))) << m << "," << n;
     }
   EXPECT_EQ(lin.weight_bytes(), out * in + 4 + out * 4);  // int8 W, one fp32 scale, fp32 bias
@@ -120,11 +131,11 @@ TEST(PreparedLinear, LlmInt8OutlierColumnsRunInFloatPerSegment) {
   // segment [2, 4) it is quantized with the rest. Padding row 4 never changes rows 0-3.
   const int64_t out = 2, in = 3;
   std::vector<float> W{1.0f, 0.5f, -0.25f, -1.0f, 2.0f, 0.75f};
-  std::vector<float> x{0.1f, 8.0f, -0.3f,   // row 0: outlier in column 1
-                       0.2f, 0.4f, 0.6f,    // row 1
-                       0.5f, -0.5f, 0.25f,  // row 2
-                       1.0f, 0.3f, -0.2f,   // row 3
-                       100.f, 100.f, 100.f};// row 4: padding
+  std::vector<float> x{0.1f,  8.0f,  -0.3f,   // row 0: outlier in column 1
+                       0.2f,  0.4f,  0.6f,    // row 1
+                       0.5f,  -0.5f, 0.25f,   // row 2
+                       1.0f,  0.3f,  -0.2f,   // row 3
+                       100.f, 100.f, 100.f};  // row 4: padding
   q::LinearScheme s = Plan::from_name("llm-int8").linear;
   q::PreparedLinear lin(W.data(), out, in, nullptr, s, {});
   const std::vector<q::RowSegment> segs{{0, 2}, {2, 4}};
@@ -158,7 +169,8 @@ TEST(PreparedLinear, MissingOrForeignCalibrationIsAnError) {
 
 TEST(StaticGraph, RunsOnlyOnItsShape) {
   const ModelConfig c = tiny_config();
-  const npu::StaticGraph g = describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::AttnIn, 0, 16, -1);
+  const npu::StaticGraph g =
+      describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::AttnIn, 0, 16, -1);
   EXPECT_EQ(g.in_cols, c.d_model);
   EXPECT_EQ(g.out_cols, c.q_dim() + 2 * c.kv_dim());
   EXPECT_NO_THROW(g.check_input(16, c.d_model));
@@ -171,7 +183,8 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
   npu::GraphCache cache(/*sharing=*/true);
   for (int64_t chunk = 0; chunk < 3; ++chunk)
     for (int k = 0; k < npu::kSubgraphsPerLayer; ++k)
-      cache.acquire(describe_subgraph(c, Plan::from_name("w8a8"), static_cast<npu::SubgraphKind>(k), 0, 8, chunk));
+      cache.acquire(describe_subgraph(c, Plan::from_name("w8a8"), static_cast<npu::SubgraphKind>(k),
+                                      0, 8, chunk));
   const npu::GraphCacheStats s = cache.stats();
   EXPECT_EQ(s.requests, 18);
   EXPECT_EQ(s.built_shared, 5);
@@ -182,7 +195,8 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
 
   npu::GraphCache naive(/*sharing=*/false);
   for (int64_t chunk = 0; chunk < 3; ++chunk)
-    naive.acquire(describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, chunk));
+    naive.acquire(
+        describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, chunk));
   const int64_t down_bytes =
       describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, 0).weight_bytes;
   EXPECT_EQ(down_bytes, c.d_ff * c.d_model);  // int8 weights, 1 byte per parameter, no norm
@@ -225,9 +239,9 @@ TEST(Calibration, RunningMaxAndModelCheck) {
 }
 
 TEST(ShadowOutlier, HotChannelsCoverTheShareWithTheFewestChannels) {
-  const std::vector<int64_t> counts{5, 0, 3, 2};  // 10 outliers
-  EXPECT_EQ(q::select_hot_channels(counts, 0.8), (std::vector<int64_t>{0, 2}));   // 8 >= 8
-  EXPECT_EQ(q::select_hot_channels(counts, 0.5), (std::vector<int64_t>{0}));      // 5 >= 5
+  const std::vector<int64_t> counts{5, 0, 3, 2};                                 // 10 outliers
+  EXPECT_EQ(q::select_hot_channels(counts, 0.8), (std::vector<int64_t>{0, 2}));  // 8 >= 8
+  EXPECT_EQ(q::select_hot_channels(counts, 0.5), (std::vector<int64_t>{0}));     // 5 >= 5
   EXPECT_EQ(q::select_hot_channels(counts, 0.81), (std::vector<int64_t>{0, 2, 3}));
   EXPECT_EQ(q::select_hot_channels(counts, 1.0), (std::vector<int64_t>{0, 2, 3}));  // not 1
   EXPECT_TRUE(q::select_hot_channels(counts, 0.0).empty());
@@ -247,9 +261,9 @@ TEST(ShadowOutlier, PruningTakesTheLeastImportant) {
 
 TEST(ShadowOutlier, SplitClipsAndGathersResidualsPerSegment) {
   // 3 rows x 4 channels, t = 2; segments {0,1} and {1,2}; row 2 is padding.
-  std::vector<float> x{1.0f, 5.0f, -0.5f, 2.0f,     // row 0: channel 1 beyond (+3)
-                       -3.0f, 1.0f, 0.0f, -2.5f,    // row 1: channels 0 (-1), 3 (-0.5)
-                       9.0f, 9.0f, 9.0f, 9.0f};     // row 2: padding, clipped only
+  std::vector<float> x{1.0f,  5.0f, -0.5f, 2.0f,   // row 0: channel 1 beyond (+3)
+                       -3.0f, 1.0f, 0.0f,  -2.5f,  // row 1: channels 0 (-1), 3 (-0.5)
+                       9.0f,  9.0f, 9.0f,  9.0f};  // row 2: padding, clipped only
   const std::vector<q::RowSegment> segs{{0, 1}, {1, 2}};
   const auto parts = q::shadow_outlier_split(x.data(), 3, 4, 2.0f, segs);
   ASSERT_EQ(parts.size(), 2u);

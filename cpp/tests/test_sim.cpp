@@ -40,7 +40,8 @@ TaskGraph abcd() {
 
 // Every schedule must respect Eq. 4 (one task per processor at a time) and the dependencies
 // plus their cross-processor sync.
-void check_feasible(const TaskGraph& g, const std::vector<double>& d, const sched::Timeline& t, double sync) {
+void check_feasible(const TaskGraph& g, const std::vector<double>& d, const sched::Timeline& t,
+                    double sync) {
   for (const auto& task : g.tasks()) {
     const auto& s = t.spans[static_cast<size_t>(task.id)];
     EXPECT_NEAR(s.end_us - s.start_us, d[static_cast<size_t>(task.id)], 1e-9);
@@ -80,8 +81,12 @@ double brute_force_makespan(const TaskGraph& g, const std::vector<double>& d, do
           double ready = avail[q];
           bool ok = true;
           for (int64_t dep : t.deps) {
-            if (end[static_cast<size_t>(dep)] < 0) { ok = false; break; }
-            ready = std::max(ready, end[static_cast<size_t>(dep)] + (g.at(dep).processor == t.processor ? 0 : sync));
+            if (end[static_cast<size_t>(dep)] < 0) {
+              ok = false;
+              break;
+            }
+            ready = std::max(ready, end[static_cast<size_t>(dep)] +
+                                        (g.at(dep).processor == t.processor ? 0 : sync));
           }
           if (!ok) continue;
           end[static_cast<size_t>(t.id)] = ready + d[static_cast<size_t>(t.id)];
@@ -94,7 +99,9 @@ double brute_force_makespan(const TaskGraph& g, const std::vector<double>& d, do
       if (done == d.size()) best = std::min(best, *std::max_element(end.begin(), end.end()));
       return;
     }
-    do { rec(p + 1); } while (std::next_permutation(per[p].begin(), per[p].end()));
+    do {
+      rec(p + 1);
+    } while (std::next_permutation(per[p].begin(), per[p].end()));
   };
   rec(0);
   return best;
@@ -118,10 +125,18 @@ TaskGraph random_dag(std::mt19937& rng, int n, std::vector<double>& d) {
 nlohmann::json tiny_profile() {
   auto n = [](double v) { return nlohmann::json{{"value", v}, {"unit", "-"}, {"source", "test"}}; };
   nlohmann::json cm;
-  cm["npu"] = {{"tile_m", n(32)}, {"tile_k", n(32)}, {"tile_n", n(64)}, {"int8_overhead_us", n(10)},
-               {"int8_compute_gops", n(1000)}, {"int8_weight_gbps", n(1)}, {"elementwise_gelems", n(2)}};
-  cm["cpu"] = {{"fp32_compute_gops", n(50)}, {"fp16_compute_gops", n(100)}, {"int8_overhead_us", n(0)},
-               {"int8_compute_gops", n(200)}, {"int8_weight_gbps", n(4)}};
+  cm["npu"] = {{"tile_m", n(32)},
+               {"tile_k", n(32)},
+               {"tile_n", n(64)},
+               {"int8_overhead_us", n(10)},
+               {"int8_compute_gops", n(1000)},
+               {"int8_weight_gbps", n(1)},
+               {"elementwise_gelems", n(2)}};
+  cm["cpu"] = {{"fp32_compute_gops", n(50)},
+               {"fp16_compute_gops", n(100)},
+               {"int8_overhead_us", n(0)},
+               {"int8_compute_gops", n(200)},
+               {"int8_weight_gbps", n(4)}};
   cm["memory"] = {{"dram_gbps", n(40)}, {"flash_gbps", n(2)}};
   cm["sync"] = {{"cpu_npu_us", n(7)}};
   cm["power"] = {{"npu_w", n(2)}, {"cpu_w", n(3)}};
@@ -213,10 +228,11 @@ TEST(Simulator, BadGraphsAndInputs) {
   add(dup, "b", Processor::Npu, {0, 0});
   EXPECT_THROW(dup.validate(), InvalidArgument);
   const auto g = abcd();
-  EXPECT_THROW(run(g, {1, 2}, Policy::Fifo), ShapeError);           // too few durations
+  EXPECT_THROW(run(g, {1, 2}, Policy::Fifo), ShapeError);              // too few durations
   EXPECT_THROW(run(g, {1, 2, -1, 1}, Policy::Fifo), InvalidArgument);  // negative
   EXPECT_THROW(sched::policy_from_name("random"), InvalidArgument);
-  EXPECT_THROW(TaskGraph::from_json(nlohmann::json{{"tasks", {{{"processor", "tpu"}}}}}), InvalidArgument);
+  EXPECT_THROW(TaskGraph::from_json(nlohmann::json{{"tasks", {{{"processor", "tpu"}}}}}),
+               InvalidArgument);
   EXPECT_THROW(TaskGraph::from_json(nlohmann::json::array()), FormatError);
   sched::SimOptions o;
   o.policy = Policy::Optimal;
@@ -264,7 +280,8 @@ TEST(CostModel, NpuMatmulPaddingRooflineAndGroups) {
   EXPECT_NEAR(cm.latency_us(grp, Processor::Npu), 10 + 2 * sub + 64.0 * 64 * 2 / 2e3, 1e-9);
   // CPU int8: no tiles
   soc::OpDesc c = mm64;
-  EXPECT_NEAR(cm.latency_us(c, Processor::Cpu), std::max(2.0 * 64 * 32 * 64 / 2e5, 2048.0 / 4e3), 1e-9);
+  EXPECT_NEAR(cm.latency_us(c, Processor::Cpu), std::max(2.0 * 64 * 32 * 64 / 2e5, 2048.0 / 4e3),
+              1e-9);
   // a CPU kernel fuses the group scales: per-group costs what per-tensor does there
   c.groups = 2;
   EXPECT_DOUBLE_EQ(cm.latency_us(c, Processor::Cpu), cm.latency_us(mm64, Processor::Cpu));
@@ -300,7 +317,8 @@ TEST(Trace, OneTrackPerProcessorAndOneEventPerTask) {
     const int64_t id = e["args"]["task"];
     EXPECT_EQ(e["tid"].get<int>(), static_cast<int>(g.at(id).processor));
     EXPECT_DOUBLE_EQ(e["ts"].get<double>(), t.spans[static_cast<size_t>(id)].start_us);
-    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 3.0 * (id == 0 || id == 2) + 2.0 * (id == 1) + 4.0 * (id == 3));
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(),
+                     3.0 * (id == 0 || id == 2) + 2.0 * (id == 1) + 4.0 * (id == 3));
   }
   EXPECT_EQ(complete, 4);
 }

@@ -32,16 +32,26 @@
 namespace socllm {
 
 enum class BlockOp : int {
-  AttnNorm = 0, Qkv, Rope, Attention, OProj, AttnResidual, FfnNorm, GateUp, Act, Down, FfnResidual
+  AttnNorm = 0,
+  Qkv,
+  Rope,
+  Attention,
+  OProj,
+  AttnResidual,
+  FfnNorm,
+  GateUp,
+  Act,
+  Down,
+  FfnResidual
 };
 constexpr int kNumBlockOps = 11;
 
 struct BlockOpInfo {
   BlockOp op;
-  const char* name;                 // "attn_norm", "qkv" ...
+  const char* name;  // "attn_norm", "qkv" ...
   OpClass op_class;
   npu::SubgraphKind subgraph;
-  std::optional<LinearSite> site;   // the linear site (linears only)
+  std::optional<LinearSite> site;  // the linear site (linears only)
 };
 
 // The ops of one decoder block in execution order.
@@ -100,7 +110,8 @@ class BlockGraphBuilder {
   // One chunk of `rows` rows (a static graph's padded length) at index `chunk`, whose attention
   // covers `kv_len` positions. shadow: per input [layer * kNumLinearSites + site] (required for
   // plans with shadow outliers, else empty).
-  void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len, std::span<const ShadowLoad> shadow = {});
+  void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
+                 std::span<const ShadowLoad> shadow = {});
   void add_lm_head(int64_t rows);
   sched::TaskGraph take() { return std::move(graph_); }
 

@@ -13,8 +13,8 @@
 
 #include <array>
 #include <cstdint>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,11 +31,11 @@ int64_t linear_site_width(const ModelConfig& c, LinearSite s);
 
 // One array of the calibration artifact.
 struct CalibrationArraySpec {
-  const char* name;         // group name; one dataset per site under it
-  const char* dtype;        // "float32" | "int64"
-  const char* shape;        // per site, e.g. "[n_layers, width]"
-  const char* step;         // the calibration step that writes it
-  bool required;            // in every file (others only once their step ran)
+  const char* name;   // group name; one dataset per site under it
+  const char* dtype;  // "float32" | "int64"
+  const char* shape;  // per site, e.g. "[n_layers, width]"
+  const char* step;   // the calibration step that writes it
+  bool required;      // in every file (others only once their step ran)
   const char* description;
 };
 
@@ -88,7 +88,8 @@ struct Calibration {
   // Writes the artifact atomically (temp file, then rename): every array present, provenance
   // (an object of strings / numbers) as root attributes, and for inspection what the
   // shadow-outlier plan builds at its default options (group shadow_defaults).
-  void save(const std::string& path, const ModelConfig& model, const nlohmann::json& provenance) const;
+  void save(const std::string& path, const ModelConfig& model,
+            const nlohmann::json& provenance) const;
   // Reads an artifact for `model`: MissingFile, FormatError (not an artifact, missing or
   // malformed arrays), InvalidArgument naming the value for a file of another schema version or
   // from another model (the first config key that differs). provenance, if given, receives the

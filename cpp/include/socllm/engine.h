@@ -2,8 +2,8 @@
 // baseline quantization schemes on prepared linears, whole or in chunks on static graphs.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>

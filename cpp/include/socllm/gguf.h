@@ -16,8 +16,21 @@ namespace socllm {
 
 // ggml tensor type ids as stored in GGUF (ggml.h `enum ggml_type`).
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  BF16 = 30,
 };
 
 // Name as ggml prints it ("Q4_K"); "type<N>" for ids socllm does not know.
@@ -35,7 +48,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // numpy order: outermost first (GGUF stores ne[0] innermost)
   uint32_t type = 0;
-  uint64_t offset = 0;   // absolute offset in the file
+  uint64_t offset = 0;  // absolute offset in the file
   uint64_t n_bytes = 0;
   int64_t numel() const;
 };

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <bit>
 #include <cstring>
 
 namespace socllm::kernels {

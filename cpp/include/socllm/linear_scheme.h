@@ -95,7 +95,9 @@ class PreparedLinear {
   // Shadow outlier execution: its profiled configuration, the float weight bytes kept resident
   // for hot channels, and what the CPU part did so far.
   const ShadowLinearConfig* shadow() const { return scheme_.shadow ? &shadow_ : nullptr; }
-  int64_t resident_float_bytes() const { return static_cast<int64_t>(w_hot_.size() * sizeof(float)); }
+  int64_t resident_float_bytes() const {
+    return static_cast<int64_t>(w_hot_.size() * sizeof(float));
+  }
   ShadowStats shadow_stats() const { return shadow_counters_.snapshot(); }
   void reset_shadow_stats() const { shadow_counters_.reset(); }
 
@@ -108,12 +110,12 @@ class PreparedLinear {
   int64_t out_ = 0, in_ = 0;
   LinearScheme scheme_;
   std::vector<float> bias_;
-  std::vector<float> smooth_;     // [in] divisor of x (empty: no smoothing)
-  float act_scale_ = 0.0f;        // static per-tensor scale
-  std::vector<float> w_scales_;   // [out] per-row weight scale (integer path)
+  std::vector<float> smooth_;                         // [in] divisor of x (empty: no smoothing)
+  float act_scale_ = 0.0f;                            // static per-tensor scale
+  std::vector<float> w_scales_;                       // [out] per-row weight scale (integer path)
   std::unique_ptr<kernels::PackedWeightsS8> packed_;  // integer path
-  std::vector<float> w_hat_;      // [out, in] dequantized (smoothed) weights (float path)
-  std::vector<float> w_float_;    // [out, in] smoothed float weights, when smoothing is on
+  std::vector<float> w_hat_;    // [out, in] dequantized (smoothed) weights (float path)
+  std::vector<float> w_float_;  // [out, in] smoothed float weights, when smoothing is on
   // Float weights outlier columns (LLM.int8) and cold shadow channels are read from: W itself
   // (the model file's copy, borrowed: W must outlive this object) or w_float_.
   const float* w_float_src_ = nullptr;

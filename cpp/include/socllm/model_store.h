@@ -60,8 +60,10 @@ class H5Writer {
   void attr(const std::string& object_path, const std::string& name, const nlohmann::json& value);
   // Datasets (gzip-compressed); intermediate groups are created.
   void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const float* data);
-  void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const int64_t* data);
-  void write(const std::string& dataset_path, const std::vector<int64_t>& shape, const uint8_t* data);
+  void write(const std::string& dataset_path, const std::vector<int64_t>& shape,
+             const int64_t* data);
+  void write(const std::string& dataset_path, const std::vector<int64_t>& shape,
+             const uint8_t* data);
   // A boolean mask (nonzero = true), stored as h5py stores numpy bools.
   void write_mask(const std::string& dataset_path, const std::vector<int64_t>& shape,
                   const uint8_t* data);

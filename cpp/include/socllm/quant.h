@@ -39,7 +39,8 @@ struct QuantizedWeights {
   std::vector<float> scales;
 };
 
-QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols, const QuantSpec& spec);
+QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
+                                  const QuantSpec& spec);
 void dequantize_weights(const QuantizedWeights& w, float* out);  // out[rows * cols]
 
 // Activations with a static (calibrated) scale: out[i] = saturate(rne(x[i] / scale)).

@@ -47,8 +47,8 @@ std::vector<bool> select_pruned(std::span<const double> importance, double rate)
 // The values of x beyond ±t in one row segment, as a compact dense tensor.
 struct OutlierResidual {
   int64_t row_begin = 0, rows = 0;
-  std::vector<int64_t> cols;   // channels with at least one outlier in the segment, ascending
-  std::vector<float> values;   // [rows, cols.size()]: x − clip(x, ±t)
+  std::vector<int64_t> cols;  // channels with at least one outlier in the segment, ascending
+  std::vector<float> values;  // [rows, cols.size()]: x − clip(x, ±t)
 };
 
 // ShadowOutlierSplit: clips x[N, in] to ±t in place (the NPU's operand) and returns, per

@@ -4,7 +4,8 @@
 // crosses processors. When a processor falls idle the policy picks its next task among the
 // ready ones (names as policies() lists them; the earlier short names are aliases):
 //   in-order         (inorder) the program order (task id): a processor runs its tasks in the
-//                    order the engine issued them, chunk after chunk (llm.npu's baseline, Fig. 13a);
+//                    order the engine issued them, chunk after chunk (llm.npu's baseline,
+//                    Fig. 13a);
 //   first-ready      (fifo) the task that became ready first;
 //   npu-stall-first  (ooe) llm.npu's out-of-order policy (seed 001 §3.4, Eq. 6): the largest
 //                    contribution to reducing NPU stalls: on the NPU the shortest task
@@ -28,8 +29,8 @@ namespace socllm::sched {
 enum class Policy : int { InOrder = 0, Fifo, OutOfOrder, Optimal };
 struct PolicyInfo {
   Policy policy;
-  const char* name;         // canonical
-  const char* alias;        // earlier short name, still accepted
+  const char* name;   // canonical
+  const char* alias;  // earlier short name, still accepted
   const char* description;
 };
 std::span<const PolicyInfo> policies();
@@ -39,7 +40,7 @@ Policy policy_from_name(const std::string& s);
 
 struct SimOptions {
   Policy policy = Policy::OutOfOrder;
-  int64_t optimal_max_tasks = 24;  // branch and bound is exponential
+  int64_t optimal_max_tasks = 24;          // branch and bound is exponential
   int64_t optimal_max_nodes = 20'000'000;  // search nodes before giving up (Unsupported)
 };
 
@@ -65,11 +66,11 @@ struct Timeline {
   std::array<ProcessorUsage, soc::kNumProcessors> usage{};
   double makespan_us = 0;
   double energy_mj = 0;
-  int64_t peak_working_bytes = 0;   // max over time of the running tasks' working bytes
-  int64_t decisions = 0;            // policy decisions taken
-  double decision_ns_total = 0;     // host time the policy spent deciding (bench_scheduler)
-  int64_t search_nodes = 0;         // optimal: nodes explored
-  nlohmann::json summary() const;   // makespan, energy, per-processor busy / bubble
+  int64_t peak_working_bytes = 0;  // max over time of the running tasks' working bytes
+  int64_t decisions = 0;           // policy decisions taken
+  double decision_ns_total = 0;    // host time the policy spent deciding (bench_scheduler)
+  int64_t search_nodes = 0;        // optimal: nodes explored
+  nlohmann::json summary() const;  // makespan, energy, per-processor busy / bubble
 };
 
 // Durations of every task on its processor under `cost`, in µs.

@@ -52,11 +52,11 @@ struct OpDesc {
   DType dtype = DType::Fp32;
   int64_t m = 0, k = 0, n = 0;
   int64_t elements = 0;
-  int64_t bytes = 0;            // DRAM traffic (MemoryCopy) / flash reads (OutlierMatMul)
-  int64_t groups = 1;           // per-group quantized matmul on the NPU: sub-matmuls
+  int64_t bytes = 0;   // DRAM traffic (MemoryCopy) / flash reads (OutlierMatMul)
+  int64_t groups = 1;  // per-group quantized matmul on the NPU: sub-matmuls
   double fixed_us = 0;
-  int64_t weight_bytes = 0;     // constants the op reads (weights, norm gains), as stored
-  int64_t activation_bytes = 0; // activations it reads and writes, at its format
+  int64_t weight_bytes = 0;      // constants the op reads (weights, norm gains), as stored
+  int64_t activation_bytes = 0;  // activations it reads and writes, at its format
   // Multiply-accumulates x 2 (Attention: QK^T and PV).
   double flops() const;
   nlohmann::json to_json() const;

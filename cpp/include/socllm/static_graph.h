@@ -10,8 +10,9 @@
 //   mlp_act   SiLU(gate) * up                   static
 //   down      down linear + residual            static
 // The ops each subgraph groups, and its shapes and bytes, come from the block description
-// (block.h: describe_subgraph). With sharing, static subgraphs are built once per (layer, chunk length) and reused by every
-// chunk; the attention subgraph is built per chunk index (it holds no weights, only buffers).
+// (block.h: describe_subgraph). With sharing, static subgraphs are built once per (layer,
+// chunk length) and reused by every chunk; the attention subgraph is built per chunk index (it
+// holds no weights, only buffers).
 // For a 24-layer model one chunk needs 24 x 6 = 144 subgraphs, of which 120 are shareable:
 // seed 001 §3.2's "120 out of 144" for Qwen1.5-1.8B.
 #pragma once
@@ -34,8 +35,8 @@ bool is_shareable(SubgraphKind k);  // everything but attention
 struct GraphKey {
   SubgraphKind kind = SubgraphKind::AttnIn;
   int64_t layer = 0;
-  int64_t rows = 0;         // chunk length the graph is built for
-  int64_t chunk_index = -1; // -1 for a shared graph; the chunk's index for per-chunk graphs
+  int64_t rows = 0;          // chunk length the graph is built for
+  int64_t chunk_index = -1;  // -1 for a shared graph; the chunk's index for per-chunk graphs
   auto operator<=>(const GraphKey&) const = default;
   std::string describe() const;
 };
@@ -45,9 +46,9 @@ struct StaticGraph {
   GraphKey key;
   int64_t in_cols = 0;
   int64_t out_cols = 0;
-  int64_t weight_bytes = 0;       // weights the graph holds (shared graphs hold them once)
-  int64_t activation_bytes = 0;   // input/output/intermediate buffers of one execution
-  std::vector<float> scales;      // static activation scales baked into the graph
+  int64_t weight_bytes = 0;      // weights the graph holds (shared graphs hold them once)
+  int64_t activation_bytes = 0;  // input/output/intermediate buffers of one execution
+  std::vector<float> scales;     // static activation scales baked into the graph
 
   // ShapeError unless the input is exactly [key.rows, in_cols]: a static graph never runs on
   // another shape.
@@ -61,13 +62,13 @@ struct GraphBuildEvent {
 };
 
 struct GraphCacheStats {
-  int64_t requests = 0;   // graph executions asked for
-  int64_t built = 0;      // graphs built (each a build event)
-  int64_t reused = 0;     // requests served by an already built graph
-  int64_t built_shared = 0;     // of `built`, static (chunk-length-only) graphs
-  int64_t built_per_chunk = 0;  // of `built`, attention graphs
-  int64_t weight_bytes = 0;     // held by all built graphs
-  int64_t activation_bytes = 0; // buffers of all built graphs
+  int64_t requests = 0;          // graph executions asked for
+  int64_t built = 0;             // graphs built (each a build event)
+  int64_t reused = 0;            // requests served by an already built graph
+  int64_t built_shared = 0;      // of `built`, static (chunk-length-only) graphs
+  int64_t built_per_chunk = 0;   // of `built`, attention graphs
+  int64_t weight_bytes = 0;      // held by all built graphs
+  int64_t activation_bytes = 0;  // buffers of all built graphs
 };
 
 class GraphCache {

@@ -25,7 +25,12 @@ namespace socllm::sched {
 // What a task is, for display and for policies that care (llm.npu's Eq. 6 only looks at the
 // processor). Subgraph kinds follow npu::SubgraphKind; the rest are extra tasks.
 enum class TaskKind : int {
-  AttnIn = 0, Attention, OProj, MlpIn, MlpAct, Down,  // the six subgraphs of a decoder layer
+  AttnIn = 0,
+  Attention,
+  OProj,
+  MlpIn,
+  MlpAct,
+  Down,        // the six subgraphs of a decoder layer
   Shadow,      // CPU part of a shadow-outlier linear (seed 001 §3.3, Eq. 1)
   GraphBuild,  // building / optimizing a static graph at run time (seed 001 §2.2)
   Embed,       // token embedding lookup
@@ -37,14 +42,14 @@ const char* task_kind_name(TaskKind k);
 TaskKind task_kind_from_name(const std::string& s);
 
 struct Task {
-  int64_t id = -1;              // index in the graph
-  std::string name;             // e.g. "c1.L3.attn_in"
+  int64_t id = -1;   // index in the graph
+  std::string name;  // e.g. "c1.L3.attn_in"
   TaskKind kind = TaskKind::Other;
   soc::Processor processor = soc::Processor::Cpu;
-  std::vector<soc::OpDesc> ops; // what it computes, in order
-  int64_t chunk = -1;           // prompt chunk (-1: not chunk-bound)
-  int64_t layer = -1;           // decoder layer (-1: none)
-  std::vector<int64_t> deps;    // ids of tasks that must finish first
+  std::vector<soc::OpDesc> ops;  // what it computes, in order
+  int64_t chunk = -1;            // prompt chunk (-1: not chunk-bound)
+  int64_t layer = -1;            // decoder layer (-1: none)
+  std::vector<int64_t> deps;     // ids of tasks that must finish first
   // Bytes the task keeps alive while it runs (activations, fetched weights), for peak memory.
   int64_t working_bytes = 0;
 };

@@ -311,6 +311,9 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
       if (shadowed && site) {
         const ShadowLoad& sl =
             shadow[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(*site))];
+        // An unpruned input's CPU part exists in every chunk, outliers or not: the CPU has to scan
+        // the input for values beyond t and the NPU graph waits for its answer (our choice; the
+        // measured channel count, possibly 0, is its load).
         if (!sl.pruned) {
           sched::Task sh;
           sh.kind = sched::TaskKind::Shadow;
@@ -372,7 +375,7 @@ int64_t prefill_resident_bytes(const ModelConfig& c, const Plan& plan, int64_t p
       const auto [in_w, out_w] = op_widths(c, info.op);
       linear_params += in_w * out_w;
     }
-  const double per_param = static_cast<double>(dtype_bytes(plan.at(OpClass::Linear).format));
+  const double per_param = weight_bytes_per_param(plan.linear);
   const int64_t kv = 2 * c.n_layers * prompt_len * c.kv_dim() * 2;
   return static_cast<int64_t>(static_cast<double>(c.n_layers * linear_params) * per_param) +
          c.vocab_size * c.d_model * 2 + kv;

@@ -156,6 +156,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   if (plan.linear.shadow) shadow = calib_->shadow_configs(*plan.linear.shadow);
   const auto& c = model_->config();
   auto prep = std::make_shared<PreparedLinears>();
+  prep->model = model_;  // outlier schemes read the model's float weights (PreparedLinear)
   prep->layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int s = 0; s < kNumLinearSites; ++s) {
@@ -377,6 +378,8 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       }
       k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
                   out.ptr() + out_row * d);
+      if (plan.at(OpClass::LmHead).format == soc::DType::Fp16)
+        k::round_to_fp16(out.ptr() + out_row * d, valid * d);
       out_row += valid;
     }
   }
@@ -422,7 +425,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
     b.seqs.push_back({caches[s], N, T});
     b.segments.push_back({N, N + T});
     N += T;
-    prefill = prefill || T > 1;
+    prefill = prefill || T > 1 || record;  // a recorded prefill runs its one token chunked too
   }
   const auto prep = prepare(plan);
   // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
@@ -448,6 +451,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
         prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats) : std::vector<ShadowLoad>{});
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
+  if (plan.at(OpClass::LmHead).format == soc::DType::Fp16) k::round_to_fp16(out.ptr(), N * d);
   return out;
 }
 

@@ -213,6 +213,9 @@ void apply_ops_placement(Plan& plan, const json& ops) {
       continue;
     }
     const OpClass c = op_class_from_name(op);
+    // Plans written before placement existed said "fp32" for every float class: keep the
+    // preset's placement for them.
+    if (c != OpClass::Linear && v == "fp32") continue;
     if (c == OpClass::Linear) {
       json pl = json::object();
       if (v.contains("processor")) pl["processor"] = v["processor"];
@@ -250,8 +253,14 @@ OpClass op_class_from_name(const std::string& s) {
 }
 
 bool Plan::can_run(soc::Processor p, soc::DType f) {
-  // The NPU (Hexagon HTP) computes INT8/INT16 and FP16, not FP32 (seed 001 §2.3, seed 002 §3).
-  return !(p == soc::Processor::Npu && f == soc::DType::Fp32);
+  switch (p) {
+    // The NPU (Hexagon HTP) computes INT8/INT16 and FP16, not FP32 (seed 001 §2.3, seed 002 §3);
+    // the mobile GPU runs FP16/FP32 kernels (seed 002 §3.1; no GPU INT8 path is modelled).
+    case soc::Processor::Npu: return f != soc::DType::Fp32;
+    case soc::Processor::Gpu: return f != soc::DType::Int8;
+    case soc::Processor::Cpu: return true;
+  }
+  return false;
 }
 
 soc::DType Plan::linear_format(const LinearScheme& s) {
@@ -269,6 +278,11 @@ void Plan::validate_placement() const {
     if (is_float_class(c) && p.format == soc::DType::Int8)
       throw InvalidArgument("[Plan] '" + name + "': unknown mode int8 for op class '" +
                             op_class_name(c) + "' (its formats: fp16, fp32)");
+    if (c == OpClass::Shadow && p.format != soc::DType::Fp32)
+      throw InvalidArgument("[Plan] '" + name +
+                            "': the shadow outlier part computes in fp32 (its "
+                            "values are the outliers fp16 would not hold), got " +
+                            soc::dtype_name(p.format));
     if (!can_run(p.processor, p.format))
       throw InvalidArgument("[Plan] '" + name + "': op class '" + op_class_name(c) + "' in " +
                             soc::dtype_name(p.format) + " cannot run on the " +
@@ -307,7 +321,8 @@ Plan Plan::all_on(soc::Processor processor) const {
     if (static_cast<OpClass>(i) == OpClass::Shadow && processor == soc::Processor::Npu) continue;
     OpPlacement& o = p.placement[static_cast<size_t>(i)];
     o.processor = processor;
-    if (is_float_class(static_cast<OpClass>(i)) && processor != soc::Processor::Cpu)
+    const auto c = static_cast<OpClass>(i);
+    if (is_float_class(c) && c != OpClass::Shadow && processor != soc::Processor::Cpu)
       o.format = soc::DType::Fp16;
   }
   p.validate_placement();

@@ -122,8 +122,9 @@ TEST(BlockGraph, MovingAnOpClassSplitsItsSubgraph) {
   EXPECT_EQ(norm.ops[0].name, "attn_norm");
   // 2 layers x (6 subgraphs + 2 split norms) + LM head
   EXPECT_EQ(g.size(), 2 * 8 + 1);
-  // the whole block on the GPU: one task per subgraph again
-  const auto gg = prefill_task_graph(c, Plan::from_name("w8a8").all_on(Processor::Gpu), 16, 16);
+  // the whole block on the GPU (fp16 linears: the GPU has no INT8 path): one task per subgraph
+  EXPECT_THROW(Plan::from_name("w8a8").all_on(Processor::Gpu), InvalidArgument);
+  const auto gg = prefill_task_graph(c, Plan::from_name("w4a16").all_on(Processor::Gpu), 16, 16);
   EXPECT_EQ(gg.size(), 2 * 6 + 1);
   for (const auto& t : gg.tasks())
     if (t.kind != sched::TaskKind::LmHead) EXPECT_EQ(t.processor, Processor::Gpu);
@@ -181,8 +182,17 @@ TEST(PlanPlacement, OpsAProcessorCannotRunAreRefused) {
   EXPECT_THROW(
       Plan::from_json({{"name", "w8a8"}, {"placement", {{"linear", {{"format", "fp16"}}}}}}),
       InvalidArgument);  // a linear's format follows its scheme
-  // fp16 linears (w4a16) run on the NPU's FP16 path
+  // fp16 linears (w4a16) run on the NPU's FP16 path; the shadow part stays fp32 on the CPU
   EXPECT_NO_THROW(Plan::from_name("w4a16").all_on(Processor::Npu));
+  const Plan gpu = Plan::from_name("w4a16").all_on(Processor::Gpu);
+  EXPECT_EQ(gpu.at(OpClass::Shadow).format, DType::Fp32);
+  EXPECT_THROW(Plan::from_name("w4a16").placed(OpClass::Shadow, Processor::Cpu, DType::Fp16),
+               InvalidArgument);
+  // plans written before placement existed ("norm": "fp32" ...) keep the preset's placement
+  const Plan legacy =
+      Plan::from_json({{"name", "w8a8"},
+                       {"ops", {{"norm", "fp32"}, {"attention", "fp32"}, {"embedding", "fp32"}}}});
+  EXPECT_EQ(legacy.placement, Plan::from_name("w8a8").placement);
 }
 
 TEST(BlockGraph, GraphRowsForShortPrompts) {

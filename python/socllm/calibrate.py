@@ -74,7 +74,7 @@ def corpus_tokens(model, corpus: str = "wikitext2") -> list[int]:
         raise InvalidArgumentError(f"calibrate: unknown corpus {corpus!r} (known: wikitext2)")
     memo = model.__dict__.setdefault("_corpus_tokens", {})
     if corpus in memo:
-        return memo[corpus]
+        return list(memo[corpus])  # a copy: callers may edit theirs
     from .data import WIKITEXT2_TEST_SHA256, wikitext2_test_text
     from .registry import cache_dir
 
@@ -83,14 +83,17 @@ def corpus_tokens(model, corpus: str = "wikitext2") -> list[int]:
     if path.is_file():
         try:
             memo[corpus] = np.load(path).tolist()
-            return memo[corpus]
+            return list(memo[corpus])
         except (OSError, ValueError):
             pass  # unreadable cache: tokenize again and replace it
     ids = model.tokenize(wikitext2_test_text())
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, np.asarray(ids, dtype=np.int32))
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.asarray(ids, dtype=np.int32))
+    except OSError:
+        pass  # an unwritable cache only costs the next tokenization
     memo[corpus] = ids
-    return ids
+    return list(ids)
 
 
 def calibration_split(n_tokens: int) -> int:
@@ -208,7 +211,8 @@ def save_calibration(path: str | os.PathLike, cal, model) -> Path:
     """Writes the statistics atomically (temp file, then rename) with provenance attributes; the
     file's schema is the C++ core's (``_core.Calibration.schema()``, calibration.h)."""
     path = Path(path)
-    prov = {"socllm_version": __version__, **cal.provenance}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prov = {**cal.provenance, "socllm_version": __version__}
     cal.stats.save(str(path), model._model, prov)
     return path
 

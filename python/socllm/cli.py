@@ -7,6 +7,7 @@ Every command that produces numbers can print them as JSON (``--json PATH`` or `
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -133,6 +134,10 @@ def cmd_calibrate(args) -> int:
     model = load(args.model, progress=not args.quiet)
     if Path(args.out).resolve() == model.path.resolve():
         raise InvalidArgumentError(f"calibrate: --out {args.out} is the model file itself")
+    out_dir = Path(args.out).resolve().parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(out_dir, os.W_OK):  # fail before the calibration, not after it
+        raise InvalidArgumentError(f"calibrate: cannot write into {out_dir} (--out {args.out})")
     data = load_calibration(args.calib, model) if args.calib else None
     opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
     t0 = time.perf_counter()

@@ -235,8 +235,8 @@ def simulate_model(
     ids = model.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise InvalidArgumentError("simulate_model: empty prompt")
-    p = _plan(plan, processor)
-    _, graph = model.prefill(ids, p, chunk_len=chunk, return_graph=True)
+    p = _plan(plan, processor, chunk_len=0)  # the chunking is ``chunk``'s: None or 0 = whole
+    _, graph = model.prefill(ids, p, chunk_len=chunk or None, return_graph=True)
     profile = _profile(device)
     res = _core.sim.simulate_graph(graph, profile, policy, optimal_max_tasks)
     extra = {"processor": processor, "engine_graphs": model.graph_stats()}

@@ -54,6 +54,8 @@ def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
         assert f["shadow_defaults/pruned"].shape == (30, 4)
         assert f["shadow_defaults/pruned"].dtype == bool
     back = load_calibration(path, smollm)
+    # a folder that does not exist yet is created
+    assert load_calibration(save_calibration(tmp_path / "new" / "c.h5", outliers, smollm), smollm)
     for site in _core.Calibration.sites():
         np.testing.assert_array_equal(back.absmax(site), outliers.absmax(site))
     assert back.provenance["outlier_percentile"] == 99.99 and back.tokens == outliers.tokens

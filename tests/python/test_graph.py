@@ -16,8 +16,8 @@ from socllm.calibrate import calibrate_act_scales, calibrate_outliers, save_cali
 pytestmark = pytest.mark.golden
 
 # (prompt length, chunk length): whole prompts, exact and padded chunks, a prompt shorter than a
-# chunk (runs on the 32-row graph), a one-token prompt.
-CASES = [(1, None), (37, None), (100, 32), (130, 64), (20, 256)]
+# chunk (runs on the 32-row graph), a one-token prompt whole and chunked.
+CASES = [(1, None), (1, 64), (37, None), (100, 32), (130, 64), (20, 256)]
 PLANS = socllm.Plan.known() + ["w8a8:attention=gpu,norm=cpu", "shadow-outlier:pruning_rate=0.5"]
 
 

@@ -6,7 +6,8 @@
 // The calibration artifact is one HDF5 file whose schema is defined here, once (schema()): per
 // array a group with one dataset per linear site ("act_absmax/attn_in" ...), its dtype and shape,
 // and the calibration step that writes it; root attributes format, format_version, model_name,
-// model_config (the model's config JSON: a file only fits the model it came from), tokens and
+// model_config (the model's config JSON: a file loads only for a model of the same architecture,
+// shapes and RoPE/norm constants; weights are not fingerprinted), tokens and
 // the steps' provenance (corpus, samples, seqlen, seed, steps, step options ...). save() and
 // load() go through the io layer's HDF5 reader/writer (model_store.h); h5py reads every file.
 #pragma once

@@ -46,6 +46,8 @@ class KVCache {
 // smoothed, static scales fixed): what the graphs of a plan hold.
 struct PreparedLinears {
   std::vector<std::array<std::unique_ptr<quant::PreparedLinear>, kNumLinearSites>> layers;
+  // The model whose weights outlier schemes read at run time (kept alive with them).
+  std::shared_ptr<const Model> model;
   const quant::PreparedLinear& at(int64_t layer, LinearSite s) const {
     return *layers[static_cast<size_t>(layer)][static_cast<size_t>(s)];
   }

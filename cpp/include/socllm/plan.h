@@ -13,7 +13,9 @@
 // "norm": {"processor": "cpu", "format": "fp32"}}, or in text "w8a8:attention=gpu".
 // A linear's format follows from its scheme (int8 activations: int8; fp16: fp16; else fp32).
 // Float formats are emulated in the numerics: an op whose format is fp16 rounds its output to
-// IEEE binary16 (it computes in fp32 inside); fp32 ops are exact fp32.
+// IEEE binary16 (it computes in fp32 inside); fp32 ops are exact fp32. For lm_head the final
+// norm's output is rounded (the LM head's fp16 weights are not emulated); the shadow part is
+// always fp32.
 #pragma once
 
 #include <array>
@@ -82,7 +84,8 @@ struct Plan {
   // part stays where it was (it is what a static graph cannot run). Errors as placed().
   Plan all_on(soc::Processor processor) const;
   // InvalidArgument naming the op class, processor and format if one cannot run where it is
-  // placed (an NPU runs static-graph INT8 and FP16 ops only, seed 001 §2.3; a GPU FP16/FP32).
+  // placed (an NPU runs static-graph INT8 and FP16 ops only, seed 001 §2.3; a GPU FP16/FP32;
+  // the shadow part is fp32; float op classes have no int8 format).
   void validate_placement() const;
   // The formats a processor runs.
   static bool can_run(soc::Processor p, soc::DType format);

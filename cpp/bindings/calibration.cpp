@@ -9,46 +9,27 @@ namespace socllm::py_bind {
 
 namespace {
 
-// The per-site arrays of a Calibration by name, with their shape: [n_layers] or
-// [n_layers, cols]. Integer statistics are int64, the rest float32.
-struct CalibArray {
-  std::vector<float>* f = nullptr;
-  std::vector<int64_t>* i = nullptr;
-  int64_t cols = 0;  // 0: one value per layer
-};
-
-CalibArray calib_array(Calibration& c, const std::string& name, LinearSite site) {
-  const int s = static_cast<int>(site);
-  if (name == "act_absmax") return {&c.channel_absmax[s], nullptr, c.width[s]};
-  if (name == "abs_hist") return {nullptr, &c.abs_hist[s], Calibration::kAbsHistBins};
-  if (name == "outlier_threshold") return {&c.outlier_threshold[s], nullptr, 0};
-  if (name == "outlier_count") return {nullptr, &c.outlier_count[s], c.width[s]};
-  if (name == "outlier_seq_channels") return {nullptr, &c.outlier_seq_channels[s], 0};
-  if (name == "outlier_seqs") return {nullptr, &c.outlier_seqs[s], 0};
-  throw InvalidArgument("[Calibration] unknown array '" + name +
-                        "' (act_absmax, abs_hist, outlier_threshold, outlier_count, "
-                        "outlier_seq_channels, outlier_seqs)");
-}
-
 py::object calib_get(Calibration& c, const std::string& name, const std::string& site) {
-  const CalibArray a = calib_array(c, name, site_from_name(site, "Calibration"));
+  const auto a = c.array(name, site_from_name(site, "Calibration"));
   const size_t n = a.f ? a.f->size() : a.i->size();
   if (n == 0) return py::none();
-  std::vector<py::ssize_t> shape{c.n_layers};
-  if (a.cols) shape.push_back(a.cols);
+  const std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
   if (a.f) return py::array_t<float>(shape, a.f->data());
   return py::array_t<int64_t>(shape, a.i->data());
 }
 
 void calib_set(Calibration& c, const std::string& name, const std::string& site,
                const py::array& arr) {
-  const CalibArray a = calib_array(c, name, site_from_name(site, "Calibration"));
-  const bool ok_shape = arr.ndim() == (a.cols ? 2 : 1) && arr.shape(0) == c.n_layers &&
-                        (!a.cols || arr.shape(1) == a.cols);
-  if (!ok_shape)
-    throw ShapeError("[Calibration] '" + name + "' of site '" + site + "' needs shape [" +
-                     std::to_string(c.n_layers) + (a.cols ? ", " + std::to_string(a.cols) : "") +
+  const auto a = c.array(name, site_from_name(site, "Calibration"));
+  bool ok_shape = arr.ndim() == static_cast<py::ssize_t>(a.shape.size());
+  for (size_t k = 0; ok_shape && k < a.shape.size(); ++k) ok_shape = arr.shape(k) == a.shape[k];
+  if (!ok_shape) {
+    std::string want = "[";
+    for (size_t k = 0; k < a.shape.size(); ++k)
+      want += (k ? ", " : "") + std::to_string(a.shape[k]);
+    throw ShapeError("[Calibration] '" + name + "' of site '" + site + "' needs shape " + want +
                      "], got " + shape_str(arr));
+  }
   if (a.f) {
     auto v = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(arr);
     a.f->assign(v.data(), v.data() + v.size());

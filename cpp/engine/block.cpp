@@ -202,15 +202,11 @@ std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant:
     if (!is_down[static_cast<size_t>(i)]) order.push_back(i);
   std::vector<ShadowLoad> loads(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const auto site = static_cast<LinearSite>(i % kNumLinearSites);
-    const int64_t out_w = site == LinearSite::AttnIn  ? c.qkv_dim()
-                          : site == LinearSite::MlpIn ? c.mlp_in_dim()
-                                                      : c.d_model;
     auto& s = loads[static_cast<size_t>(i)];
     s.pruned = true;
     s.outlier_channels = channels;
     s.cold_fetch_bytes =
-        channels * (1.0 - o.hot_share) * static_cast<double>(out_w) * sizeof(float);
+        cold_fetch_bytes(c, static_cast<LinearSite>(i % kNumLinearSites), channels, o.hot_share);
   }
   for (int64_t i = 0; i < std::max<int64_t>(keep, 0); ++i)
     loads[static_cast<size_t>(order[static_cast<size_t>(i)])].pruned = false;
@@ -368,16 +364,32 @@ void BlockGraphBuilder::add_lm_head(int64_t rows) {
   last_ = {graph_.add(std::move(t))};
 }
 
-int64_t prefill_resident_bytes(const ModelConfig& c, const Plan& plan, int64_t prompt_len) {
-  int64_t linear_params = 0;
+int64_t linear_out_width(const ModelConfig& c, LinearSite site) {
+  for (const BlockOpInfo& info : decoder_block())
+    if (info.site == site) return op_widths(c, info.op).second;
+  return 0;
+}
+
+int64_t linear_params_per_block(const ModelConfig& c) {
+  int64_t n = 0;
   for (const BlockOpInfo& info : decoder_block())
     if (info.site) {
       const auto [in_w, out_w] = op_widths(c, info.op);
-      linear_params += in_w * out_w;
+      n += in_w * out_w;
     }
+  return n;
+}
+
+double cold_fetch_bytes(const ModelConfig& c, LinearSite site, double channels, double hot_share) {
+  return channels * (1.0 - hot_share) * static_cast<double>(linear_out_width(c, site)) *
+         sizeof(float);
+}
+
+int64_t prefill_resident_bytes(const ModelConfig& c, const Plan& plan, int64_t prompt_len) {
   const double per_param = weight_bytes_per_param(plan.linear);
   const int64_t kv = 2 * c.n_layers * prompt_len * c.kv_dim() * 2;
-  return static_cast<int64_t>(static_cast<double>(c.n_layers * linear_params) * per_param) +
+  return static_cast<int64_t>(static_cast<double>(c.n_layers * linear_params_per_block(c)) *
+                              per_param) +
          c.vocab_size * c.d_model * 2 + kv;
 }
 

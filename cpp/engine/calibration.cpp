@@ -200,31 +200,33 @@ constexpr const char* kShapeKeys[] = {
     "arch", "vocab_size", "d_model", "n_layers",       "n_heads",  "n_kv_heads", "head_dim",
     "d_ff", "rope_theta", "rms_eps", "tie_embeddings", "qkv_bias", "mlp"};
 
-struct SiteArrays {
-  std::vector<float>* f;
-  std::vector<int64_t>* i;
-};
-
-SiteArrays site_arrays(Calibration& c, const std::string& name, int s) {
-  if (name == "act_absmax") return {&c.channel_absmax[s], nullptr};
-  if (name == "abs_hist") return {nullptr, &c.abs_hist[s]};
-  if (name == "outlier_threshold") return {&c.outlier_threshold[s], nullptr};
-  if (name == "outlier_count") return {nullptr, &c.outlier_count[s]};
-  if (name == "outlier_seq_channels") return {nullptr, &c.outlier_seq_channels[s]};
-  return {nullptr, &c.outlier_seqs[s]};  // outlier_seqs
-}
-
-// The per-site shape a spec gives for a model.
-std::vector<int64_t> spec_shape(const CalibrationArraySpec& spec, int64_t n_layers, int64_t width) {
-  const std::string sh = spec.shape;
-  if (sh == "[n_layers]") return {n_layers};
-  if (sh == "[n_layers, width]") return {n_layers, width};
-  return {n_layers, Calibration::kAbsHistBins};
-}
-
 }  // namespace
 
 std::span<const CalibrationArraySpec> Calibration::schema() { return kSchema; }
+
+Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite site) {
+  const int s = static_cast<int>(site);
+  const auto sh = [&](const char* spec_name) {
+    for (const auto& spec : kSchema)
+      if (std::string(spec.name) == spec_name) {
+        const std::string shape = spec.shape;
+        if (shape == "[n_layers]") return std::vector<int64_t>{n_layers};
+        if (shape == "[n_layers, width]") return std::vector<int64_t>{n_layers, width[s]};
+        return std::vector<int64_t>{n_layers, kAbsHistBins};
+      }
+    return std::vector<int64_t>{};
+  };
+  if (name == "act_absmax") return {&channel_absmax[s], nullptr, sh("act_absmax")};
+  if (name == "abs_hist") return {nullptr, &abs_hist[s], sh("abs_hist")};
+  if (name == "outlier_threshold") return {&outlier_threshold[s], nullptr, sh("outlier_threshold")};
+  if (name == "outlier_count") return {nullptr, &outlier_count[s], sh("outlier_count")};
+  if (name == "outlier_seq_channels")
+    return {nullptr, &outlier_seq_channels[s], sh("outlier_seq_channels")};
+  if (name == "outlier_seqs") return {nullptr, &outlier_seqs[s], sh("outlier_seqs")};
+  std::string known;
+  for (const auto& spec : kSchema) known += (known.empty() ? "" : ", ") + std::string(spec.name);
+  throw InvalidArgument("[Calibration] unknown array '" + name + "' (" + known + ")");
+}
 
 void Calibration::save(const std::string& path, const ModelConfig& model,
                        const nlohmann::json& provenance) const {
@@ -240,13 +242,13 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
   w.attr("/", "model_name", model.name);
   w.attr("/", "model_config", model.to_json().dump());
   w.attr("/", "tokens", tokens);
-  auto& self = const_cast<Calibration&>(*this);  // site_arrays hands out mutable views
+  auto& self = const_cast<Calibration&>(*this);  // array() hands out mutable views
   for (const auto& spec : kSchema) {
     for (int s = 0; s < kNumLinearSites; ++s) {
-      const auto a = site_arrays(self, spec.name, s);
+      const auto a = self.array(spec.name, static_cast<LinearSite>(s));
       const size_t n = a.f ? a.f->size() : a.i->size();
       if (n == 0) continue;  // its step did not run
-      const auto shape = spec_shape(spec, n_layers, width[s]);
+      const auto& shape = a.shape;
       const std::string ds =
           std::string(spec.name) + "/" + linear_site_name(static_cast<LinearSite>(s));
       if (a.f) w.write(ds, shape, a.f->data());
@@ -319,7 +321,8 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
           std::string("/") + spec.name + "/" + linear_site_name(static_cast<LinearSite>(s));
       if (!f.has(ds)) continue;
       ++present;
-      const auto want = spec_shape(spec, c.n_layers, c.width[s]);
+      const auto a = c.array(spec.name, static_cast<LinearSite>(s));
+      const auto& want = a.shape;
       const auto got = f.shape(ds);
       if (got != want) {
         auto str = [](const std::vector<int64_t>& v) {
@@ -330,7 +333,6 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
         throw FormatError("[Calibration] '" + path + "': " + ds + " has shape " + str(got) +
                           ", the schema gives " + str(want) + " for this model");
       }
-      const auto a = site_arrays(c, spec.name, s);
       if (a.f) {
         TensorF32 t = f.read_f32(ds);
         *a.f = std::move(t.data);

@@ -82,16 +82,6 @@ const float* site_bias(const LayerWeights& L, LinearSite s) {
   return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
 }
 
-int64_t site_out(const ModelConfig& c, LinearSite s) {
-  switch (s) {
-    case LinearSite::AttnIn: return c.q_dim() + 2 * c.kv_dim();
-    case LinearSite::AttnOut: return c.d_model;
-    case LinearSite::MlpIn: return 2 * c.d_ff;
-    case LinearSite::MlpAct: return c.d_model;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int64_t PreparedLinears::weight_bytes() const {
@@ -165,8 +155,8 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
       std::span<const float> absmax;
       if (calib_) absmax = calib_->absmax(l, site);
       prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(
-          site_weights(L, site), site_out(c, site), linear_site_width(c, site), site_bias(L, site),
-          plan.linear, absmax,
+          site_weights(L, site), linear_out_width(c, site), linear_site_width(c, site),
+          site_bias(L, site), plan.linear, absmax,
           shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)]);
     }
   spdlog::debug("prepared linears for plan '{}': {} weight bytes", plan.name, prep->weight_bytes());
@@ -205,7 +195,7 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
     if (op.site == site) g.graph = subgraph(plan, g.owner.get(), op.subgraph, layer, rows, -1);
   // The graph's input is the linear's input (the norms of attn_in/mlp_in run before it).
   g.graph.in_cols = linear_site_width(c, site);
-  g.graph.out_cols = site_out(c, site);
+  g.graph.out_cols = linear_out_width(c, site);
   if (g.owner) {
     g.linear = &g.owner->at(layer, site);
   } else {
@@ -248,8 +238,8 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
                 ? &(*shadow_sink)[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(site))]
                 : nullptr);
       else
-        k::linear(in, N, w, w, site_weights(L, site), site_out(c, site), site_bias(L, site), out,
-                  ldo);
+        k::linear(in, N, w, w, site_weights(L, site), linear_out_width(c, site), site_bias(L, site),
+                  out, ldo);
     };
     std::optional<npu::SubgraphKind> current;
     // The block description's ops in order (block.h); in chunked prefill every subgraph is a
@@ -502,8 +492,8 @@ std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
           seqs > 0 ? static_cast<double>(calib->outlier_seq_channels[s][static_cast<size_t>(l)]) /
                          static_cast<double>(seqs)
                    : 0.0;
-      ld.cold_fetch_bytes = ld.outlier_channels * (1.0 - plan.linear.shadow->hot_share) *
-                            static_cast<double>(site_out(c, site)) * sizeof(float);
+      ld.cold_fetch_bytes =
+          cold_fetch_bytes(c, site, ld.outlier_channels, plan.linear.shadow->hot_share);
     }
   return loads;
 }

@@ -11,13 +11,7 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
   const double build = p.number("/cost_model/graph/build_ms", why);
   const double optimize = p.number("/cost_model/graph/optimize_ms", why);
   const double ref = p.number("/cost_model/graph/reference_linear_params", why);
-  int64_t params = 0;
-  for (const BlockOpInfo& op : decoder_block())
-    if (op.site) {
-      const soc::OpDesc d = describe_op(c, Plan{}, op.op, 1, 1);
-      params += d.k * d.n;
-    }
-  const double scale = static_cast<double>(params * c.n_layers) / ref;
+  const double scale = static_cast<double>(linear_params_per_block(c) * c.n_layers) / ref;
   return {build * scale, optimize * scale};
 }
 

@@ -68,6 +68,10 @@ soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int6
 npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, npu::SubgraphKind kind,
                                    int64_t layer, int64_t rows, int64_t chunk_index);
 
+// Output width of the linear at a site (its weight's rows), and the linear weights of one block.
+int64_t linear_out_width(const ModelConfig& c, LinearSite site);
+int64_t linear_params_per_block(const ModelConfig& c);
+
 // Graph census of one chunked prefill from the config alone: the graphs the engine acquires.
 npu::GraphCacheStats graph_census(const ModelConfig& c, const Plan& plan, int64_t prompt_len,
                                   int64_t chunk_len, bool sharing = true);
@@ -93,6 +97,9 @@ struct ShadowLoad {
 // are round(pruning_rate * n), keeping first the FFN-down inputs of evenly spaced layers (on
 // SmolLM2 the profile keeps down-projection inputs almost only: notebooks/02_outliers.ipynb).
 constexpr double kDefaultShadowChannels = 10.0;
+// Bytes of the fp32 weight columns `channels` outlier channels of a site's input fetch from flash
+// when a share hot_share of them is resident.
+double cold_fetch_bytes(const ModelConfig& c, LinearSite site, double channels, double hot_share);
 std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant::ShadowOptions& o,
                                               double channels = kDefaultShadowChannels);
 

@@ -46,6 +46,16 @@ struct Calibration {
   static constexpr int kFormatVersion = 3;
   static std::span<const CalibrationArraySpec> schema();
 
+  // One array of the schema for one site, by name: a view of its storage (float or int64; empty
+  // until its step ran) and the shape the schema gives it for this model. InvalidArgument
+  // listing the schema's names for an unknown one.
+  struct ArrayRef {
+    std::vector<float>* f = nullptr;
+    std::vector<int64_t>* i = nullptr;
+    std::vector<int64_t> shape;
+  };
+  ArrayRef array(const std::string& name, LinearSite site);
+
   int64_t n_layers = 0;
   std::array<int64_t, kNumLinearSites> width{};
   // Per site: [n_layers, width] row-major running max of |x| per input channel.

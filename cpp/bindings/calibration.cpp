@@ -30,11 +30,12 @@ void calib_set(Calibration& c, const std::string& name, const std::string& site,
     throw ShapeError("[Calibration] '" + name + "' of site '" + site + "' needs shape " + want +
                      "], got " + shape_str(arr));
   }
+  const std::string what = "[Calibration] '" + name + "' of site '" + site + "'";
   if (a.f) {
-    auto v = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(arr);
+    const auto v = numeric_array<float>(arr, what);
     a.f->assign(v.data(), v.data() + v.size());
   } else {
-    auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    const auto v = numeric_array<int64_t>(arr, what);
     a.i->assign(v.data(), v.data() + v.size());
   }
 }
@@ -138,8 +139,8 @@ void init_calibration(py::module_& m) {
           "1.1%).")
       .def(
           "set_outlier_thresholds",
-          [](Calibration& c, const std::string& site,
-             py::array_t<float, py::array::c_style | py::array::forcecast> t) {
+          [](Calibration& c, const std::string& site, const py::handle& thresholds) {
+            const auto t = numeric_array<float>(thresholds, "[Calibration] thresholds");
             if (t.ndim() != 1)
               throw ShapeError("[Calibration] thresholds must be 1-D [n_layers], got " +
                                shape_str(t));

@@ -23,11 +23,42 @@ inline py::array_t<float> to_numpy(TensorF32&& t) {
 }
 
 py::object json_to_py(const nlohmann::json& j);
-nlohmann::json py_to_json(const py::handle& o);
+// Python (dict, list, str, int, float, bool, None, numpy scalars) -> JSON; InvalidArgument
+// prefixed by `fn` for NaN/inf, integers beyond 64 bits, non-string keys or other types.
+nlohmann::json py_to_json(const py::handle& o, const char* fn = "socllm");
 
 // Token ids from Python ints (list, tuple or integer numpy array), range-checked
 // before narrowing so 2**40 is reported, not wrapped.
 std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn);
+
+// A Python integer (or numpy integer) as int64; InvalidArgument naming `name` and the value if
+// it is not an integer or does not fit (pybind11 would raise a TypeError about the signature).
+int64_t to_int64(const py::handle& v, const char* fn, const char* name);
+
+// `obj` (an array or anything numpy.asarray takes) as a C-contiguous array of T. Only bool,
+// integer and float data convert: numpy would turn an object array's None into NaN, and
+// pybind11's ensure() gives a null array for strings. InvalidArgument names `what` and the dtype.
+template <typename T>
+py::array_t<T, py::array::c_style | py::array::forcecast> numeric_array(const py::handle& obj,
+                                                                        const std::string& what) {
+  py::array a = py::array::ensure(obj);
+  if (!a) {
+    PyErr_Clear();
+    throw InvalidArgument(what + " must be a numeric array, got " +
+                          std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  const char kind = a.dtype().kind();
+  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f')
+    throw InvalidArgument(what + " must be a numeric array, got dtype " +
+                          std::string(py::str(a.dtype())));
+  auto out = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (!out) {
+    PyErr_Clear();
+    throw InvalidArgument(what + " cannot be converted from dtype " +
+                          std::string(py::str(a.dtype())));
+  }
+  return out;
+}
 
 }  // namespace socllm::py_bind
 

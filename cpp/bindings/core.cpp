@@ -1,6 +1,8 @@
 // Mirrors cpp/include/socllm/core.h: error classes, logging, threads.
 #include <pybind11/stl.h>
 
+#include <cmath>
+
 #include "common.h"
 
 namespace socllm::py_bind {
@@ -48,10 +50,75 @@ py::object json_to_py(const nlohmann::json& j) {
   }
 }
 
-nlohmann::json py_to_json(const py::handle& o) {
-  py::module_ json = py::module_::import("json");
-  std::string s = py::str(json.attr("dumps")(o));
-  return nlohmann::json::parse(s);
+nlohmann::json py_to_json(const py::handle& o, const char* fn) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument(std::string("[") + fn + "] " + why + ": " +
+                           std::string(py::repr(o)).substr(0, 200));
+  };
+  if (o.is_none()) return nullptr;
+  if (PyBool_Check(o.ptr())) return o.ptr() == Py_True;
+  if (PyLong_Check(o.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+    if (overflow == 0) return static_cast<int64_t>(v);
+    const unsigned long long u = PyLong_AsUnsignedLongLong(o.ptr());
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw bad("integer does not fit in 64 bits");
+    }
+    return static_cast<uint64_t>(u);
+  }
+  if (PyFloat_Check(o.ptr())) {
+    const double v = PyFloat_AsDouble(o.ptr());
+    if (!std::isfinite(v)) throw bad("numbers must be finite");
+    return v;
+  }
+  if (PyUnicode_Check(o.ptr())) {
+    Py_ssize_t n = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(o.ptr(), &n);
+    if (!s) {
+      PyErr_Clear();
+      throw bad("string is not valid Unicode");
+    }
+    return std::string(s, static_cast<size_t>(n));
+  }
+  if (PyDict_Check(o.ptr())) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto [k, v] : py::reinterpret_borrow<py::dict>(o)) {
+      if (!PyUnicode_Check(k.ptr())) throw bad("dictionary keys must be strings");
+      j[py_to_json(k, fn).get<std::string>()] = py_to_json(v, fn);
+    }
+    return j;
+  }
+  if (PyList_Check(o.ptr()) || PyTuple_Check(o.ptr())) {
+    nlohmann::json j = nlohmann::json::array();
+    for (py::handle v : o) j.push_back(py_to_json(v, fn));
+    return j;
+  }
+  // numpy scalars and 0-d arrays (np.int64(64), np.float32(0.5), np.bool_) as their Python value
+  static const py::object np_generic = py::module_::import("numpy").attr("generic");
+  if (py::isinstance(o, np_generic) ||
+      (py::isinstance<py::array>(o) && py::reinterpret_borrow<py::array>(o).ndim() == 0))
+    return py_to_json(o.attr("item")(), fn);
+  throw bad("cannot use a value of type " + std::string(py::str(py::type::of(o).attr("__name__"))) +
+            " here");
+}
+
+int64_t to_int64(const py::handle& v, const char* fn, const char* name) {
+  PyObject* idx = PyNumber_Index(v.ptr());  // ints and numpy integers, not floats or bools' kin
+  if (!idx || PyBool_Check(v.ptr())) {
+    Py_XDECREF(idx);
+    PyErr_Clear();
+    throw InvalidArgument(std::string("[") + fn + "] " + name + " must be an integer, got " +
+                          std::string(py::repr(v)).substr(0, 100));
+  }
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(idx, &overflow);
+  Py_DECREF(idx);
+  if (overflow != 0)
+    throw InvalidArgument(std::string("[") + fn + "] " + name + " = " +
+                          std::string(py::repr(v)).substr(0, 100) + " does not fit in 64 bits");
+  return x;
 }
 
 std::vector<int32_t> to_token_ids(const py::handle& seq, const char* fn) {
@@ -120,17 +187,34 @@ void init_core(py::module_& m) {
       PyErr_SetString(s_format, e.what());
     } catch (const Unsupported& e) {
       PyErr_SetString(s_unsupported, e.what());
+    } catch (const Interrupted&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
     } catch (const Error& e) {
       PyErr_SetString(s_base, e.what());
     }
+  });
+  // Long calls poll for Ctrl-C between layers (core.h): a signal Python has caught is pending
+  // until the main thread runs Python again, so ask it here. The KeyboardInterrupt itself is
+  // raised by the translator above once the call has unwound.
+  set_interrupt_hook([]() -> bool {
+    if (!Py_IsInitialized()) return false;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    PyErr_Clear();
+    return true;
   });
 
   m.def("set_log_level", &set_log_level, py::arg("level"),
         "C++ log level: trace, debug, info, warn, error, critical, off.");
   m.def("log_level", &log_level);
-  m.def("set_num_threads", &set_num_threads, py::arg("n"),
-        "Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2.");
+  m.def(
+      "set_num_threads",
+      [](const py::handle& n) { set_num_threads(to_int64(n, "set_num_threads", "n")); },
+      py::arg("n"),
+      "Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2, at most "
+      "max_num_threads() (4 per CPU).");
   m.def("num_threads", &num_threads);
+  m.def("max_num_threads", &max_num_threads);
   m.def(
       "blas_info",
       [] {

@@ -54,8 +54,8 @@ void init_engine(py::module_& m) {
                              [](const LinearGraph& g) { return g.graph.weight_bytes; })
       .def(
           "run",
-          [](const LinearGraph& g,
-             py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+          [](const LinearGraph& g, const py::handle& x_obj) {
+            const auto x = numeric_array<float>(x_obj, "[StaticGraph] input");
             if (x.ndim() != 2)
               throw ShapeError("[StaticGraph] input must be 2-D, got " + shape_str(x));
             TensorF32 y;
@@ -261,15 +261,17 @@ void init_engine(py::module_& m) {
           "log p(x_t | x_<t) for t = 1..T-1 of each sequence, float32 arrays.")
       .def(
           "generate_greedy",
-          [](const Engine& e, const py::handle& prompt, int64_t max_new_tokens,
-             const std::vector<int32_t>& stop_ids, const py::handle& plan) {
+          [](const Engine& e, const py::handle& prompt, const py::handle& max_new_tokens,
+             const py::handle& stop_ids, const py::handle& plan) {
             auto ids = to_token_ids(prompt, "Engine.generate");
+            const int64_t n = to_int64(max_new_tokens, "Engine.generate", "max_new_tokens");
+            auto stop = to_token_ids(stop_ids, "Engine.generate");
             Plan p = plan_from_py(plan);
             py::gil_scoped_release nogil;
-            return e.generate_greedy(ids, max_new_tokens, stop_ids, p);
+            return e.generate_greedy(ids, n, stop, p);
           },
-          py::arg("prompt"), py::arg("max_new_tokens"),
-          py::arg("stop_ids") = std::vector<int32_t>{}, py::arg("plan") = "fp32");
+          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("stop_ids") = py::list(),
+          py::arg("plan") = "fp32");
 }
 
 }  // namespace socllm::py_bind

@@ -15,7 +15,7 @@ namespace socllm::py_bind {
 Plan plan_from_py(const py::handle& p) {
   if (py::isinstance<Plan>(p)) return p.cast<Plan>();
   if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
-  if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p));
+  if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p, "Plan"));
   throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
                         std::string(py::str(py::type::of(p).attr("__name__"))) + " " +
                         Plan::known_list());
@@ -85,8 +85,9 @@ void init_plan(py::module_& m) {
       "graph_census",
       [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
          bool sharing) {
-        return graph_stats_to_py(graph_census(ModelConfig::from_json(py_to_json(config)),
-                                              plan_from_py(plan), prompt_len, chunk_len, sharing));
+        return graph_stats_to_py(
+            graph_census(ModelConfig::from_json(py_to_json(config, "ModelConfig")),
+                         plan_from_py(plan), prompt_len, chunk_len, sharing));
       },
       py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
       py::arg("sharing") = true,
@@ -96,7 +97,7 @@ void init_plan(py::module_& m) {
       "task_graph",
       [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
          double shadow_channels) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config));
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         PrefillGraphOptions o;
         if (p.linear.shadow)

@@ -102,7 +102,7 @@ void init_sched(py::module_& s) {
       [](const py::object& config, const py::handle& plan, const py::object& profile,
          int64_t prompt_len, int64_t chunk_len, const std::string& policy, bool runtime_graph_build,
          double shadow_channels, int64_t optimal_max_tasks) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config));
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         const auto prof = py_to_json(profile);
         const auto dev =

@@ -1,4 +1,4 @@
-#include <numeric>
+#include <atomic>
 #include <sstream>
 
 #include "socllm/core.h"
@@ -12,7 +12,28 @@ TensorF32::TensorF32(std::vector<int64_t> shape_) : shape(std::move(shape_)) {
 }
 
 int64_t TensorF32::numel() const {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+  int64_t n = 1;
+  for (int64_t d : shape) n = checked_mul(n, d, "[TensorF32] element count of " + shape_str(shape));
+  return n;
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out))
+    throw ShapeError(what + ": " + std::to_string(a) + " x " + std::to_string(b) +
+                     " does not fit in 64 bits");
+  return out;
+}
+
+namespace {
+std::atomic<InterruptHook> g_interrupt_hook{nullptr};
+}
+
+void set_interrupt_hook(InterruptHook hook) { g_interrupt_hook = hook; }
+
+void check_interrupt() {
+  const InterruptHook hook = g_interrupt_hook.load();
+  if (hook && hook()) throw Interrupted("[socllm] interrupted");
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {

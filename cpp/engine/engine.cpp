@@ -22,6 +22,57 @@ KVCache::KVCache(const ModelConfig& config, int64_t capacity)
   v_.assign(static_cast<size_t>(config.n_layers), std::vector<float>(n));
 }
 
+KVCache::KVCache(KVCache&& o) noexcept
+    : capacity_(o.capacity_),
+      length_(o.length_),
+      n_layers_(o.n_layers_),
+      kv_dim_(o.kv_dim_),
+      k_(std::move(o.k_)),
+      v_(std::move(o.v_)) {}
+
+KVCache& KVCache::operator=(KVCache&& o) noexcept {
+  capacity_ = o.capacity_;
+  length_ = o.length_;
+  n_layers_ = o.n_layers_;
+  kv_dim_ = o.kv_dim_;
+  k_ = std::move(o.k_);
+  v_ = std::move(o.v_);
+  return *this;
+}
+
+void KVCache::clear() {
+  if (in_use_.load())
+    throw InvalidArgument("[KVCache.clear] the cache is in use by a running call");
+  length_ = 0;
+}
+
+// Marks the caches of one call in use for its duration (see KVCache): all or none.
+class KVCacheUse {
+ public:
+  KVCacheUse(const std::vector<KVCache*>& caches, const char* fn) {
+    for (KVCache* c : caches) {
+      bool expected = false;
+      if (!c->in_use_.compare_exchange_strong(expected, true)) {
+        release();
+        throw InvalidArgument(std::string("[") + fn +
+                              "] this KV cache is in use by another call (a cache serves one "
+                              "call at a time; give each thread its own cache)");
+      }
+      held_.push_back(c);
+    }
+  }
+  ~KVCacheUse() { release(); }
+  KVCacheUse(const KVCacheUse&) = delete;
+  KVCacheUse& operator=(const KVCacheUse&) = delete;
+
+ private:
+  void release() {
+    for (KVCache* c : held_) c->in_use_ = false;
+    held_.clear();
+  }
+  std::vector<KVCache*> held_;
+};
+
 int64_t KVCache::bytes() const {
   return static_cast<int64_t>(2 * k_.size()) * capacity_ * kv_dim_ *
          static_cast<int64_t>(sizeof(float));
@@ -246,6 +297,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
     // static graph of the chunk length: acquire it (built once, or per chunk for attention)
     // and check the input has its shape.
     for (const BlockOpInfo& op : decoder_block()) {
+      check_interrupt();  // Ctrl-C stops a long call within one op's time
       if (chunk_index >= 0 && op.subgraph != current) {
         current = op.subgraph;
         const npu::StaticGraph& g =
@@ -417,6 +469,16 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
     N += T;
     prefill = prefill || T > 1 || record;  // a recorded prefill runs its one token chunked too
   }
+  if (plan.chunk_len > c.context_length)
+    throw InvalidArgument("[Engine.forward] chunk length " + std::to_string(plan.chunk_len) +
+                          " exceeds the model's context length " +
+                          std::to_string(c.context_length));
+  for (size_t i = 0; i < caches.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (caches[i] == caches[j])
+        throw InvalidArgument("[Engine.forward] sequences " + std::to_string(j) + " and " +
+                              std::to_string(i) + " share one KV cache");
+  const KVCacheUse in_use(caches, "Engine.forward");
   const auto prep = prepare(plan);
   // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
   // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.
@@ -607,15 +669,15 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt,
     throw InvalidArgument("[Engine.generate] max_new_tokens must be >= 0, got " +
                           std::to_string(max_new_tokens));
   check_tokens(prompt, "Engine.generate");
-  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
   const int64_t ctx = model_->config().context_length;
-  if (total > ctx)
+  // Compared before adding: max_new_tokens may be anything up to 2^63 - 1.
+  if (max_new_tokens > ctx - static_cast<int64_t>(prompt.size()))
     throw ContextOverflow("[Engine.generate] prompt of " + std::to_string(prompt.size()) +
                           " tokens + " + std::to_string(max_new_tokens) +
                           " new tokens exceeds the model's context length " + std::to_string(ctx));
   std::vector<int32_t> out;
   if (max_new_tokens == 0) return out;
-  KVCache cache = new_cache(total);
+  KVCache cache = new_cache(static_cast<int64_t>(prompt.size()) + max_new_tokens);
   TensorF32 lg = step(cache, prompt, false, plan);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const int32_t tok = static_cast<int32_t>(k::argmax(lg.ptr(), lg.dim(1)));

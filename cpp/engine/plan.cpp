@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <functional>
 
 #include "socllm/core.h"
@@ -227,19 +229,23 @@ void apply_ops_placement(Plan& plan, const json& ops) {
   }
 }
 
-// Number from a "key=value" string: integer if it parses fully as one, else double.
-// A number if the text is one, else the text itself (string options such as weights=...);
-// from_json checks the type against the option's default.
-json parse_scalar(const std::string& v) {
-  try {
-    size_t used = 0;
-    const long long i = std::stoll(v, &used);
-    if (used == v.size()) return i;
-    const double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (const std::exception&) {
-  }
-  return v;
+// A number if the text is one (an integer if it parses fully as one: "64"; else a decimal:
+// ".5", "1e-3"), else the text itself (string options such as weights=...); from_json checks the
+// type against the option's default. A number that does not fit (1e400, 2^64) or is not finite
+// is an error naming it, not a string.
+json parse_scalar(const std::string& key, const std::string& v) {
+  const char *b = v.data(), *e = v.data() + v.size();
+  int64_t i = 0;
+  const auto ri = std::from_chars(b, e, i);
+  if (ri.ptr == e && ri.ec == std::errc()) return i;
+  double d = 0;
+  const auto rd = std::from_chars(b, e, d);
+  if (rd.ptr != e || v.empty()) return v;
+  if (ri.ptr == e || rd.ec != std::errc() || !std::isfinite(d))
+    throw InvalidArgument("[Plan] option " + key + "=" + v + " is out of range (" +
+                          (ri.ptr == e ? "integers fit in 64 bits" : "numbers must be finite") +
+                          ")");
+  return d;
 }
 
 }  // namespace
@@ -369,7 +375,7 @@ Plan Plan::parse(const std::string& text) {
       const size_t eq = kv.find('=');
       if (eq == std::string::npos || eq == 0)
         throw InvalidArgument("[Plan] expected key=value in '" + text + "', got '" + kv + "'");
-      j[kv.substr(0, eq)] = parse_scalar(kv.substr(eq + 1));
+      j[kv.substr(0, eq)] = parse_scalar(kv.substr(0, eq), kv.substr(eq + 1));
       start = comma + 1;
     }
   }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -50,6 +51,7 @@ class Cursor {
     return s;
   }
   size_t pos() const { return pos_; }
+  size_t remaining() const { return size_ - pos_; }
 
  private:
   void need(uint64_t n) const {
@@ -84,22 +86,48 @@ nlohmann::json read_scalar(Cursor& c, uint32_t type, const std::string& key) {
   }
 }
 
-nlohmann::json read_value(Cursor& c, uint32_t type, const std::string& key) {
+// Bytes an element of a metadata type takes at least (a string: its u64 length).
+uint64_t min_value_bytes(uint32_t type) {
+  switch (type) {
+    case kU8:
+    case kI8:
+    case kBool: return 1;
+    case kU16:
+    case kI16: return 2;
+    case kU32:
+    case kI32:
+    case kF32: return 4;
+    default: return 8;  // u64, i64, f64, string length, array header
+  }
+}
+
+nlohmann::json read_value(Cursor& c, uint32_t type, const std::string& key,
+                          const std::string& path) {
   if (type != kArray) return read_scalar(c, type, key);
   uint32_t elem = c.read<uint32_t>();
   uint64_t n = c.read<uint64_t>();
   if (elem == kArray) throw Unsupported("[GgufFile] nested arrays in metadata key '" + key + "'");
+  // The count is checked against the bytes left before anything is read or reserved: a corrupt
+  // count must not grow memory until the file runs out.
+  if (n > c.remaining() / min_value_bytes(elem))
+    throw FormatError("[GgufFile] metadata array '" + key + "' in '" + path + "' claims " +
+                      std::to_string(n) + " elements, more than the " +
+                      std::to_string(c.remaining()) + " bytes left in the file hold");
   nlohmann::json arr = nlohmann::json::array();
-  // Each element takes at least one byte, so a count beyond the file size is corruption.
   for (uint64_t i = 0; i < n; ++i) arr.push_back(read_scalar(c, elem, key));
   return arr;
 }
+
+// Bytes a tensor index entry takes at least: name length, n_dims, one dimension, type, offset.
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
+// A metadata entry: key length, value type, a one-byte value.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 
 }  // namespace
 
 int64_t GgufTensorInfo::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_mul(n, d, "[GgufFile] tensor '" + name + "'");
   return n;
 }
 
@@ -133,20 +161,28 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
                         "' (supported: 2, 3)");
     uint64_t n_tensors = c.read<uint64_t>();
     uint64_t n_kv = c.read<uint64_t>();
-    if (n_tensors > size_ || n_kv > size_)
-      throw FormatError("[GgufFile] implausible counts in '" + path + "' (tensors " +
-                        std::to_string(n_tensors) + ", kv " + std::to_string(n_kv) + ")");
+    if (n_kv > c.remaining() / kMinKvBytes)
+      throw FormatError("[GgufFile] '" + path + "' claims " + std::to_string(n_kv) +
+                        " metadata entries (n_kv), more than its " + std::to_string(size_) +
+                        " bytes hold");
+    if (n_tensors > c.remaining() / kMinTensorInfoBytes)
+      throw FormatError("[GgufFile] '" + path + "' claims " + std::to_string(n_tensors) +
+                        " tensors (n_tensors), more than its " + std::to_string(size_) +
+                        " bytes hold");
     metadata_ = nlohmann::json::object();
     for (uint64_t i = 0; i < n_kv; ++i) {
       std::string key = c.read_string();
       uint32_t type = c.read<uint32_t>();
-      metadata_[key] = read_value(c, type, key);
+      metadata_[key] = read_value(c, type, key, path);
     }
     if (metadata_.contains("general.alignment")) {
       const auto& a = metadata_["general.alignment"];
       if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 ||
           (a.get<uint64_t>() & (a.get<uint64_t>() - 1)) != 0)
         throw FormatError("[GgufFile] general.alignment must be a power of two, got " + a.dump());
+      if (a.get<uint64_t>() > size_)  // also keeps the data offset's rounding from wrapping
+        throw FormatError("[GgufFile] general.alignment " + a.dump() + " exceeds the size of '" +
+                          path + "'");
       alignment_ = a.get<uint64_t>();
     }
     tensors_.reserve(n_tensors);
@@ -181,6 +217,16 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       auto& t = tensors_[i];
+      // Offsets are relative to the data section, aligned (gguf.md), and inside the file:
+      // checked before adding so a huge offset cannot wrap around 2^64.
+      if (rel_offsets[i] % alignment_ != 0)
+        throw FormatError("[GgufFile] tensor '" + t.name + "' in '" + path + "' has offset " +
+                          std::to_string(rel_offsets[i]) + ", not a multiple of the alignment " +
+                          std::to_string(alignment_));
+      if (data_offset_ > size_ || rel_offsets[i] > size_ - data_offset_)
+        throw FormatError("[GgufFile] tensor '" + t.name + "' in '" + path + "' has offset " +
+                          std::to_string(rel_offsets[i]) + " past the end of the file (" +
+                          std::to_string(size_) + " bytes)");
       t.offset = data_offset_ + rel_offsets[i];
       // Size is only known for types we can decode; others are listed but not readable.
       try {
@@ -194,10 +240,23 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
         t.n_bytes = 0;
         continue;
       }
-      if (t.offset > size_ || t.n_bytes > size_ - t.offset)
+      if (t.n_bytes > size_ - t.offset)
         throw FormatError("[GgufFile] truncated file '" + path + "': tensor '" + t.name +
                           "' needs bytes up to " + std::to_string(t.offset + t.n_bytes) +
                           ", file has " + std::to_string(size_));
+    }
+    // No two tensors may share bytes: one would silently read the other's data.
+    std::vector<const GgufTensorInfo*> by_offset;
+    for (const auto& t : tensors_)
+      if (t.n_bytes > 0) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const auto* a, const auto* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+      const auto &a = *by_offset[i - 1], &b = *by_offset[i];
+      if (a.offset + a.n_bytes > b.offset)
+        throw FormatError("[GgufFile] tensors '" + a.name + "' and '" + b.name + "' in '" + path +
+                          "' overlap (bytes " + std::to_string(a.offset) + "+" +
+                          std::to_string(a.n_bytes) + " and " + std::to_string(b.offset) + ")");
     }
   } catch (...) {
     ::munmap(const_cast<uint8_t*>(map_), size_);

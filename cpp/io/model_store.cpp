@@ -1,12 +1,16 @@
 #include "socllm/model_store.h"
 
 #include <hdf5.h>
+#include <signal.h>
 #include <sys/stat.h>
-
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <random>
 
 namespace socllm {
 namespace {
@@ -179,7 +183,7 @@ std::vector<int64_t> H5File::read_i64(const std::string& dataset_path) const {
   std::vector<int64_t> out(static_cast<size_t>(n));
   if (n > 0 && H5Dread(d.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
-                      "' (truncated or corrupt)");
+                      "' (checksum mismatch, truncated or corrupt)");
   return out;
 }
 
@@ -216,14 +220,48 @@ nlohmann::json H5File::attr_json(const std::string& obj, const std::string& name
 }
 
 TensorF32 H5File::read_f32(const std::string& dataset_path) const {
-  std::vector<int64_t> shape = this->shape(dataset_path);
+  return read_f32(dataset_path, this->shape(dataset_path));
+}
+
+TensorF32 H5File::read_f32(const std::string& dataset_path,
+                           const std::vector<int64_t>& expected) const {
+  const std::vector<int64_t> shape = this->shape(dataset_path);
+  // Checked before allocating: a corrupt file's shape must not decide how much memory we take.
+  if (shape != expected)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' has shape " +
+                      shape_str(shape) + ", expected " + shape_str(expected));
   Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ +
+                      "' does not hold numbers");
   TensorF32 out(shape);
   if (out.numel() > 0 &&
       H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.ptr()) < 0)
     throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
-                      "' (truncated or corrupt)");
+                      "' (checksum mismatch, truncated or corrupt)");
   return out;
+}
+
+bool H5File::has_checksum(const std::string& dataset_path) const {
+  Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  if (d.id < 0)
+    throw FormatError("[H5File] '" + dataset_path + "' in '" + path_ + "' is not a dataset");
+  Handle plist{H5Dget_create_plist(d.id), H5Pclose};
+  unsigned flags = 0;
+  size_t n_values = 0;
+  return H5Pget_filter_by_id2(plist.id, H5Z_FILTER_FLETCHER32, &flags, &n_values, nullptr, 0,
+                              nullptr, nullptr) >= 0;
+}
+
+int64_t H5File::count_members(const std::string& group_path) const {
+  Handle g{H5Gopen2(id_, group_path.c_str(), H5P_DEFAULT), H5Gclose};
+  if (g.id < 0) throw FormatError("[H5File] '" + path_ + "' has no group '" + group_path + "'");
+  H5G_info_t info{};
+  if (H5Gget_info(g.id, &info) < 0)
+    throw FormatError("[H5File] cannot read group '" + group_path + "' in '" + path_ + "'");
+  return static_cast<int64_t>(info.nlinks);
 }
 
 }  // namespace socllm
@@ -232,12 +270,64 @@ TensorF32 H5File::read_f32(const std::string& dataset_path) const {
 
 namespace socllm {
 
-H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
+namespace {
+namespace fs = std::filesystem;
+
+// Temporary files are ".NAME.PID-HEX.tmp" beside NAME (the convention io_utils.py follows too):
+// a killed writer's file is recognised by its dead PID and removed by the next writer.
+std::string temp_prefix(const fs::path& dest) { return "." + dest.filename().string() + "."; }
+
+void remove_stale_temps(const fs::path& dest) {
+  std::error_code ec;
+  const std::string prefix = temp_prefix(dest);
+  for (const auto& e : fs::directory_iterator(dest.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= prefix.size() + 4 || n.compare(0, prefix.size(), prefix) != 0 ||
+        n.compare(n.size() - 4, 4, ".tmp") != 0)
+      continue;
+    const std::string mid = n.substr(prefix.size(), n.size() - prefix.size() - 4);
+    const auto dash = mid.find('-');
+    if (dash == 0 || dash == std::string::npos || mid.find_first_not_of("0123456789") != dash)
+      continue;
+    const long pid = std::strtol(mid.substr(0, dash).c_str(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      fs::remove(e.path(), ec);  // its writer is gone
+  }
+}
+
+// Where `path` really is: a symlink is written through (its target replaced, the link kept).
+fs::path write_target(const std::string& path) {
+  std::error_code ec;
+  fs::path p(path);
+  // Followed by hand: a dangling link names the file to create, which canonical() cannot give.
+  constexpr int kMaxLinkHops = 40;  // as the kernel's ELOOP limit
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    if (hops == kMaxLinkHops)
+      throw InvalidArgument("[H5Writer] too many levels of symbolic links in '" + path + "'");
+    const fs::path t = fs::read_symlink(p, ec);
+    p = t.is_absolute() ? t : p.parent_path() / t;
+  }
+  const auto st = fs::status(p, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw InvalidArgument("[H5Writer] cannot write an HDF5 file to '" + path +
+                          "': it exists and is not a regular file");
+  return p;
+}
+}  // namespace
+
+H5Writer::H5Writer(std::string path) : path_(write_target(path).string()) {
   silence_hdf5();
-  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
-  id_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const fs::path dest(path_);
+  const fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
+  remove_stale_temps(dest.has_parent_path() ? dest : fs::path(".") / dest);
+  std::random_device rd;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(rd()));
+  tmp_ = (dir / (temp_prefix(dest) + std::to_string(::getpid()) + "-" + hex + ".tmp")).string();
+  id_ = H5Fcreate(tmp_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
   if (id_ < 0)
-    throw InvalidArgument("[H5Writer] cannot create '" + tmp_ + "' (is the folder writable?)");
+    throw InvalidArgument("[H5Writer] cannot write '" + path + "': cannot create a file in '" +
+                          dir.string() + "' (" + std::strerror(errno) + ")");
 }
 
 H5Writer::~H5Writer() {
@@ -296,11 +386,13 @@ void H5Writer::write_raw(const std::string& path, const std::vector<int64_t>& sh
   if (n > 0 && !dims.empty()) {
     H5Pset_chunk(dcpl.id, static_cast<int>(dims.size()), dims.data());
     H5Pset_deflate(dcpl.id, 4);
+    H5Pset_fletcher32(dcpl.id);  // verified by every read: a flipped byte is an error
   }
   Handle d{H5Dcreate2(id_, path.c_str(), file_type, sp.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
            H5Dclose};
   if (d.id < 0 || (n > 0 && H5Dwrite(d.id, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-    throw InvalidArgument("[H5Writer] cannot write dataset '" + path + "' to '" + tmp_ + "'");
+    throw InvalidArgument("[H5Writer] cannot write dataset '" + path + "' to '" + path_ +
+                          "' (disk full?)");
 }
 
 void H5Writer::write(const std::string& p, const std::vector<int64_t>& shape, const float* data) {
@@ -333,11 +425,14 @@ void H5Writer::write_mask(const std::string& p, const std::vector<int64_t>& shap
 void H5Writer::commit() {
   if (H5Fclose(id_) < 0) {
     id_ = -1;
-    throw InvalidArgument("[H5Writer] cannot finish '" + tmp_ + "'");
+    throw InvalidArgument("[H5Writer] cannot finish writing '" + path_ + "' (disk full?)");
   }
   id_ = -1;
+  struct stat old {};
+  if (::stat(path_.c_str(), &old) == 0) ::chmod(tmp_.c_str(), old.st_mode & 07777);  // keep mode
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw InvalidArgument("[H5Writer] cannot move '" + tmp_ + "' to '" + path_ + "'");
+    throw InvalidArgument("[H5Writer] cannot replace '" + path_ + "' (" + std::strerror(errno) +
+                          ")");
   committed_ = true;
 }
 

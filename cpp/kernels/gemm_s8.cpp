@@ -243,11 +243,21 @@ void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t
   }
 }
 
+// K beyond which int32 accumulation could wrap for operand type TA (gemm_s8.h).
+template <typename TA>
+constexpr int64_t max_exact_k() {
+  return std::is_same_v<TA, uint8_t> ? kMaxExactKU8S8 : kMaxExactKS8S8;
+}
+
 void check_args(const char* fn, const void* A, int64_t lda, const void* B, int64_t ldb,
-                const void* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
+                const void* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa,
+                int64_t max_k) {
   if (M < 0 || N < 0 || K < 0)
     throw ShapeError(std::string("[") + fn + "] negative size M=" + std::to_string(M) +
                      " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  if (K > max_k)
+    throw ShapeError(std::string("[") + fn + "] K=" + std::to_string(K) +
+                     " is beyond the exact int32 range (K <= " + std::to_string(max_k) + ")");
   if (lda < K || ldb < K || ldc < N)
     throw ShapeError(std::string("[") + fn + "] leading dimensions lda=" + std::to_string(lda) +
                      " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc) +
@@ -275,7 +285,7 @@ void run_path(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C
 template <typename TA>
 void gemm_dispatch(const char* fn, const TA* A, int64_t lda, const int8_t* B, int64_t ldb,
                    int32_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
-  check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa);
+  check_args(fn, A, lda, B, ldb, C, ldc, M, N, K, isa, max_exact_k<TA>());
   if (M == 0 || N == 0) return;
   run_path(A, lda, B, ldb, C, ldc, M, N, K, isa);
 }
@@ -323,6 +333,10 @@ PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_
   if (N < 0 || K < 0 || ldb < K || (N && K && !B))
     throw ShapeError("[PackedWeightsS8] bad weights N=" + std::to_string(N) +
                      " K=" + std::to_string(K) + " ldb=" + std::to_string(ldb));
+  if (K > kMaxExactKS8S8)
+    throw ShapeError("[PackedWeightsS8] K=" + std::to_string(K) +
+                     " is beyond the exact int32 range (K <= " + std::to_string(kMaxExactKS8S8) +
+                     ")");
   rows_.resize(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n)
     std::memcpy(rows_.data() + n * K, B + n * ldb, static_cast<size_t>(K));
@@ -343,7 +357,8 @@ int64_t PackedWeightsS8::bytes() const {
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
                          int64_t ldc, int64_t M, Isa isa) {
   const int64_t N = W.n(), K = W.k();
-  check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
+  check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
+             kMaxExactKS8S8);
   if (M == 0 || N == 0) return;
   if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
   if (isa == Isa::Avx2) return gemm_avx2(A, lda, *W.avx2(), C, ldc, M, N, K);

@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
 
 #include "socllm/model.h"
 
@@ -20,10 +23,13 @@ void ModelConfig::check_runnable() const {
 
 void ModelConfig::validate() const {
   if (arch.empty()) throw InvalidArgument("[ModelConfig] arch must not be empty");
+  // Dimensions index int32 token ids and int64 products of two of them (vocab x d_model), so each
+  // stays below 2^31.
+  constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
   auto positive = [](const char* what, int64_t v) {
-    if (v <= 0)
-      throw InvalidArgument(std::string("[ModelConfig] ") + what + " must be > 0, got " +
-                            std::to_string(v));
+    if (v <= 0 || v > kMaxDim)
+      throw InvalidArgument(std::string("[ModelConfig] ") + what + " must be in [1, " +
+                            std::to_string(kMaxDim) + "], got " + std::to_string(v));
   };
   positive("vocab_size", vocab_size);
   positive("d_model", d_model);
@@ -39,8 +45,17 @@ void ModelConfig::validate() const {
   if (head_dim % 2 != 0)
     throw InvalidArgument("[ModelConfig] head_dim must be even for RoPE, got " +
                           std::to_string(head_dim));
-  if (!(rope_theta > 0) || !(rms_eps > 0))
-    throw InvalidArgument("[ModelConfig] rope_theta and rms_eps must be > 0");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+    throw InvalidArgument("[ModelConfig] rope_theta must be finite and > 0, got " +
+                          std::to_string(rope_theta));
+  if (!(rms_eps > 0) || !std::isfinite(rms_eps))
+    throw InvalidArgument("[ModelConfig] rms_eps must be finite and > 0, got " +
+                          std::to_string(rms_eps));
+  for (auto [what, id] : {std::pair{"bos_id", bos_id}, std::pair{"eos_id", eos_id}})
+    if (id < -1 || id >= vocab_size)
+      throw InvalidArgument(std::string("[ModelConfig] ") + what +
+                            " must be -1 (none) or a token id in [0, " +
+                            std::to_string(vocab_size) + "), got " + std::to_string(id));
 }
 
 nlohmann::json ModelConfig::to_json() const {

@@ -9,13 +9,20 @@
 namespace socllm {
 namespace {
 
-TensorF32 read_checked(const H5File& f, const std::string& name, std::vector<int64_t> shape) {
-  TensorF32 t = f.read_f32("/weights/" + name);
-  if (t.shape != shape)
-    throw FormatError("[Model.load] weight '" + name + "' in '" + f.path() + "' has shape " +
-                      shape_str(t.shape) + ", expected " + shape_str(shape));
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t.data[static_cast<size_t>(i)]))
+// The model file format versions this socllm reads: 1 (no checksums), 2 (every dataset carries
+// a Fletcher-32 checksum, required, so a file whose filter was stripped is caught too).
+constexpr int64_t kOldestFormat = 1, kChecksumFormat = 2;
+
+TensorF32 read_checked(const H5File& f, const std::string& name, std::vector<int64_t> shape,
+                       bool checksummed) {
+  const std::string ds = "/weights/" + name;
+  if (!f.has(ds)) throw FormatError("[Model.load] '" + f.path() + "' has no weight '" + name + "'");
+  if (checksummed && !f.has_checksum(ds))
+    throw FormatError("[Model.load] weight '" + name + "' in '" + f.path() +
+                      "' has no Fletcher-32 checksum (format version 2 requires one)");
+  TensorF32 t = f.read_f32(ds, shape);
+  for (size_t i = 0; i < t.data.size(); ++i)
+    if (!std::isfinite(t.data[i]))
       throw FormatError("[Model.load] weight '" + name + "' in '" + f.path() +
                         "' contains NaN/Inf at flat index " + std::to_string(i));
   return t;
@@ -42,10 +49,17 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
   if (!f.has_attr("/", "format") || f.attr_str("/", "format") != "socllm-model")
     throw FormatError("[Model.load] '" + path +
                       "' is not a socllm model file (run socllm convert)");
-  int64_t version = f.attr_int("/", "format_version");
-  if (version != 1)
+  const int64_t version = f.attr_int("/", "format_version");
+  if (version < kOldestFormat || version > kChecksumFormat)
     throw Unsupported("[Model.load] model format version " + std::to_string(version) + " in '" +
-                      path + "' (this socllm reads 1)");
+                      path + "' (this socllm reads " + std::to_string(kOldestFormat) + " to " +
+                      std::to_string(kChecksumFormat) + ")");
+  const bool checksummed = version >= kChecksumFormat;
+  if (!checksummed)
+    spdlog::warn(
+        "'{}' is model format version {}: its weights carry no checksums (convert it "
+        "again to have them verified)",
+        path, version);
   auto m = std::make_shared<Model>();
   m->path_ = path;
   ModelConfig& c = m->config_;
@@ -73,31 +87,40 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     throw FormatError("[Model.load] bad config in '" + path + "': " + e.what());
   }
 
+  // n_layers sizes the layer table: it must match the file's layer groups before anything is
+  // reserved for them.
+  const int64_t stored_layers = f.has("/weights/layers") ? f.count_members("/weights/layers") : 0;
+  if (stored_layers != c.n_layers)
+    throw FormatError("[Model.load] '" + path + "' says n_layers = " + std::to_string(c.n_layers) +
+                      " but stores " + std::to_string(stored_layers) + " layers");
   const int64_t d = c.d_model, V = c.vocab_size;
-  m->embed_ = read_checked(f, "embed_tokens", {V, d});
-  if (!c.tie_embeddings) m->lm_head_ = read_checked(f, "lm_head", {V, d});
-  m->final_norm_ = read_checked(f, "final_norm", {d});
+  auto read = [&](const std::string& name, std::vector<int64_t> shape) {
+    return read_checked(f, name, std::move(shape), checksummed);
+  };
+  m->embed_ = read("embed_tokens", {V, d});
+  if (!c.tie_embeddings) m->lm_head_ = read("lm_head", {V, d});
+  m->final_norm_ = read("final_norm", {d});
   m->layers_.resize(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers/" + std::to_string(i) + "/";
     LayerWeights& L = m->layers_[static_cast<size_t>(i)];
-    L.attn_norm = read_checked(f, p + "attn_norm", {d});
-    TensorF32 wq = read_checked(f, p + "wq", {c.q_dim(), d});
-    TensorF32 wk = read_checked(f, p + "wk", {c.kv_dim(), d});
-    TensorF32 wv = read_checked(f, p + "wv", {c.kv_dim(), d});
+    L.attn_norm = read(p + "attn_norm", {d});
+    TensorF32 wq = read(p + "wq", {c.q_dim(), d});
+    TensorF32 wk = read(p + "wk", {c.kv_dim(), d});
+    TensorF32 wv = read(p + "wv", {c.kv_dim(), d});
     L.wqkv = stack_rows({&wq, &wk, &wv});
     if (c.qkv_bias) {
-      TensorF32 bq = read_checked(f, p + "bq", {c.q_dim()});
-      TensorF32 bk = read_checked(f, p + "bk", {c.kv_dim()});
-      TensorF32 bv = read_checked(f, p + "bv", {c.kv_dim()});
+      TensorF32 bq = read(p + "bq", {c.q_dim()});
+      TensorF32 bk = read(p + "bk", {c.kv_dim()});
+      TensorF32 bv = read(p + "bv", {c.kv_dim()});
       L.bqkv = stack_rows({&bq, &bk, &bv});
     }
-    L.wo = read_checked(f, p + "wo", {d, c.q_dim()});
-    L.ffn_norm = read_checked(f, p + "ffn_norm", {d});
-    TensorF32 wg = read_checked(f, p + "w_gate", {c.d_ff, d});
-    TensorF32 wu = read_checked(f, p + "w_up", {c.d_ff, d});
+    L.wo = read(p + "wo", {d, c.q_dim()});
+    L.ffn_norm = read(p + "ffn_norm", {d});
+    TensorF32 wg = read(p + "w_gate", {c.d_ff, d});
+    TensorF32 wu = read(p + "w_up", {c.d_ff, d});
     L.w_gate_up = stack_rows({&wg, &wu});
-    L.w_down = read_checked(f, p + "w_down", {d, c.d_ff});
+    L.w_down = read(p + "w_down", {d, c.d_ff});
   }
   spdlog::info("loaded {} ({} layers, d_model {}, {:.1f} MB fp32) from {}", c.name, c.n_layers, d,
                m->weight_bytes() / 1e6, path);

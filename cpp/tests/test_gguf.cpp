@@ -28,8 +28,9 @@ struct Bytes {
   }
 };
 
-// GGUF v3: 2 kv (u32, string array), 2 tensors: "a" F32 [2,3] and "b" Q8_0 [32].
-std::vector<uint8_t> tiny_gguf() {
+// GGUF v3: 2 kv (u32, string array), 2 tensors: "a" F32 [2,3] and "b" Q8_0 [32] (its data at
+// b_offset in the data section).
+std::vector<uint8_t> tiny_gguf(uint64_t b_offset = 32) {
   Bytes f;
   f.b = {'G', 'G', 'U', 'F'};
   f.put<uint32_t>(3).put<uint64_t>(2).put<uint64_t>(2);
@@ -41,7 +42,7 @@ std::vector<uint8_t> tiny_gguf() {
       .str("hi")
       .str("yo");
   f.str("a").put<uint32_t>(2).put<uint64_t>(3).put<uint64_t>(2).put<uint32_t>(0).put<uint64_t>(0);
-  f.str("b").put<uint32_t>(1).put<uint64_t>(32).put<uint32_t>(8).put<uint64_t>(32);
+  f.str("b").put<uint32_t>(1).put<uint64_t>(32).put<uint32_t>(8).put<uint64_t>(b_offset);
   while (f.b.size() % 32) f.b.push_back(0);
   for (int i = 0; i < 6; ++i) f.put<float>(static_cast<float>(i) + 0.5f);
   while (f.b.size() % 32) f.b.push_back(0);
@@ -89,6 +90,49 @@ TEST(Gguf, RejectsBadFiles) {
   auto v9 = bytes;
   v9[4] = 9;
   EXPECT_THROW(GgufFile(write_tmp(v9, "socllm_v9.gguf")), socllm::Unsupported);
+}
+
+// Issue 12: tensor offsets that overlap, are misaligned or wrap around 2^64 would read another
+// tensor's bytes or garbage; each is a FormatError naming the tensor.
+TEST(Gguf, RejectsBadTensorOffsets) {
+  const auto expect_format_error = [](const std::vector<uint8_t>& bytes, const char* name,
+                                      const std::string& needle) {
+    try {
+      GgufFile f(write_tmp(bytes, name));
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const socllm::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_format_error(tiny_gguf(0), "socllm_overlap.gguf", "overlap");
+  expect_format_error(tiny_gguf(16), "socllm_misaligned.gguf", "not a multiple of the alignment");
+  expect_format_error(tiny_gguf(~uint64_t{0} - 31), "socllm_wrap.gguf", "past the end");
+  expect_format_error(tiny_gguf(uint64_t{1} << 40), "socllm_far.gguf", "past the end");
+}
+
+// Counts read from the header are checked against the bytes left before anything is reserved.
+TEST(Gguf, RejectsCountsBeyondTheFile) {
+  const auto bytes = tiny_gguf();
+  const auto with_u64_at = [&](size_t at, uint64_t v) {
+    auto b = bytes;
+    std::memcpy(b.data() + at, &v, sizeof v);
+    return b;
+  };
+  // Header: magic, version (u32), n_tensors (u64) at 8, n_kv (u64) at 16.
+  for (uint64_t n : {uint64_t{1} << 62, uint64_t{bytes.size()}, ~uint64_t{0}}) {
+    EXPECT_THROW(GgufFile(write_tmp(with_u64_at(8, n), "socllm_ntensors.gguf")),
+                 socllm::FormatError);
+    EXPECT_THROW(GgufFile(write_tmp(with_u64_at(16, n), "socllm_nkv.gguf")), socllm::FormatError);
+  }
+  // The string array's count: after the first kv (8 + 17 key bytes, type, u32 value) and the
+  // second key (8 + 21 bytes), its type (u32) and element type (u32).
+  const size_t count_at = 24 + (8 + 17) + 4 + 4 + (8 + 21) + 4 + 4;
+  try {
+    GgufFile f(write_tmp(with_u64_at(count_at, uint64_t{1} << 62), "socllm_array.gguf"));
+    ADD_FAILURE() << "a 2^62-element array was accepted";
+  } catch (const socllm::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.tokens"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Dequant, HandMadeLegacyBlocks) {

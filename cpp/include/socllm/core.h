@@ -45,6 +45,22 @@ class Unsupported : public Error {
  public:
   using Error::Error;
 };
+// The user interrupted a long call (Ctrl-C): the bindings raise KeyboardInterrupt.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
+// a * b; ShapeError naming `what` and the operands if the product leaves int64 (sizes read from
+// files or callers must not wrap).
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what);
+
+// Long calls (prefill, perplexity, generate) call check_interrupt() between layers; it throws
+// Interrupted when the hook set by the host reports a pending interrupt (the Python bindings
+// check for signals). No hook by default, so C++ callers are never interrupted.
+using InterruptHook = bool (*)();
+void set_interrupt_hook(InterruptHook hook);
+void check_interrupt();
 
 // Owning row-major fp32 tensor. `shape` is outermost-first (numpy order).
 struct TensorF32 {
@@ -52,8 +68,9 @@ struct TensorF32 {
   std::vector<float> data;
 
   TensorF32() = default;
+  // ShapeError for a negative dimension or an element count beyond int64.
   explicit TensorF32(std::vector<int64_t> shape_);
-  int64_t numel() const;
+  int64_t numel() const;  // ShapeError if the count does not fit in int64
   int64_t dim(size_t i) const { return shape.at(i); }
   float* ptr() { return data.data(); }
   const float* ptr() const { return data.data(); }
@@ -65,8 +82,11 @@ std::string shape_str(const std::vector<int64_t>& shape);
 void set_log_level(const std::string& level);
 std::string log_level();
 
-// Threads used by socllm kernels (OpenMP loops and OpenBLAS). Default 2.
-void set_num_threads(int n);
+// Threads used by socllm kernels (OpenMP loops and OpenBLAS). Default 2. At most
+// max_num_threads(): more only oversubscribes the cores, and far more makes OpenBLAS spin and
+// libgomp abort (issue 12); InvalidArgument beyond it.
+void set_num_threads(int64_t n);
+int max_num_threads();
 int num_threads();
 
 // The BLAS socllm runs on: OpenBLAS core name (the kernel set it dispatched to) and build config.

@@ -4,8 +4,8 @@
 //   C[M, N] (int32, ldc) = A[M, K] (int8 or uint8, lda) · B[N, K]^T (int8, ldb)
 //
 // B is in weight layout ([out, in], rows contiguous in K), as linear layers store it.
-// Accumulation wraps modulo 2^32 like the hardware's, so results are exact whenever the true
-// sum fits in int32 (always for K <= 131072 with int8 operands).
+// Accumulation is int32 like the hardware's; K is bounded so that every possible result fits
+// (the limits below), and a larger K is a ShapeError rather than a silently wrapped result.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,11 @@
 namespace socllm::kernels {
 
 enum class Isa { Scalar, Avx2, Avx512Vnni };
+
+// Largest K for which no input can overflow int32: s8 x s8 products reach 128 * 128 = 2^14
+// (so K * 2^14 <= 2^31 - 1), u8 x s8 products reach -255 * 128 (so K * 32640 <= 2^31).
+constexpr int64_t kMaxExactKS8S8 = ((int64_t{1} << 31) - 1) / (128 * 128);  // 131071
+constexpr int64_t kMaxExactKU8S8 = (int64_t{1} << 31) / (255 * 128);        // 65793
 
 std::string isa_name(Isa isa);
 Isa isa_from_name(const std::string& name);  // InvalidArgument for unknown names

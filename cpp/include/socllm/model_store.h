@@ -30,8 +30,15 @@ class H5File {
   int64_t attr_int(const std::string& object_path, const std::string& name) const;
   double attr_float(const std::string& object_path, const std::string& name) const;
   std::string attr_str(const std::string& object_path, const std::string& name) const;
-  // Reads a numeric dataset converted to fp32. FormatError if absent or unreadable.
+  // Reads a numeric dataset converted to fp32. FormatError if absent, not numeric or unreadable
+  // (a Fletcher-32 checksum mismatch included); with `expected`, also if its shape differs,
+  // checked before any memory is reserved.
   TensorF32 read_f32(const std::string& dataset_path) const;
+  TensorF32 read_f32(const std::string& dataset_path, const std::vector<int64_t>& expected) const;
+  // Whether a dataset carries HDF5's Fletcher-32 checksum filter (verified on every read).
+  bool has_checksum(const std::string& dataset_path) const;
+  // Links in a group (its datasets and subgroups).
+  int64_t count_members(const std::string& group_path) const;
   // Reads an integer dataset as int64; FormatError if absent, not integer, or unreadable.
   std::vector<int64_t> read_i64(const std::string& dataset_path) const;
   // The shape of a dataset; FormatError if absent.
@@ -46,9 +53,12 @@ class H5File {
   int64_t id_ = -1;
 };
 
-// Writes an HDF5 file atomically: everything goes to a temporary file beside `path`, which
-// replaces `path` only at commit() (mode 0666 minus the umask, as any new file); destroyed
-// without commit, the temporary file is removed and `path` is untouched.
+// Writes an HDF5 file atomically: everything goes to a temporary file ".NAME.PID-HEX.tmp" beside
+// `path`, which replaces `path` only at commit() (mode 0666 minus the umask as any new file, or
+// the mode of the file it replaces); destroyed without commit, the temporary file is removed and
+// `path` is untouched. Temporary files of writers that died (their PID is gone) are removed. A
+// symlink is written through; a path that exists and is not a regular file is InvalidArgument.
+// Datasets carry a Fletcher-32 checksum.
 class H5Writer {
  public:
   explicit H5Writer(std::string path);

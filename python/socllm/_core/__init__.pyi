@@ -3,7 +3,6 @@
 socllm C++ core (see cpp/include/socllm/*.h)
 """
 from __future__ import annotations
-import collections.abc
 import numpy
 import numpy.typing
 from socllm import ContextOverflowError
@@ -17,7 +16,7 @@ import typing
 from . import sim
 from . import ops
 from . import quant
-__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph']
+__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph']
 class GgufFile:
     """
     A GGUF file: metadata, tensor index, dequantization.
@@ -161,7 +160,7 @@ class Calibration:
         ...
     def set_array(self, name: str, site: str, values: numpy.ndarray) -> None:
         ...
-    def set_outlier_thresholds(self, site: str, thresholds: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> None:
+    def set_outlier_thresholds(self, site: str, thresholds: typing.Any) -> None:
         """
         Fix the outlier thresholds of a site and reset its outlier counts (then observe again).
         """
@@ -182,7 +181,7 @@ class LinearGraph:
     """
     One linear subgraph built for a fixed row count.
     """
-    def run(self, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> numpy.typing.NDArray[numpy.float32]:
+    def run(self, x: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
         ...
     @property
     def in_cols(self) -> int:
@@ -226,7 +225,7 @@ class Engine:
         ...
     def expected_shadow_loads(self, plan: typing.Any) -> list:
         ...
-    def generate_greedy(self, prompt: typing.Any, max_new_tokens: typing.SupportsInt | typing.SupportsIndex, stop_ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], plan: typing.Any = 'fp32') -> list[int]:
+    def generate_greedy(self, prompt: typing.Any, max_new_tokens: typing.Any, stop_ids: typing.Any = [], plan: typing.Any = 'fp32') -> list[int]:
         ...
     def graph_events(self) -> list:
         ...
@@ -288,6 +287,8 @@ def graph_census(config: typing.Any, plan: typing.Any, prompt_len: typing.Suppor
     """
 def log_level() -> str:
     ...
+def max_num_threads() -> int:
+    ...
 def num_threads() -> int:
     ...
 def prefill_graph_rows(prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex) -> int:
@@ -296,9 +297,9 @@ def set_log_level(level: str) -> None:
     """
     C++ log level: trace, debug, info, warn, error, critical, off.
     """
-def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+def set_num_threads(n: typing.Any) -> None:
     """
-    Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2.
+    Threads for socllm kernels (OpenMP loops and OpenBLAS); default 2, at most max_num_threads() (4 per CPU).
     """
 def task_graph(config: typing.Any, plan: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0) -> sim.TaskGraph:
     """

@@ -56,6 +56,15 @@ py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::arra
 void init_ops(py::module_& m) {
   py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM).");
   ops.def(
+      "max_exact_k",
+      [] {
+        py::dict d;
+        d["s8s8"] = kernels::kMaxExactKS8S8;
+        d["u8s8"] = kernels::kMaxExactKU8S8;
+        return d;
+      },
+      "Largest K each GEMM accepts: every result then fits in int32 (gemm_s8.h).");
+  ops.def(
       "isa", [] { return kernels::isa_name(kernels::best_isa()); },
       "The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.");
   ops.def("supported_isas", [] {
@@ -101,11 +110,13 @@ void init_ops(py::module_& m) {
         return gemm<int8_t>("gemm_s8s8s32", A, B, isa, &kernels::gemm_s8s8s32);
       },
       py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
-      "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation).");
+      "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation; "
+      "K <= max_exact_k()['s8s8'], ShapeError beyond).");
   ops.def(
       "linear_f32",
-      [](py::array_t<float, py::array::c_style | py::array::forcecast> x,
-         py::array_t<float, py::array::c_style | py::array::forcecast> W) {
+      [](const py::handle& x_obj, const py::handle& W_obj) {
+        const auto x = numeric_array<float>(x_obj, "[linear_f32] x");
+        const auto W = numeric_array<float>(W_obj, "[linear_f32] W");
         if (x.ndim() != 2 || W.ndim() != 2 || x.shape(1) != W.shape(1))
           throw ShapeError("[linear_f32] need x [T, in] and W [out, in], got " +
                            shape_str({x.shape(), x.shape() + x.ndim()}) + " and " +
@@ -124,7 +135,8 @@ void init_ops(py::module_& m) {
         return gemm<uint8_t>("gemm_u8s8s32", A, B, isa, &kernels::gemm_u8s8s32);
       },
       py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
-      "int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form).");
+      "int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form; "
+      "K <= max_exact_k()['u8s8'], ShapeError beyond).");
 }
 
 }  // namespace socllm::py_bind

@@ -6,13 +6,12 @@
 
 namespace socllm::py_bind {
 
-using F32In = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
 void init_quant(py::module_& m) {
   py::module_ q = m.def_submodule("quant", "Symmetric int8/int4 quantizers (rules in quant.h).");
   q.def(
       "quantize",
-      [](F32In W, int bits, const std::string& granularity, int64_t group_size) {
+      [](const py::handle& W_obj, int bits, const std::string& granularity, int64_t group_size) {
+        const auto W = numeric_array<float>(W_obj, "[quantize] W");
         if (W.ndim() != 2)
           throw ShapeError("[quantize] W must be 2-D [out, in], got " + std::to_string(W.ndim()) +
                            "-D");
@@ -39,7 +38,9 @@ void init_quant(py::module_& m) {
       "(q int8 [out, in], scales float32: [1] per-tensor, [out] per-channel, [out, in/group]).");
   q.def(
       "dequantize",
-      [](py::array_t<int8_t, py::array::c_style | py::array::forcecast> qa, F32In scales) {
+      [](const py::handle& q_obj, const py::handle& scales_obj) {
+        const auto qa = numeric_array<int8_t>(q_obj, "[dequantize] q");
+        const auto scales = numeric_array<float>(scales_obj, "[dequantize] scales");
         if (qa.ndim() != 2) throw ShapeError("[dequantize] q must be 2-D");
         const int64_t n = qa.size(), ns = scales.size();
         if (n > 0 && (ns == 0 || n % ns != 0 || (ns > 1 && (n / ns) > qa.shape(1)) ||
@@ -59,7 +60,8 @@ void init_quant(py::module_& m) {
       py::arg("q"), py::arg("scales"), "q * scale, each scale covering a row-major block of q.");
   q.def(
       "quantize_static",
-      [](F32In x, float scale, int bits) {
+      [](const py::handle& x_obj, float scale, int bits) {
+        const auto x = numeric_array<float>(x_obj, "[quantize_static] x");
         py::array_t<int8_t> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
         quant::quantize_static(x.data(), x.size(), scale, bits, out.mutable_data());
         return out;

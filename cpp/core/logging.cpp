@@ -1,8 +1,17 @@
+#include <spdlog/sinks/stdout_color_sinks.h>  // also declares the stderr sinks
 #include <spdlog/spdlog.h>
 
 #include "socllm/core.h"
 
 namespace socllm {
+namespace {
+// Logs go to stderr: stdout carries results (`socllm eval --json -`), which a log line would
+// corrupt (spdlog's default logger writes to stdout).
+const bool g_logs_to_stderr = [] {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("socllm"));
+  return true;
+}();
+}  // namespace
 
 void set_log_level(const std::string& level) {
   auto lvl = spdlog::level::from_str(level);

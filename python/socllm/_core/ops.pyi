@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedWeightsS8', 'gemm_s8s8s32', 'gemm_u8s8s32', 'isa', 'linear_f32', 'supported_isas']
+__all__: list[str] = ['PackedWeightsS8', 'gemm_s8s8s32', 'gemm_u8s8s32', 'isa', 'linear_f32', 'max_exact_k', 'supported_isas']
 class PackedWeightsS8:
     """
     int8 weights B [K, N] prepared once for many GEMMs (a static graph's weights).
@@ -25,19 +25,23 @@ def gemm_s8s8s32(A: numpy.ndarray, B: PackedWeightsS8, isa: str | None = None) -
 @typing.overload
 def gemm_s8s8s32(A: numpy.ndarray, B: numpy.ndarray, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:
     """
-    int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation).
+    int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation; K <= max_exact_k()['s8s8'], ShapeError beyond).
     """
 def gemm_u8s8s32(A: numpy.ndarray, B: numpy.ndarray, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:
     """
-    int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form).
+    int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form; K <= max_exact_k()['u8s8'], ShapeError beyond).
     """
 def isa() -> str:
     """
     The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.
     """
-def linear_f32(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> numpy.typing.NDArray[numpy.float32]:
+def linear_f32(x: typing.Any, W: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x @ W.T in fp32 with the engine's OpenBLAS sgemm (the peer for INT8 benchmarks).
+    """
+def max_exact_k() -> dict:
+    """
+    Largest K each GEMM accepts: every result then fits in int32 (gemm_s8.h).
     """
 def supported_isas() -> list[str]:
     ...

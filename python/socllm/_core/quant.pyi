@@ -7,15 +7,15 @@ import numpy
 import numpy.typing
 import typing
 __all__: list[str] = ['dequantize', 'quantize', 'quantize_static']
-def dequantize(q: typing.Annotated[numpy.typing.ArrayLike, numpy.int8], scales: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> numpy.typing.NDArray[numpy.float32]:
+def dequantize(q: typing.Any, scales: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
     """
     q * scale, each scale covering a row-major block of q.
     """
-def quantize(W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32) -> tuple[numpy.typing.NDArray[numpy.int8], numpy.typing.NDArray[numpy.float32]]:
+def quantize(W: typing.Any, bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32) -> tuple[numpy.typing.NDArray[numpy.int8], numpy.typing.NDArray[numpy.float32]]:
     """
     (q int8 [out, in], scales float32: [1] per-tensor, [out] per-channel, [out, in/group]).
     """
-def quantize_static(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], scale: typing.SupportsFloat | typing.SupportsIndex, bits: typing.SupportsInt | typing.SupportsIndex = 8) -> numpy.typing.NDArray[numpy.int8]:
+def quantize_static(x: typing.Any, scale: typing.SupportsFloat | typing.SupportsIndex, bits: typing.SupportsInt | typing.SupportsIndex = 8) -> numpy.typing.NDArray[numpy.int8]:
     """
     int8 saturate(round_half_even(x / scale)) with a static (calibrated) scale.
     """

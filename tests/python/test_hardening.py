@@ -1,0 +1,149 @@
+"""Issue 12 (hardening) through the Python API: every case here crashed, hung, wrapped or gave a
+non-socllm error before its fix. File-level cases (outputs, temp files, the conversion cache)
+are in test_hardening_files.py; the core's own cases in cpp/tests/test_hardening.cpp."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+
+
+def test_calibration_arrays_must_be_numeric(smollm):
+    # A string or bytes array reached a null pointer in the bindings; None became NaN.
+    cal = smollm.new_calibration()
+    shape = cal.array("act_absmax", "attn_in").shape
+    for bad in (np.full(shape, "a"), np.full(shape, b"a"), np.full(shape, None, dtype=object)):
+        with pytest.raises(socllm.InvalidArgumentError, match="numeric array, got dtype"):
+            cal.set_array("act_absmax", "attn_in", bad)
+    with pytest.raises(socllm.InvalidArgumentError, match="numeric array"):
+        cal.set_outlier_thresholds("attn_in", ["x"] * shape[0])
+    cal.set_array("act_absmax", "attn_in", np.ones(shape, np.float64))  # numbers convert
+
+
+def test_linear_graph_refuses_object_arrays(smollm):
+    g = smollm.linear_graph("fp32", 0, "attn_in", 4)
+    with pytest.raises(socllm.InvalidArgumentError, match="dtype object"):
+        g.run(np.full((4, g.in_cols), None, dtype=object))
+    assert np.isfinite(g.run(np.ones((4, g.in_cols), np.float64))).all()
+
+
+@pytest.mark.parametrize(
+    "plan, message",
+    [
+        ({"name": "smoothquant", "alpha": float("nan")}, "finite"),
+        ({"name": "smoothquant", "alpha": float("inf")}, "finite"),
+        ({"name": "fp32", "chunk_len": 2**70}, "64 bits"),
+        ({"name": object()}, "type object"),
+        ("smoothquant:alpha=1e400", "out of range"),
+        ("w8-group:group_size=99999999999999999999", "out of range"),
+    ],
+)
+def test_plan_values_are_checked(plan, message):
+    with pytest.raises(socllm.InvalidArgumentError, match=message):
+        socllm.Plan(plan)
+
+
+def test_plan_dicts_take_numpy_scalars_and_short_decimals():
+    p = socllm.Plan({"name": "w8-group", "group_size": np.int64(64), "chunk_len": np.int32(32)})
+    assert p.to_json()["group_size"] == 64 and p.chunk_len == 32
+    assert socllm.Plan({"name": "smoothquant", "alpha": np.float32(0.5)}).to_json()["alpha"] == 0.5
+    assert socllm.Plan("smoothquant:alpha=.5").to_json()["alpha"] == 0.5
+
+
+def test_thread_count_is_bounded():
+    before = _core.num_threads()
+    limit = _core.max_num_threads()
+    assert limit == 4 * os.cpu_count()
+    for bad in (0, limit + 1, 64, 2**70, 2.5):
+        with pytest.raises(socllm.InvalidArgumentError, match="set_num_threads"):
+            _core.set_num_threads(bad)
+    assert _core.num_threads() == before
+
+
+def test_generate_counts_and_stop_ids(smollm):
+    # 2**63 - 1 new tokens overflowed the capacity computation ("got -9223372036854775804").
+    with pytest.raises(socllm.ContextOverflowError, match="9223372036854775807 new tokens"):
+        smollm.generate("Hello", max_new_tokens=2**63 - 1)
+    # A stop id beyond int32 surfaced as pybind11's TypeError about the signature.
+    engine = _core.Engine(smollm._model)
+    with pytest.raises(socllm.InvalidArgumentError, match="out of range"):
+        engine.generate_greedy(smollm.tokenize("Hello"), 2, [10**12])
+
+
+def test_a_kv_cache_serves_one_call_at_a_time(smollm):
+    # Two threads stepping one cache corrupted the heap ("double free or corruption").
+    engine = _core.Engine(smollm._model)
+    cache = engine.new_cache(1024)
+    errors: list[str] = []
+    done = [0]
+
+    def worker():
+        for _ in range(12):
+            try:
+                engine.step(cache, list(range(1, 9)), False, "fp32")
+                done[0] += 1
+            except socllm.InvalidArgumentError as e:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all("in use by another call" in e for e in errors)
+    assert cache.length == 8 * done[0]  # every successful call appended its tokens once
+    assert done[0] + len(errors) == 24
+
+
+def test_ctrl_c_stops_a_long_call_quickly(smollm):
+    script = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        from socllm.model import LanguageModel
+        m = LanguageModel({str(smollm.path)!r})
+        print("ready", flush=True)
+        t0 = time.perf_counter()
+        try:
+            m.logits([1] * 3000)
+            print("finished", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # inside the 3000-token forward (several seconds on 2 cores)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.perf_counter()
+        out, _ = proc.communicate(timeout=60)
+        waited = time.perf_counter() - t0
+    finally:
+        proc.kill()
+    assert out.strip() == "interrupted"
+    assert waited < 3.0, f"took {waited:.1f} s to stop"
+
+
+def test_gemm_refuses_k_beyond_the_exact_range():
+    k = _core.ops.max_exact_k()
+    a = np.full((1, k["u8s8"] + 1), 255, np.uint8)
+    b = np.full((k["u8s8"] + 1, 1), -128, np.int8)
+    with pytest.raises(socllm.ShapeError, match="exact int32 range"):
+        _core.ops.gemm_u8s8s32(a, b)
+    c = _core.ops.gemm_u8s8s32(a[:, :-1], b[:-1])  # the worst case at the limit is exact
+    assert int(c[0, 0]) == -k["u8s8"] * 255 * 128
+    with pytest.raises(socllm.ShapeError, match="exact int32 range"):
+        _core.ops.gemm_s8s8s32(np.ones((1, 70000 * 2), np.int8), np.ones((70000 * 2, 1), np.int8))

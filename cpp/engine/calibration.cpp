@@ -293,6 +293,9 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
                       "' is not a socllm calibration file (format attribute missing)");
   const auto version =
       f.has_attr("/", "format_version") ? f.attr_json("/", "format_version") : nlohmann::json(0);
+  if (!version.is_number_integer())
+    throw FormatError("[Calibration] '" + path + "': format_version must be an integer, got " +
+                      version.dump());
   if (version != kFormatVersion)
     throw InvalidArgument("[Calibration] '" + path + "' has schema version " + version.dump() +
                           "; this socllm reads version " + std::to_string(kFormatVersion) +
@@ -306,6 +309,9 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
   } catch (const nlohmann::json::exception& e) {
     throw FormatError("[Calibration] '" + path + "': model_config is not JSON (" + e.what() + ")");
   }
+  if (!theirs.is_object())
+    throw FormatError("[Calibration] '" + path + "': model_config must be a JSON object, got " +
+                      theirs.dump().substr(0, 100));
   const nlohmann::json ours = model.to_json();
   for (const char* k : kShapeKeys)
     if (theirs.value(k, nlohmann::json()) != ours.value(k, nlohmann::json()))

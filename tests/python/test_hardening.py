@@ -5,6 +5,7 @@ are in test_hardening_files.py; the core's own cases in cpp/tests/test_hardening
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,10 +13,12 @@ import textwrap
 import threading
 import time
 
+import h5py
 import numpy as np
 import pytest
 import socllm
 from socllm import _core
+from socllm.calibrate import load_calibration
 
 
 def test_calibration_arrays_must_be_numeric(smollm):
@@ -147,3 +150,44 @@ def test_gemm_refuses_k_beyond_the_exact_range():
     assert int(c[0, 0]) == -k["u8s8"] * 255 * 128
     with pytest.raises(socllm.ShapeError, match="exact int32 range"):
         _core.ops.gemm_s8s8s32(np.ones((1, 70000 * 2), np.int8), np.ones((70000 * 2, 1), np.int8))
+
+
+@pytest.fixture(scope="module")
+def calibration_file(smollm, tmp_path_factory):
+    cal = smollm.new_calibration()
+    smollm.observe_activations([smollm.tokenize("Hello world, this is a test.")], cal)
+    path = tmp_path_factory.mktemp("cal") / "cal.h5"
+    cal.save(str(path), smollm._model, {"corpus": "test"})
+    return path
+
+
+def _replace_dataset(f, name, data, **kw):
+    del f[name]
+    f.create_dataset(name, data=data, **kw)
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        # a JSON array where the object was: nlohmann's RuntimeError before
+        (lambda f: f.attrs.__setitem__("model_config", "[1, 2]"), "must be a JSON object"),
+        (lambda f: f.attrs.__setitem__("format_version", "3"), "must be an integer"),
+        (lambda f: f.attrs.__setitem__("tokens", np.arange(5)), "must hold one value"),
+        # strings where numbers belong: the path that reached Calibration.set_array's null deref
+        (
+            lambda f: _replace_dataset(f, "act_absmax/attn_in", np.full((30, 576), b"ab")),
+            "does not hold numbers",
+        ),
+        (lambda f: f["act_absmax/attn_in"].__setitem__((0, 0), np.nan), "invalid absmax nan"),
+    ],
+)
+def test_corrupt_calibration_files_are_format_errors(
+    smollm, calibration_file, tmp_path, corrupt, message
+):
+
+    path = tmp_path / "bad.h5"
+    shutil.copy(calibration_file, path)
+    with h5py.File(path, "a") as f:
+        corrupt(f)
+    with pytest.raises(socllm.SocllmError, match=message):
+        load_calibration(path, smollm)

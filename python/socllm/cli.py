@@ -2,20 +2,26 @@
 
 Every command that produces numbers can print them as JSON (``--json PATH`` or ``--json -``).
 ``--quiet`` silences progress bars and C++ info logs.
+
+Arguments and output paths are checked before any work: counts must be positive, and an output
+must be writable and none of the command's inputs (io_utils.check_output_path). Errors are one
+line on stderr (exit status 2), no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
+from .io_utils import check_distinct_outputs, check_output_path
 from .io_utils import emit_json as _emit_json
 
 PERPLEXITY_TASKS = ("wikitext2", "wikitext2-heldout")
+MIN_WINDOW = 2  # tokens: a window's first token has no prediction, so it scores one token less
 # lm-eval tasks (socllm.lmeval, local data); "lambada" is lambada_openai
 LMEVAL_TASKS = (
     "hellaswag",
@@ -42,9 +48,57 @@ def _plans(specs: list[str] | None) -> list[str]:
     return out
 
 
+def _number(
+    kind: type, low: float, high: float | None = None, *, low_open: bool = False, zero: bool = False
+) -> Callable[[str], float]:
+    """An argparse type: a ``kind`` in [low, high] ((low, high] if ``low_open``); with ``zero``
+    also 0 (a flag's "all" or "whole"). argparse reports a violation as one line, before work."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        inside = (value > low if low_open else value >= low) and (high is None or value <= high)
+        if not inside and not (zero and value == 0):  # NaN is never inside
+            bound = f"{'>' if low_open else '>='} {low}" + (
+                f" and <= {high}" if high is not None else ""
+            )
+            raise argparse.ArgumentTypeError(
+                f"must be {bound}{' (or 0)' if zero else ''}, got {text}"
+            )
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+_COUNT = _number(int, 1)
+_WINDOW = _number(int, MIN_WINDOW)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars, C++ logs at warn level")
-    p.add_argument("--threads", type=int, default=None, help="compute threads (default 2)")
+    p.add_argument("--threads", type=_COUNT, default=None, help="compute threads (default 2)")
+
+
+def _inputs(model: str | None, *files: str | None) -> list[Path]:
+    """What a command reads: the model's files (see registry.model_inputs) and ``files``."""
+    from .registry import model_inputs
+
+    return (model_inputs(model) if model is not None else []) + [Path(f) for f in files if f]
+
+
+def _check_outputs(
+    outputs: dict[str, str | None], inputs: Iterable[Path], *, hdf5: Iterable[str] = ()
+) -> None:
+    """The outputs (``{flag: path}``) are writable, distinct and none of ``inputs``; the flags
+    in ``hdf5`` need a regular file."""
+    check_distinct_outputs(outputs)
+    inputs = list(inputs)
+    for flag, path in outputs.items():
+        if path is not None:
+            check_output_path(path, inputs=inputs, what=flag, streams=flag not in hdf5)
 
 
 def _setup(args) -> None:
@@ -72,6 +126,7 @@ def cmd_eval(args) -> int:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
     plans = _plans(args.plan)
+    _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     model = load(args.model, calib=args.calib, progress=not args.quiet)
     results = []
     for plan in plans:
@@ -125,19 +180,17 @@ def cmd_eval(args) -> int:
 def cmd_calibrate(args) -> int:
     from .calibrate import load_calibration, save_calibration
     from .calibration_steps import run_steps, step_options
-    from .errors import InvalidArgumentError
     from .model import load
 
     _setup(args)
     if not [s for s in args.steps.split(",") if s.strip()]:
         raise SystemExit("socllm calibrate: no steps given")
+    # --out may be the --calib file: it is read whole before the atomic write replaces it
+    model_files = _inputs(args.model)
+    check_distinct_outputs({"--out": args.out, "--json": args.json})
+    _check_outputs({"--out": args.out}, model_files, hdf5=["--out"])
+    _check_outputs({"--json": args.json}, [*model_files, *_inputs(None, args.calib)])
     model = load(args.model, progress=not args.quiet)
-    if Path(args.out).resolve() == model.path.resolve():
-        raise InvalidArgumentError(f"calibrate: --out {args.out} is the model file itself")
-    out_dir = Path(args.out).resolve().parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not os.access(out_dir, os.W_OK):  # fail before the calibration, not after it
-        raise InvalidArgumentError(f"calibrate: cannot write into {out_dir} (--out {args.out})")
     data = load_calibration(args.calib, model) if args.calib else None
     opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
     t0 = time.perf_counter()
@@ -191,6 +244,9 @@ def cmd_simulate(args) -> int:
         from .errors import InvalidArgumentError
 
         raise InvalidArgumentError("simulate: give exactly one of --config (shape-only) or --model")
+    device_file = args.device if Path(args.device).is_file() else None  # a profile .json
+    inputs = _inputs(args.model, args.calib, device_file)
+    _check_outputs({"--trace": args.trace, "--json": args.json}, inputs)
     if args.config is not None:
         tl = sim.simulate(
             args.config,
@@ -230,7 +286,9 @@ def cmd_simulate(args) -> int:
         file=sys.stderr,
     )
     if args.trace:
-        print(f"wrote {tl.to_perfetto(args.trace)}", file=sys.stderr)
+        tl.to_perfetto(args.trace)
+        if args.trace != "-":
+            print(f"wrote {args.trace}", file=sys.stderr)
     _emit_json({k: v for k, v in s.items() if k != "engine_graphs"}, args.json)
     return 0
 
@@ -256,15 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--calib", default=None, help="calibration file (socllm calibrate)")
     e.add_argument(
         "--limit",
-        type=int,
+        type=_COUNT,
         default=None,
         help="lm-eval tasks: documents per task (mmlu: spread over its 57 subjects)",
     )
     e.add_argument("--task", default="wikitext2", help=f"comma-separated tasks: {', '.join(TASKS)}")
-    e.add_argument("--limit-tokens", type=int, default=None, help="use only the first N tokens")
-    e.add_argument("--context", type=int, default=2048, help="perplexity window (tokens)")
-    e.add_argument("--stride", type=int, default=None, help="window stride (default = context)")
-    e.add_argument("--batch-size", type=int, default=1, help="windows per engine call")
+    e.add_argument("--limit-tokens", type=_WINDOW, default=None, help="use only the first N tokens")
+    e.add_argument("--context", type=_WINDOW, default=2048, help="perplexity window (tokens)")
+    e.add_argument("--stride", type=_COUNT, default=None, help="window stride (default = context)")
+    e.add_argument("--batch-size", type=_COUNT, default=1, help="windows per engine call")
     e.add_argument("--json", default=None, metavar="PATH|-", help="write results as JSON")
     _common(e)
     e.set_defaults(fn=cmd_eval)
@@ -272,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("calibrate", help="offline calibration statistics -> HDF5")
     k.add_argument("--model", default="smollm2-135m")
     k.add_argument("--corpus", default="wikitext2")
-    k.add_argument("--samples", type=int, default=128, help="calibration windows")
-    k.add_argument("--seqlen", type=int, default=512, help="tokens per window")
+    k.add_argument("--samples", type=_COUNT, default=128, help="calibration windows")
+    k.add_argument("--seqlen", type=_WINDOW, default=512, help="tokens per window")
     k.add_argument("--seed", type=int, default=0)
     from .calibration_steps import STEPS
 
@@ -286,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument(
         "--calib",
         default=None,
-        help="continue from this calibration file (e.g. --steps pruning-rate)",
+        help="continue from this calibration file (e.g. --steps pruning-rate); --out may name "
+        "the same file to update it",
     )
     k.add_argument(
         "--outlier-threshold",
@@ -295,15 +354,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="outliers step: threshold = a percentile of |x| (default) or the calibration max",
     )
     k.add_argument(
-        "--percentile", type=float, default=99.99, help="outliers step: percentile of |x| in %%"
+        "--percentile",
+        type=_number(float, 0, 100, low_open=True),
+        default=99.99,
+        help="outliers step: percentile of |x| in %%",
     )
     k.add_argument(
-        "--budget", type=float, default=None, help="pruning-rate step: relative perplexity budget"
+        "--budget",
+        type=_number(float, 0),
+        default=None,
+        help="pruning-rate step: relative perplexity budget",
     )
-    k.add_argument("--validation-tokens", type=int, default=None, help="pruning-rate step")
-    k.add_argument("--validation-context", type=int, default=None, help="pruning-rate step")
-    k.add_argument("--hot-share", type=float, default=None, help="pruning-rate step")
-    k.add_argument("--out", required=True, help="calibration HDF5 file")
+    k.add_argument("--validation-tokens", type=_WINDOW, default=None, help="pruning-rate step")
+    k.add_argument("--validation-context", type=_WINDOW, default=None, help="pruning-rate step")
+    k.add_argument("--hot-share", type=_number(float, 0, 1), default=None, help="pruning-rate step")
+    k.add_argument(
+        "--out",
+        required=True,
+        help="calibration HDF5 file, written atomically (it may be the --calib file: continuing "
+        "from a file and writing it back is an update)",
+    )
     k.add_argument("--json", default=None, metavar="PATH|-")
     _common(k)
     k.set_defaults(fn=cmd_calibrate)
@@ -316,8 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--calib", default=None, help="with --model: calibration file for static plans")
     m.add_argument("--device", default="snapdragon-8gen3", help="profile name or .json path")
     m.add_argument("--plan", default="shadow-outlier", help="plan name or name:key=value,...")
-    m.add_argument("--prompt-len", type=int, default=1024)
-    m.add_argument("--chunk", type=int, default=256, help="prefill chunk length (0: whole prompt)")
+    m.add_argument("--prompt-len", type=_COUNT, default=1024)
+    m.add_argument(
+        "--chunk",
+        type=_number(int, 1, zero=True),
+        default=256,
+        help="prefill chunk length (0: whole prompt)",
+    )
     from ._core import sim as _sim
 
     pols = _sim.policies()
@@ -333,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build and optimize the NPU graph at run time (naive NPU execution)",
     )
-    m.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON")
+    m.add_argument(
+        "--trace", default=None, metavar="PATH|-", help="write a Chrome/Perfetto trace JSON"
+    )
     m.add_argument("--json", default=None, metavar="PATH|-")
     _common(m)
     m.set_defaults(fn=cmd_simulate)
@@ -349,11 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--limit-tokens",
-        type=int,
+        type=_number(int, MIN_WINDOW, zero=True),
         default=None,
         help="WikiText-2 held-out tokens to evaluate per plan (0 = all of them)",
     )
-    r.add_argument("--calib-samples", type=int, default=None, help="calibration windows of 512")
+    r.add_argument("--calib-samples", type=_COUNT, default=None, help="calibration windows of 512")
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)
@@ -366,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except SocllmError as e:
+    except (SocllmError, OSError, ValueError) as e:  # the user's files and values: no traceback
         print(f"socllm {args.command}: error: {e}", file=sys.stderr)
         return 2
 

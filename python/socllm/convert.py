@@ -3,11 +3,16 @@
 The output layout is docs/MODEL_FORMAT.md: fp32 weights in Hugging Face orientation, the config
 as attributes, and a `tokenizers` JSON. The file is written beside the target under a temporary
 name and renamed at the end, so an interrupted or failed conversion never leaves a partial model.
+Every numeric dataset carries HDF5's Fletcher-32 checksum, which HDF5 verifies on every read;
+the tokenizer JSON (a variable-length string, which HDF5 filters cannot cover) carries its
+SHA-256 as an attribute, which the loader checks. The config is checked with the C++ core's own
+validation before anything is written, so a file convert writes is one `socllm.load` accepts.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +22,34 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from socllm.errors import FormatError, MissingFileError, UnsupportedError
-from socllm.io_utils import atomic_path
+from socllm import _core
+from socllm.errors import (
+    FormatError,
+    InvalidArgumentError,
+    MissingFileError,
+    SocllmError,
+    UnsupportedError,
+)
+from socllm.io_utils import atomic_path, check_output_path
+from socllm.model_format import (
+    MODEL_FORMAT_VERSION,
+    TOKENIZER_JSON_DIGEST,
+    safetensors_files,
+    source_files,
+    tokenizer_json_digest,
+)
 from socllm.tokenizer import load_tokenizer_json, tokenizer_from_gguf_vocab
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "convert"]
 
 FORMAT = "socllm-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = MODEL_FORMAT_VERSION  # one constant: the cache key carries it too
+# Bytes per HDF5 chunk (one Fletcher-32 checksum each). h5py's own choice (~20-60 KB chunks)
+# doubles SmolLM2's load time in chunk lookups; at 4 MiB they cost ~15%, and the temporary
+# buffer HDF5 reads a filtered chunk into stays small.
+CHUNK_BYTES = 4 << 20
 SUPPORTED_ARCHS = ("llama", "qwen2")
+DEFAULT_ROPE_THETA = 10000.0  # llama.cpp's and transformers' default RoPE base
 
 # Per-layer weights: socllm name -> (GGUF name in llama.cpp's `blk.N.` namespace,
 # Hugging Face name in `model.layers.N.`).
@@ -72,11 +96,13 @@ class _Model:
 def convert(source: str | Path, out_path: str | Path, *, progress: bool = True) -> Path:
     """Convert `source` (a `.gguf` file or a HF model directory) to the socllm file `out_path`.
 
-    Raises MissingFileError, FormatError or UnsupportedError; on any error no output (and no
-    temporary file) is left behind.
+    Raises MissingFileError, FormatError or UnsupportedError; InvalidArgumentError, before any
+    work, for an output that is a directory, a FIFO or device, one of the files converted, or
+    cannot be created. On any error no output (and no temporary file) is left behind.
     """
-    model = _open_source(Path(source))
     out = Path(out_path)
+    check_output_path(out, inputs=source_files(source), what="convert output", streams=False)
+    model = _open_source(Path(source))
     with atomic_path(out) as tmp:
         _write(model, tmp, progress)
     return out
@@ -147,6 +173,51 @@ def _check_shape(path: Path, name: str, got: tuple[int, ...], want: tuple[int, .
         )
 
 
+def _typed(where: str, key: str, value: Any, kind: type) -> Any:
+    """``value`` of config key ``key`` as ``kind`` (int, float or str); anything else (a string
+    where a number belongs, a bool, a list) is a FormatError naming it. ``where``: the file."""
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise FormatError(f"[convert] {where}: {key} is {value!r}, expected a {kind.__name__}")
+    return kind(value)
+
+
+def _check_layer_count(path: Path, n_layers: int, names: set[str], prefix: str) -> None:
+    """The config's layer count against the layers the tensors are for (``prefix`` + N + "."),
+    before anything is sized from it."""
+    layers = set()
+    for name in names:
+        if name.startswith(prefix):
+            index = name[len(prefix) :].split(".", 1)[0]
+            if index.isdigit():
+                layers.add(int(index))
+    if layers != set(range(n_layers)):
+        raise FormatError(
+            f"[convert] {path}: the config has {n_layers} layers, the tensors are for "
+            f"{len(layers)} (layer indices {sorted(layers)[:3]}{' ...' if len(layers) > 3 else ''})"
+        )
+
+
+def _validate_config(path: Path, c: dict[str, Any]) -> None:
+    """The C++ core's validation of a model config (ModelConfig::validate, which Model.load
+    runs), before anything is written; graph_census is the binding that builds a ModelConfig
+    from a dict (one token: cheap). NaN and Inf are refused by its dict -> JSON conversion
+    already, with a message that cannot name the key, so they are checked here first."""
+    for key in ("rope_theta", "rms_eps"):
+        if not math.isfinite(c[key]):
+            raise FormatError(f"[convert] {path}: {key} must be finite and > 0, got {c[key]}")
+    flags = {k: bool(c[k]) for k in ("tie_embeddings", "qkv_bias")}  # JSON booleans in C++
+    try:
+        _core.graph_census(c | flags, "fp32", 1, 1)
+    except InvalidArgumentError as e:
+        raise FormatError(f"[convert] {path}: invalid model config: {e}") from e
+
+
 # ---------------------------------------------------------------------------------------------
 # GGUF
 
@@ -162,59 +233,90 @@ def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _gguf_vocabulary(path: Path, md: dict[str, Any]) -> tuple[list[str], list[str], list[int]]:
+    """Tokens, merges and token types, checked: strings that are valid Unicode (the model file
+    stores them as UTF-8), merges of two parts, integer types."""
+    if "tokenizer.ggml.tokens" not in md:
+        raise FormatError(f"[convert] {path}: GGUF metadata key 'tokenizer.ggml.tokens' is missing")
+
+    def strings(key: str, what: str, parts: int | None) -> list[str]:
+        values = md.get(key, [])
+        if not isinstance(values, (list, tuple)):
+            raise FormatError(f"[convert] {path}: {key} is not a list")
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise FormatError(f"[convert] {path}: {what} {i} is {v!r}, not a string")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise FormatError(f"[convert] {path}: {what} {i} is not valid UTF-8 ({e})") from e
+            if parts is not None and len(v.split(" ")) != parts:
+                raise FormatError(f"[convert] {path}: {what} {i} {v!r} is not two tokens")
+        return list(values)
+
+    tokens = strings("tokenizer.ggml.tokens", "token", None)
+    merges = strings("tokenizer.ggml.merges", "merge", 2)
+    token_type = md.get("tokenizer.ggml.token_type", [])
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_type):
+        raise FormatError(f"[convert] {path}: tokenizer.ggml.token_type holds non-integers")
+    return tokens, merges, list(token_type)
+
+
 def _open_gguf(path: Path) -> _Model:
     from socllm._core import GgufFile  # the C++ reader; raises MissingFile/Format/Unsupported
 
-    g = GgufFile(str(path))
-    md: dict[str, Any] = g.metadata
+    try:
+        g = GgufFile(str(path))
+        md: dict[str, Any] = g.metadata
+    except UnicodeDecodeError as e:  # a string that is not UTF-8 (the binding decodes them)
+        raise FormatError(f"[convert] {path}: GGUF metadata string is not UTF-8: {e}") from e
+    missing = object()
 
-    def req(key: str) -> Any:
+    def meta(key: str, kind: type, default: Any = missing) -> Any:
         if key not in md:
-            raise FormatError(f"[convert] {path}: GGUF metadata key {key!r} is missing")
-        return md[key]
+            if default is missing:
+                raise FormatError(f"[convert] {path}: GGUF metadata key {key!r} is missing")
+            return default
+        return _typed(str(path), f"GGUF metadata {key!r}", md[key], kind)
 
-    arch = req("general.architecture")
+    arch = meta("general.architecture", str)
     if arch not in SUPPORTED_ARCHS:
         raise UnsupportedError(
             f"[convert] {path}: GGUF architecture {arch!r} is not supported "
             f"(supported: {', '.join(SUPPORTED_ARCHS)})"
         )
     scaling = md.get(f"{arch}.rope.scaling.type", "none")
-    if scaling not in ("none", None) or md.get(f"{arch}.rope.scale_linear", 1.0) != 1.0:
+    if scaling not in ("none", None) or meta(f"{arch}.rope.scale_linear", float, 1.0) != 1.0:
         raise UnsupportedError(f"[convert] {path}: RoPE scaling {scaling!r} is not supported")
 
-    tokens = list(req("tokenizer.ggml.tokens"))
-    d_model = int(req(f"{arch}.embedding_length"))
-    n_heads = int(req(f"{arch}.attention.head_count"))
-    head_dim = int(
-        md.get(
-            f"{arch}.attention.key_length",
-            md.get(f"{arch}.rope.dimension_count", d_model // n_heads),
-        )
-    )
-    rope_dims = md.get(f"{arch}.rope.dimension_count", head_dim)
+    tokens, merges, token_type = _gguf_vocabulary(path, md)
+    d_model = meta(f"{arch}.embedding_length", int)
+    n_heads = meta(f"{arch}.attention.head_count", int)
+    # zero heads: no default head size (the config check below names n_heads)
+    rope_dims = meta(f"{arch}.rope.dimension_count", int, d_model // n_heads if n_heads else 0)
+    head_dim = meta(f"{arch}.attention.key_length", int, rope_dims)
     if rope_dims != head_dim:
         raise UnsupportedError(
             f"[convert] {path}: partial rotary ({rope_dims} of {head_dim} "
             "head dims) is not supported"
         )
     names = set(g.tensor_names())
-    bos_id = int(md.get("tokenizer.ggml.bos_token_id", -1))
-    eos_id = int(md.get("tokenizer.ggml.eos_token_id", -1))
+    bos_id = meta("tokenizer.ggml.bos_token_id", int, -1)
+    eos_id = meta("tokenizer.ggml.eos_token_id", int, -1)
     config: dict[str, Any] = {
         "arch": arch,
-        "name": str(md.get("general.name") or path.stem),
-        "vocab_size": len(tokens) if tokens else int(req(f"{arch}.vocab_size")),
+        "name": meta("general.name", str, "") or path.stem,
+        "vocab_size": len(tokens) if tokens else meta(f"{arch}.vocab_size", int),
         "d_model": d_model,
-        "n_layers": int(req(f"{arch}.block_count")),
+        "n_layers": meta(f"{arch}.block_count", int),
         "n_heads": n_heads,
         # llama.cpp: head_count_kv defaults to head_count (no GQA).
-        "n_kv_heads": int(md.get(f"{arch}.attention.head_count_kv", n_heads)),
+        "n_kv_heads": meta(f"{arch}.attention.head_count_kv", int, n_heads),
         "head_dim": head_dim,
-        "d_ff": int(req(f"{arch}.feed_forward_length")),
-        "context_length": int(req(f"{arch}.context_length")),
-        "rope_theta": float(md.get(f"{arch}.rope.freq_base", 10000.0)),
-        "rms_eps": float(req(f"{arch}.attention.layer_norm_rms_epsilon")),
+        "d_ff": meta(f"{arch}.feed_forward_length", int),
+        "context_length": meta(f"{arch}.context_length", int),
+        "rope_theta": meta(f"{arch}.rope.freq_base", float, DEFAULT_ROPE_THETA),
+        "rms_eps": meta(f"{arch}.attention.layer_norm_rms_epsilon", float),
         # llama.cpp: no `output.weight` means the output projection reuses the embedding.
         "tie_embeddings": int("output.weight" not in names),
         # llama.cpp's qwen2 graph always has Q/K/V biases; we do not implement them for llama.
@@ -228,6 +330,8 @@ def _open_gguf(path: Path) -> _Model:
         raise UnsupportedError(
             f"[convert] {path}: attention biases in a llama GGUF are not supported"
         )
+    _check_layer_count(path, config["n_layers"], names, "blk.")
+    _validate_config(path, config)
 
     shapes = _expected_shapes(config)
     src_names = {ds: _source_name(ds, _GGUF) for ds in shapes}
@@ -250,10 +354,8 @@ def _open_gguf(path: Path) -> _Model:
 
     tensors = [_Tensor(ds, shape, loader(ds)) for ds, shape in shapes.items()]
 
-    model_kind = str(req("tokenizer.ggml.model"))
-    pre = str(md.get("tokenizer.ggml.pre", "default"))
-    merges = list(md.get("tokenizer.ggml.merges", []))
-    token_type = [int(t) for t in md.get("tokenizer.ggml.token_type", [])]
+    model_kind = meta("tokenizer.ggml.model", str)
+    pre = meta("tokenizer.ggml.pre", str, "default")
     # transformers (gguf_tokenizer_mapping.get_gguf_tokenizer): no BOS for byte-level BPE unless the
     # file says so.
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
@@ -267,11 +369,15 @@ def _open_gguf(path: Path) -> _Model:
             bos_id,
             eos_id,
             add_bos,
-            unk_id=int(md.get("tokenizer.ggml.unknown_token_id", -1)),
-            pad_id=int(md.get("tokenizer.ggml.padding_token_id", -1)),
+            unk_id=meta("tokenizer.ggml.unknown_token_id", int, -1),
+            pad_id=meta("tokenizer.ggml.padding_token_id", int, -1),
         )
     except UnsupportedError as e:
         raise UnsupportedError(f"[convert] {path}: {e}") from e
+    except SocllmError:
+        raise
+    except Exception as e:  # tokenizers raises bare Exceptions and TypeErrors on bad input
+        raise FormatError(f"[convert] {path}: the GGUF vocabulary makes no tokenizer: {e}") from e
     return _Model(
         kind="gguf",
         path=path,
@@ -319,12 +425,7 @@ class _Safetensors:
         from safetensors import safe_open
 
         self._safe_open = safe_open
-        index = directory / "model.safetensors.index.json"
-        if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            files = sorted({directory / f for f in weight_map.values()})
-        else:
-            files = sorted(directory.glob("*.safetensors"))
+        files = safetensors_files(directory)
         if not files:
             raise FormatError(f"[convert] {directory}: no *.safetensors files")
         self.where: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
@@ -365,9 +466,11 @@ def _first_id(value: Any) -> int:
 
 def _open_hf(path: Path) -> _Model:
     try:
-        cfg = json.loads((path / "config.json").read_text())
-    except json.JSONDecodeError as e:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise FormatError(f"[convert] {path / 'config.json'}: invalid JSON: {e}") from e
+    if not isinstance(cfg, dict):
+        raise FormatError(f"[convert] {path / 'config.json'}: not a JSON object")
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED_ARCHS:
         # mistral is llama-shaped but uses sliding-window attention, which socllm does not run.
@@ -377,24 +480,33 @@ def _open_hf(path: Path) -> _Model:
         )
     _check_hf_features(path, cfg)
 
-    def req(key: str) -> Any:
+    where = str(path / "config.json")
+
+    def req(key: str, kind: type = int) -> Any:
         if key in cfg and cfg[key] is not None:
-            return cfg[key]
+            return _typed(where, key, cfg[key], kind)
         if key in _HF_DEFAULTS[model_type]:
             return _HF_DEFAULTS[model_type][key]
-        raise FormatError(f"[convert] {path / 'config.json'}: key {key!r} is missing")
+        raise FormatError(f"[convert] {where}: key {key!r} is missing")
 
-    d_model, n_heads = int(req("hidden_size")), int(req("num_attention_heads"))
+    def opt(key: str, kind: type, default: Any) -> Any:
+        value = cfg.get(key)
+        return default if value is None else _typed(where, key, value, kind)
+
+    d_model, n_heads = req("hidden_size"), req("num_attention_heads")
     rope = cfg.get("rope_parameters") or {}  # transformers >= 5 moves rope_theta here
+    rope_theta = DEFAULT_ROPE_THETA
+    if rope.get("rope_theta") is not None:
+        rope_theta = _typed(where, "rope_parameters.rope_theta", rope["rope_theta"], float)
     tie = bool(cfg.get("tie_word_embeddings", False))
 
     tok_file = path / "tokenizer.json"
     if not tok_file.is_file():
         raise FormatError(f"[convert] {path}: tokenizer.json is missing")
-    tok_json = tok_file.read_text(encoding="utf-8")
     try:
+        tok_json = tok_file.read_text(encoding="utf-8")
         tok = load_tokenizer_json(tok_json)
-    except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
+    except Exception as e:  # tokenizers raises a bare Exception on malformed JSON; or not UTF-8
         raise FormatError(f"[convert] {tok_file}: not a tokenizers JSON: {e}") from e
     bos_id, eos_id = _first_id(cfg.get("bos_token_id")), _first_id(cfg.get("eos_token_id"))
     # Whether encoding prepends BOS is the tokenizer's post-processor's business: ask it.
@@ -406,16 +518,18 @@ def _open_hf(path: Path) -> _Model:
     config: dict[str, Any] = {
         "arch": model_type,
         "name": path.resolve().name,
-        "vocab_size": int(req("vocab_size")),
+        "vocab_size": req("vocab_size"),
         "d_model": d_model,
-        "n_layers": int(req("num_hidden_layers")),
+        "n_layers": req("num_hidden_layers"),
         "n_heads": n_heads,
-        "n_kv_heads": int(cfg.get("num_key_value_heads") or n_heads),
-        "head_dim": int(cfg.get("head_dim") or d_model // n_heads),
-        "d_ff": int(req("intermediate_size")),
-        "context_length": int(req("max_position_embeddings")),
-        "rope_theta": float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-        "rms_eps": float(req("rms_norm_eps")),
+        "n_kv_heads": opt("num_key_value_heads", int, n_heads),
+        # 0 means unset, as in transformers (`config.head_dim or hidden_size // num_heads`);
+        # zero heads: no default head size (the config check below names n_heads)
+        "head_dim": opt("head_dim", int, 0) or (d_model // n_heads if n_heads else 0),
+        "d_ff": req("intermediate_size"),
+        "context_length": req("max_position_embeddings"),
+        "rope_theta": opt("rope_theta", float, rope_theta),
+        "rms_eps": req("rms_norm_eps", float),
         "tie_embeddings": int(tie),
         "qkv_bias": int(model_type == "qwen2"),  # transformers Qwen2Attention: q/k/v bias=True
         "bos_id": bos_id,
@@ -423,6 +537,8 @@ def _open_hf(path: Path) -> _Model:
     }
 
     st = _Safetensors(path)
+    _check_layer_count(path, config["n_layers"], set(st.where), "model.layers.")
+    _validate_config(path, config)
     shapes = _expected_shapes(config)
     src_names = {ds: _source_name(ds, _HF) for ds in shapes}
     for ds, src in src_names.items():
@@ -492,6 +608,16 @@ def _socllm_version() -> str:
     return str(__version__)
 
 
+def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | bool:
+    """Chunks of whole rows, about CHUNK_BYTES each, the rows split evenly among them (an edge
+    chunk is stored full size). ``True`` (h5py's choice) for an empty dataset."""
+    if not shape or 0 in shape:
+        return True
+    row_bytes = itemsize * math.prod(shape[1:])
+    n_chunks = max(1, math.ceil(shape[0] * row_bytes / CHUNK_BYTES))
+    return (math.ceil(shape[0] / n_chunks), *shape[1:])
+
+
 def _write(model: _Model, path: Path, progress: bool) -> None:
     strings = h5py.string_dtype("utf-8")
     with h5py.File(path, "w") as f:
@@ -505,13 +631,15 @@ def _write(model: _Model, path: Path, progress: bool) -> None:
             cfg.attrs[key] = value
 
         tok = f.create_group("tokenizer")
-        tok.create_dataset("json", data=model.tokenizer_json, dtype=strings)
+        tok_json = tok.create_dataset("json", data=model.tokenizer_json, dtype=strings)
+        tok_json.attrs[TOKENIZER_JSON_DIGEST] = tokenizer_json_digest(model.tokenizer_json)
         for key, value in model.tokenizer_attrs.items():
             tok.attrs[key] = value
         for key, value in model.tokenizer_arrays.items():
             if isinstance(value, np.ndarray):
-                tok.create_dataset(key, data=value)
-            else:
+                chunks = _chunks(value.shape, value.itemsize)
+                tok.create_dataset(key, data=value, chunks=chunks, fletcher32=True)
+            else:  # provenance copies of the GGUF vocabulary, not read by the loader
                 tok.create_dataset(
                     key, data=np.array(value, dtype=object), shape=(len(value),), dtype=strings
                 )
@@ -523,4 +651,5 @@ def _write(model: _Model, path: Path, progress: bool) -> None:
             for t in bar:
                 arr = np.ascontiguousarray(t.load(), dtype=np.float32)
                 _check_shape(model.path, t.name, arr.shape, t.shape)
-                weights.create_dataset(t.name, data=arr)
+                chunks = _chunks(arr.shape, arr.itemsize)
+                weights.create_dataset(t.name, data=arr, chunks=chunks, fletcher32=True)

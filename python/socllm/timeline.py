@@ -31,7 +31,7 @@ from . import _core
 from .configs import load_config
 from .devices import load_profile
 from .errors import InvalidArgumentError
-from .io_utils import atomic_write_text
+from .io_utils import write_output
 
 TaskGraph = _core.sim.TaskGraph
 
@@ -130,12 +130,12 @@ class Timeline:
         return {**self.result.summary(), **self.extra}
 
     def to_perfetto(self, path: str | Path) -> Path:
-        """Chrome / Perfetto trace JSON (open in ui.perfetto.dev): one track per processor."""
+        """Chrome / Perfetto trace JSON (open in ui.perfetto.dev): one track per processor.
+        ``path``: a file (written atomically, through symlinks), a FIFO or device, or "-"."""
         trace = _core.sim.to_trace_json(self.graph, self.core)
         trace["otherData"] = {k: v for k, v in self.summary().items() if not isinstance(v, dict)}
-        path = Path(path)
-        atomic_write_text(path, json.dumps(trace) + "\n")
-        return path
+        write_output(path, json.dumps(trace) + "\n")
+        return Path(path)
 
     def plot(self, ax=None, title: str | None = None):
         """Gantt chart: one row per processor, tasks coloured by kind."""

@@ -1,0 +1,53 @@
+"""Facts of the socllm model file (docs/MODEL_FORMAT.md) and of the sources converted into it,
+shared by the converter (socllm.convert), the cache (socllm.registry) and the loader
+(socllm.model) without importing one another."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .errors import FormatError
+
+# The version `socllm convert` writes, part of the cache key so a new version converts again.
+# 2: every numeric dataset carries a Fletcher-32 checksum. The C++ loader (cpp/model/model.cpp)
+# reads 1 and 2.
+MODEL_FORMAT_VERSION = 2
+CHECKSUM_FORMAT_VERSION = 2  # the first version whose datasets carry checksums (required)
+# Attribute of tokenizer/json holding its checksum, named after the hashlib algorithm: HDF5's
+# Fletcher-32 cannot cover a variable-length string.
+TOKENIZER_JSON_DIGEST = "sha256"
+
+# What conversion reads from a Hugging Face directory.
+HF_CONFIG, HF_TOKENIZER, HF_INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
+
+
+def tokenizer_json_digest(text: str) -> str:
+    """The checksum stored with ``tokenizer/json``: hex digest of its UTF-8 bytes."""
+    return hashlib.new(TOKENIZER_JSON_DIGEST, text.encode("utf-8")).hexdigest()
+
+
+def safetensors_files(directory: str | os.PathLike) -> list[Path]:
+    """The weight files of a Hugging Face directory: those its safetensors index names (present
+    or not), else every ``*.safetensors``."""
+    directory = Path(directory)
+    index = directory / HF_INDEX
+    if not index.is_file():
+        return sorted(directory.glob("*.safetensors"))
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return sorted({directory / f for f in weight_map.values()})
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise FormatError(f"{index}: not a safetensors index ({e})") from e
+
+
+def source_files(source: str | os.PathLike) -> list[Path]:
+    """The files converting ``source`` reads: the file itself, or those of a Hugging Face
+    directory that exist (config, tokenizer, safetensors index, weight files)."""
+    source = Path(source)
+    if not source.is_dir():
+        return [source]
+    files = [source / HF_CONFIG, source / HF_TOKENIZER, source / HF_INDEX]
+    return [f for f in [*files, *safetensors_files(source)] if f.is_file()]

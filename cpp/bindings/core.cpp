@@ -86,7 +86,14 @@ nlohmann::json py_to_json(const py::handle& o, const char* fn) {
     nlohmann::json j = nlohmann::json::object();
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(o)) {
       if (!PyUnicode_Check(k.ptr())) throw bad("dictionary keys must be strings");
-      j[py_to_json(k, fn).get<std::string>()] = py_to_json(v, fn);
+      const std::string key = py_to_json(k, fn).get<std::string>();
+      try {
+        j[key] = py_to_json(v, fn);
+      } catch (const InvalidArgument& e) {  // name the key: "[Plan] alpha: numbers must be..."
+        const std::string what = e.what(), prefix = std::string("[") + fn + "] ";
+        throw InvalidArgument(prefix + key + ": " +
+                              (what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what));
+      }
     }
     return j;
   }

@@ -17,6 +17,22 @@ void init_model(py::module_& m) {
           py::arg("path"), "Load a socllm HDF5 model file (docs/MODEL_FORMAT.md).")
       .def_property_readonly("config",
                              [](const Model& mdl) { return json_to_py(mdl.config().to_json()); })
+      .def_static(
+          "check_config",
+          [](const py::handle& config) {
+            const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+            c.check_runnable();
+            return json_to_py(c.to_json());
+          },
+          py::arg("config"),
+          "The config Model.load would accept, normalized (defaults filled); InvalidArgumentError "
+          "naming the value, UnsupportedError for what the engine cannot run.")
+      .def_property_readonly_static("format_version",
+                                    [](const py::object&) { return Model::kFormatVersion; })
+      .def_property_readonly_static("oldest_format_version",
+                                    [](const py::object&) { return Model::kOldestFormatVersion; })
+      .def_property_readonly_static("checksum_format_version",
+                                    [](const py::object&) { return Model::kChecksumFormatVersion; })
       .def_property_readonly("path", &Model::path)
       .def_property_readonly("weight_bytes", &Model::weight_bytes);
 }

@@ -9,12 +9,9 @@
 namespace socllm {
 namespace {
 
-// The model file format versions this socllm reads: 1 (no checksums), 2 (every dataset carries
-// a Fletcher-32 checksum, required, so a file whose filter was stripped is caught too).
-constexpr int64_t kOldestFormat = 1, kChecksumFormat = 2;
-
 TensorF32 read_checked(const H5File& f, const std::string& name, std::vector<int64_t> shape,
                        bool checksummed) {
+  // Required, not only verified when present: a file whose filter was stripped is caught too.
   const std::string ds = "/weights/" + name;
   if (!f.has(ds)) throw FormatError("[Model.load] '" + f.path() + "' has no weight '" + name + "'");
   if (checksummed && !f.has_checksum(ds))
@@ -50,11 +47,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     throw FormatError("[Model.load] '" + path +
                       "' is not a socllm model file (run socllm convert)");
   const int64_t version = f.attr_int("/", "format_version");
-  if (version < kOldestFormat || version > kChecksumFormat)
+  if (version < kOldestFormatVersion || version > kFormatVersion)
     throw Unsupported("[Model.load] model format version " + std::to_string(version) + " in '" +
-                      path + "' (this socllm reads " + std::to_string(kOldestFormat) + " to " +
-                      std::to_string(kChecksumFormat) + ")");
-  const bool checksummed = version >= kChecksumFormat;
+                      path + "' (this socllm reads " + std::to_string(kOldestFormatVersion) +
+                      " to " + std::to_string(kFormatVersion) + ")");
+  const bool checksummed = version >= kChecksumFormatVersion;
   if (!checksummed)
     spdlog::warn(
         "'{}' is model format version {}: its weights carry no checksums (convert it "

@@ -204,16 +204,11 @@ def _check_layer_count(path: Path, n_layers: int, names: set[str], prefix: str) 
 
 
 def _validate_config(path: Path, c: dict[str, Any]) -> None:
-    """The C++ core's validation of a model config (ModelConfig::validate, which Model.load
-    runs), before anything is written; graph_census is the binding that builds a ModelConfig
-    from a dict (one token: cheap). NaN and Inf are refused by its dict -> JSON conversion
-    already, with a message that cannot name the key, so they are checked here first."""
-    for key in ("rope_theta", "rms_eps"):
-        if not math.isfinite(c[key]):
-            raise FormatError(f"[convert] {path}: {key} must be finite and > 0, got {c[key]}")
+    """The C++ core's check of a model config (what Model.load runs), before anything is
+    written, so a file load would refuse is never made."""
     flags = {k: bool(c[k]) for k in ("tie_embeddings", "qkv_bias")}  # JSON booleans in C++
     try:
-        _core.graph_census(c | flags, "fp32", 1, 1)
+        _core.Model.check_config(c | flags)
     except InvalidArgumentError as e:
         raise FormatError(f"[convert] {path}: invalid model config: {e}") from e
 

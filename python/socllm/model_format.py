@@ -9,13 +9,13 @@ import json
 import os
 from pathlib import Path
 
+from . import _core
 from .errors import FormatError
 
-# The version `socllm convert` writes, part of the cache key so a new version converts again.
-# 2: every numeric dataset carries a Fletcher-32 checksum. The C++ loader (cpp/model/model.cpp)
-# reads 1 and 2.
-MODEL_FORMAT_VERSION = 2
-CHECKSUM_FORMAT_VERSION = 2  # the first version whose datasets carry checksums (required)
+# The version `socllm convert` writes, part of the cache key so a new version converts again,
+# and the first whose datasets carry checksums (required): the C++ loader's constants (model.h).
+MODEL_FORMAT_VERSION = _core.Model.format_version
+CHECKSUM_FORMAT_VERSION = _core.Model.checksum_format_version
 # Attribute of tokenizer/json holding its checksum, named after the hashlib algorithm: HDF5's
 # Fletcher-32 cannot cover a variable-length string.
 TOKENIZER_JSON_DIGEST = "sha256"

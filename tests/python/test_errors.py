@@ -17,6 +17,12 @@ import numpy as np
 import pytest
 import socllm
 from socllm import _core
+from socllm.model_format import (
+    CHECKSUM_FORMAT_VERSION,
+    MODEL_FORMAT_VERSION,
+    TOKENIZER_JSON_DIGEST,
+    tokenizer_json_digest,
+)
 
 V = 49152  # SmolLM2 vocabulary
 CTX = 8192  # SmolLM2 context length
@@ -227,7 +233,11 @@ def tiny_weights(c: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return out
 
 
-def write_tiny(path: Path, *, config=None, weights=None, tokenizer=True, version=1) -> Path:
+def write_tiny(
+    path: Path, *, config=None, weights=None, tokenizer=True, version=MODEL_FORMAT_VERSION
+) -> Path:
+    """A handmade model file as `socllm convert` writes it (checksums from version 2 on)."""
+    checksums = version >= CHECKSUM_FORMAT_VERSION
     c = TINY | (config or {})
     ws = tiny_weights(TINY, np.random.default_rng(0)) if weights is None else weights
     with h5py.File(path, "w") as f:
@@ -239,11 +249,14 @@ def write_tiny(path: Path, *, config=None, weights=None, tokenizer=True, version
         f.create_group("config").attrs.update(c)
         if tokenizer:
             t = f.create_group("tokenizer")
-            t.create_dataset("json", data=tiny_tokenizer_json(), dtype=h5py.string_dtype("utf-8"))
+            text = tiny_tokenizer_json()
+            js = t.create_dataset("json", data=text, dtype=h5py.string_dtype("utf-8"))
+            if checksums:
+                js.attrs[TOKENIZER_JSON_DIGEST] = tokenizer_json_digest(text)
             t.attrs.update({"model": "hf", "pre": "hf", "add_bos": 0, "bos_id": 1, "eos_id": 2})
         g = f.create_group("weights")
         for name, arr in ws.items():
-            g.create_dataset(name, data=arr)
+            g.create_dataset(name, data=arr, fletcher32=checksums)
     return path
 
 
@@ -293,15 +306,24 @@ def test_load_poisoned_copy_of_real_weights(m, tmp_path):
 def test_load_structural_defects(tmp_path):
     ws = tiny_weights(TINY, np.random.default_rng(0))
     bad_shape = dict(ws, lm_head=ws["lm_head"][:, :8])
-    with pytest.raises(socllm.FormatError, match=r"'lm_head'.*\[128, 8\].*expected \[128, 16\]"):
+    with pytest.raises(socllm.FormatError, match=r"lm_head'.*\[128, 8\].*expected \[128, 16\]"):
         socllm.load(write_tiny(tmp_path / "shape.h5", weights=bad_shape), progress=False)
     missing = {k: v for k, v in ws.items() if k != "layers/1/wv"}
     with pytest.raises(socllm.FormatError, match="layers/1/wv"):
         socllm.load(write_tiny(tmp_path / "missing.h5", weights=missing), progress=False)
     with pytest.raises(socllm.FormatError, match="tokenizer"):
         socllm.load(write_tiny(tmp_path / "notok.h5", tokenizer=False), progress=False)
-    with pytest.raises(socllm.UnsupportedError, match="format version 2"):
-        socllm.load(write_tiny(tmp_path / "v2.h5", version=2), progress=False)
+    with pytest.raises(socllm.UnsupportedError, match="format version 3"):
+        socllm.load(write_tiny(tmp_path / "v3.h5", version=3), progress=False)
+    # From version 2 on, a weight without its checksum is refused (a stripped filter).
+    with h5py.File(write_tiny(tmp_path / "nosum.h5"), "a") as f:
+        data = f["weights/final_norm"][()]
+        del f["weights/final_norm"]
+        f["weights/final_norm"] = data
+    with pytest.raises(socllm.FormatError, match="final_norm.*no Fletcher-32 checksum"):
+        socllm.load(tmp_path / "nosum.h5", progress=False)
+    # Version 1 files (no checksums) still load.
+    assert socllm.load(write_tiny(tmp_path / "v1.h5", version=1), progress=False)
     with pytest.raises(socllm.UnsupportedError, match="'mamba'"):
         socllm.load(write_tiny(tmp_path / "arch.h5", config={"arch": "mamba"}), progress=False)
     with pytest.raises(socllm.FormatError, match="'/config@vocab_size'.*not an integer"):

@@ -68,8 +68,16 @@ struct LayerWeights {
 
 class Model {
  public:
+  // Model file format versions (docs/MODEL_FORMAT.md): `socllm convert` writes kFormatVersion;
+  // load reads kOldestFormatVersion..kFormatVersion; from kChecksumFormatVersion on, every weight
+  // must carry a Fletcher-32 checksum (verified on read).
+  static constexpr int64_t kFormatVersion = 2;
+  static constexpr int64_t kOldestFormatVersion = 1;
+  static constexpr int64_t kChecksumFormatVersion = 2;
+
   // Loads a socllm HDF5 model file (docs/MODEL_FORMAT.md). Throws MissingFile,
-  // FormatError (missing tensors, wrong shapes, NaN/Inf weights), Unsupported (arch).
+  // FormatError (missing tensors, wrong shapes, NaN/Inf weights, checksum mismatch),
+  // Unsupported (arch, format version).
   static std::shared_ptr<const Model> load(const std::string& path);
 
   const ModelConfig& config() const { return config_; }

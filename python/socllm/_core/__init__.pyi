@@ -58,6 +58,14 @@ class Model:
     """
     fp32 weights of a llama-family model.
     """
+    checksum_format_version: typing.ClassVar[int] = 2
+    format_version: typing.ClassVar[int] = 2
+    oldest_format_version: typing.ClassVar[int] = 1
+    @staticmethod
+    def check_config(config: typing.Any) -> typing.Any:
+        """
+        The config Model.load would accept, normalized (defaults filled); InvalidArgumentError naming the value, UnsupportedError for what the engine cannot run.
+        """
     @staticmethod
     def load(path: str) -> Model:
         """

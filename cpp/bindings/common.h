@@ -22,6 +22,11 @@ inline py::array_t<float> to_numpy(TensorF32&& t) {
   return py::array_t<float>(shape, owned->ptr(), base);
 }
 
+// A string read from a file as a Python str: meant to be UTF-8, undecodable bytes kept visible as
+// surrogate escapes (as os.fsdecode does) rather than failing.
+py::str str_from_file(const std::string& s);
+// The inverse, for names handed back (GgufFile.tensor_info(name)): InvalidArgument for a non-str.
+std::string str_to_file(const py::handle& s);
 py::object json_to_py(const nlohmann::json& j);
 // Python (dict, list, str, int, float, bool, None, numpy scalars) -> JSON; InvalidArgument
 // prefixed by `fn` for NaN/inf, integers beyond 64 bits, non-string keys or other types.

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "common.h"
 
@@ -21,6 +22,28 @@ py::object make_exception(py::module_& m, const char* name, py::tuple bases) {
 
 }  // namespace
 
+py::str str_from_file(const std::string& s) {
+  PyObject* u =
+      PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (!u) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(u);
+}
+
+std::string str_to_file(const py::handle& s) {
+  if (!PyUnicode_Check(s.ptr()))
+    throw InvalidArgument("[socllm] expected a name (str), got " +
+                          std::string(py::str(py::type::of(s).attr("__name__"))));
+  PyObject* b = PyUnicode_AsEncodedString(s.ptr(), "utf-8", "surrogateescape");
+  if (!b) {
+    PyErr_Clear();
+    throw InvalidArgument("[socllm] the name " + std::string(py::repr(s)) +
+                          " is not valid Unicode");
+  }
+  std::string out(PyBytes_AS_STRING(b), static_cast<size_t>(PyBytes_GET_SIZE(b)));
+  Py_DECREF(b);
+  return out;
+}
+
 py::object json_to_py(const nlohmann::json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null: return py::none();
@@ -28,14 +51,7 @@ py::object json_to_py(const nlohmann::json& j) {
     case nlohmann::json::value_t::number_integer: return py::int_(j.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: return py::int_(j.get<uint64_t>());
     case nlohmann::json::value_t::number_float: return py::float_(j.get<double>());
-    case nlohmann::json::value_t::string: {
-      const auto& s = j.get_ref<const std::string&>();
-      // GGUF strings are meant to be UTF-8; keep undecodable bytes visible rather than fail.
-      PyObject* u =
-          PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
-      if (!u) throw py::error_already_set();
-      return py::reinterpret_steal<py::object>(u);
-    }
+    case nlohmann::json::value_t::string: return str_from_file(j.get_ref<const std::string&>());
     case nlohmann::json::value_t::array: {
       py::list l;
       for (const auto& e : j) l.append(json_to_py(e));
@@ -43,7 +59,7 @@ py::object json_to_py(const nlohmann::json& j) {
     }
     case nlohmann::json::value_t::object: {
       py::dict d;
-      for (const auto& [k, v] : j.items()) d[py::str(k)] = json_to_py(v);
+      for (const auto& [k, v] : j.items()) d[str_from_file(k)] = json_to_py(v);
       return std::move(d);
     }
     default: return py::none();
@@ -180,24 +196,37 @@ void init_core(py::module_& m) {
   s_unsupported = unsupported.release().ptr();
   // Most derived first: the first matching catch wins.
   py::register_exception_translator([](std::exception_ptr p) {
+    // Messages quote names read from files, which need not be UTF-8 (PyErr_SetString would
+    // fail on them): undecodable bytes show as \xNN escapes.
+    auto set = [](PyObject* cls, const char* what) {
+      PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)),
+                                           "backslashreplace");
+      if (!msg) return;
+      PyErr_SetObject(cls, msg);
+      Py_DECREF(msg);
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ShapeError& e) {
-      PyErr_SetString(s_shape, e.what());
+      set(s_shape, e.what());
     } catch (const ContextOverflow& e) {
-      PyErr_SetString(s_overflow, e.what());
+      set(s_overflow, e.what());
     } catch (const InvalidArgument& e) {
-      PyErr_SetString(s_invalid, e.what());
+      set(s_invalid, e.what());
     } catch (const MissingFile& e) {
-      PyErr_SetString(s_missing, e.what());
+      set(s_missing, e.what());
     } catch (const FormatError& e) {
-      PyErr_SetString(s_format, e.what());
+      set(s_format, e.what());
     } catch (const Unsupported& e) {
-      PyErr_SetString(s_unsupported, e.what());
+      set(s_unsupported, e.what());
     } catch (const Interrupted&) {
       PyErr_SetNone(PyExc_KeyboardInterrupt);
     } catch (const Error& e) {
-      PyErr_SetString(s_base, e.what());
+      set(s_base, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      // JSON from a caller or a file with a value of the wrong type that a check missed: still
+      // the caller's bad value, not an internal RuntimeError.
+      set(s_invalid, (std::string("[json] ") + e.what()).c_str());
     }
   });
   // Long calls poll for Ctrl-C between layers (core.h): a signal Python has caught is pending

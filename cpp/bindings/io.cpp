@@ -23,7 +23,7 @@ uint32_t type_id(const py::handle& t) {
 
 py::dict tensor_info_dict(const GgufTensorInfo& t) {
   py::dict d;
-  d["name"] = t.name;
+  d["name"] = str_from_file(t.name);
   d["shape"] = py::tuple(py::cast(t.shape));
   d["type"] = ggml_type_name(t.type);
   d["offset"] = t.offset;
@@ -44,25 +44,31 @@ void init_io(py::module_& m) {
           "GGUF key -> value (arrays as lists).")
       .def("tensor_names",
            [](const GgufFile& f) {
-             std::vector<std::string> names;
-             for (const auto& t : f.tensors()) names.push_back(t.name);
+             py::list names;
+             for (const auto& t : f.tensors()) names.append(str_from_file(t.name));
              return names;
            })
-      .def("has_tensor", &GgufFile::has_tensor, py::arg("name"))
+      .def(
+          "has_tensor",
+          [](const GgufFile& f, const py::handle& n) { return f.has_tensor(str_to_file(n)); },
+          py::arg("name"))
       .def(
           "tensor_info",
-          [](const GgufFile& f, const std::string& n) { return tensor_info_dict(f.tensor(n)); },
+          [](const GgufFile& f, const py::handle& n) {
+            return tensor_info_dict(f.tensor(str_to_file(n)));
+          },
           py::arg("name"), "dict(name, shape (numpy order), type, offset, n_bytes)")
       .def(
           "raw",
-          [](const GgufFile& f, const std::string& n) {
-            auto r = f.raw(n);
+          [](const GgufFile& f, const py::handle& n) {
+            auto r = f.raw(str_to_file(n));
             return py::bytes(reinterpret_cast<const char*>(r.data()), r.size());
           },
           py::arg("name"))
       .def(
           "dequantize",
-          [](const GgufFile& f, const std::string& n) {
+          [](const GgufFile& f, const py::handle& name) {
+            const std::string n = str_to_file(name);
             TensorF32 t;
             {
               py::gil_scoped_release nogil;

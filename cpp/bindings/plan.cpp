@@ -14,7 +14,8 @@ namespace socllm::py_bind {
 
 Plan plan_from_py(const py::handle& p) {
   if (py::isinstance<Plan>(p)) return p.cast<Plan>();
-  if (py::isinstance<py::str>(p)) return Plan::parse(p.cast<std::string>());
+  // through py_to_json: a str that is not valid Unicode (lone surrogates) is InvalidArgument
+  if (py::isinstance<py::str>(p)) return Plan::parse(py_to_json(p, "Plan").get<std::string>());
   if (py::isinstance<py::dict>(p)) return Plan::from_json(py_to_json(p, "Plan"));
   throw InvalidArgument("[Plan] a plan is a name, a dict or a Plan, got " +
                         std::string(py::str(py::type::of(p).attr("__name__"))) + " " +
@@ -79,7 +80,8 @@ void init_plan(py::module_& m) {
                   })
       .def_static("known", &Plan::known)
       .def_static("describe", &Plan::describe, py::arg("name"))
-      .def("__repr__", [](const Plan& p) { return "Plan(" + p.to_json().dump() + ")"; });
+      .def("__repr__",
+           [](const Plan& p) { return "Plan(" + json_text(p.to_json(), std::string::npos) + ")"; });
 
   m.def(
       "graph_census",

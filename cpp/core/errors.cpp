@@ -1,4 +1,5 @@
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "socllm/core.h"
@@ -15,6 +16,12 @@ int64_t TensorF32::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n = checked_mul(n, d, "[TensorF32] element count of " + shape_str(shape));
   return n;
+}
+
+std::string json_text(const nlohmann::json& j, size_t max_chars) {
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
+  return s;
 }
 
 int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {

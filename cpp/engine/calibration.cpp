@@ -62,6 +62,31 @@ void Calibration::check_matches(const ModelConfig& c) const {
         throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
                               "' has an invalid absmax " + std::to_string(channel_absmax[s][i]) +
                               " at flat index " + std::to_string(i));
+    for (size_t i = 0; i < outlier_threshold[s].size(); ++i)
+      if (!std::isfinite(outlier_threshold[s][i]) || !(outlier_threshold[s][i] > 0.0f))
+        throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                              "' has an invalid outlier threshold " +
+                              std::to_string(outlier_threshold[s][i]) + " at layer " +
+                              std::to_string(i));
+    // Counts are summed per layer (percentiles, hot channels): negative ones or sums beyond
+    // int64 come only from a corrupt file.
+    const auto check_counts = [&](const std::vector<int64_t>& v, const char* what) {
+      if (v.empty()) return;
+      const size_t row = v.size() / static_cast<size_t>(n_layers);
+      for (size_t r = 0; r < static_cast<size_t>(n_layers); ++r) {
+        int64_t sum = 0;
+        for (size_t i = r * row; i < (r + 1) * row; ++i)
+          if (v[i] < 0 || __builtin_add_overflow(sum, v[i], &sum))
+            throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                                  "': " + what + " at layer " + std::to_string(r) +
+                                  (v[i] < 0 ? " has a negative count " + std::to_string(v[i])
+                                            : std::string(" sums beyond 64 bits")));
+      }
+    };
+    check_counts(abs_hist[s], "abs_hist");
+    check_counts(outlier_count[s], "outlier_count");
+    check_counts(outlier_seq_channels[s], "outlier_seq_channels");
+    check_counts(outlier_seqs[s], "outlier_seqs");
   }
 }
 
@@ -233,7 +258,7 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
   check_matches(model);
   if (!provenance.is_object())
     throw InvalidArgument("[Calibration.save] provenance must be an object, got " +
-                          provenance.dump());
+                          json_text(provenance));
   H5Writer w(path);
   for (const auto& [k, v] : provenance.items())
     w.attr("/", k, v.is_array() || v.is_object() ? nlohmann::json(v.dump()) : v);
@@ -295,9 +320,9 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
       f.has_attr("/", "format_version") ? f.attr_json("/", "format_version") : nlohmann::json(0);
   if (!version.is_number_integer())
     throw FormatError("[Calibration] '" + path + "': format_version must be an integer, got " +
-                      version.dump());
+                      json_text(version));
   if (version != kFormatVersion)
-    throw InvalidArgument("[Calibration] '" + path + "' has schema version " + version.dump() +
+    throw InvalidArgument("[Calibration] '" + path + "' has schema version " + json_text(version) +
                           "; this socllm reads version " + std::to_string(kFormatVersion) +
                           " (recalibrate: socllm calibrate)");
   const std::string name = f.has_attr("/", "model_name") ? f.attr_str("/", "model_name") : "";
@@ -311,14 +336,14 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
   }
   if (!theirs.is_object())
     throw FormatError("[Calibration] '" + path + "': model_config must be a JSON object, got " +
-                      theirs.dump().substr(0, 100));
+                      json_text(theirs));
   const nlohmann::json ours = model.to_json();
   for (const char* k : kShapeKeys)
     if (theirs.value(k, nlohmann::json()) != ours.value(k, nlohmann::json()))
       throw InvalidArgument("[Calibration] '" + path + "' was calibrated on model '" + name +
-                            "' (" + k + " " + theirs.value(k, nlohmann::json()).dump() +
+                            "' (" + k + " " + json_text(theirs.value(k, nlohmann::json())) +
                             "), not on this one ('" + model.name + "', " + k + " " +
-                            ours.value(k, nlohmann::json()).dump() + ")");
+                            json_text(ours.value(k, nlohmann::json())) + ")");
   Calibration c = empty_for(model);
   for (const auto& spec : kSchema) {
     int present = 0;

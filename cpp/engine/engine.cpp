@@ -1,6 +1,7 @@
 #include "socllm/engine.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,7 +18,16 @@ KVCache::KVCache(const ModelConfig& config, int64_t capacity)
     : capacity_(capacity), n_layers_(config.n_layers), kv_dim_(config.kv_dim()) {
   if (capacity <= 0)
     throw InvalidArgument("[KVCache] capacity must be > 0, got " + std::to_string(capacity));
-  const size_t n = static_cast<size_t>(capacity * kv_dim_);
+  // Sized by a config read from a file: refused before allocating if it cannot fit in memory.
+  const int64_t n_per_layer = checked_mul(capacity, kv_dim_, "[KVCache] capacity x kv_dim");
+  const int64_t total_bytes = checked_mul(
+      checked_mul(2 * config.n_layers, n_per_layer, "[KVCache] size"), sizeof(float), "[KVCache]");
+  const int64_t ram = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  if (ram > 0 && total_bytes > ram)
+    throw InvalidArgument("[KVCache] a cache of " + std::to_string(capacity) + " tokens needs " +
+                          std::to_string(total_bytes) + " bytes, more than this machine's " +
+                          std::to_string(ram) + " (ask for a smaller capacity)");
+  const size_t n = static_cast<size_t>(n_per_layer);
   k_.assign(static_cast<size_t>(config.n_layers), std::vector<float>(n));
   v_.assign(static_cast<size_t>(config.n_layers), std::vector<float>(n));
 }

@@ -174,6 +174,9 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
     else fmt = soc::dtype_from_name(t);
   } else if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {
+      if ((k == "processor" || k == "format") && !x.is_string())
+        throw InvalidArgument("[Plan] the " + k + " of op class '" + op_class_name(c) +
+                              "' must be a name, got " + json_text(x));
       if (k == "processor") proc = soc::processor_from_name(x.get<std::string>());
       else if (k == "format") fmt = soc::dtype_from_name(x.get<std::string>());
       else if (c != OpClass::Linear)
@@ -183,7 +186,7 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   } else {
     throw InvalidArgument("[Plan] placement of '" + std::string(op_class_name(c)) +
                           "' must be a processor name or {\"processor\", \"format\"}, got " +
-                          v.dump());
+                          json_text(v));
   }
   if (c == OpClass::Linear && fmt && *fmt != Plan::linear_format(plan.linear))
     throw InvalidArgument(std::string("[Plan] the linear format follows its scheme (") +
@@ -195,13 +198,15 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
 // The scheme of an "ops" object (its "linear" entry without the placement fields).
 std::optional<LinearScheme> ops_linear_scheme(const json& ops) {
   if (!ops.is_object())
-    throw InvalidArgument("[Plan] 'ops' must be an object of operator classes, got " + ops.dump());
+    throw InvalidArgument("[Plan] 'ops' must be an object of operator classes, got " +
+                          json_text(ops));
   for (const auto& [op, mode] : ops.items())
     if (op != "embedding") op_class_from_name(op);  // names the unknown class
   if (!ops.contains("linear")) return std::nullopt;
   json lin = ops["linear"];
   if (!lin.is_object())
-    throw InvalidArgument("[Plan] ops.linear must be a linear scheme object, got " + lin.dump());
+    throw InvalidArgument("[Plan] ops.linear must be a linear scheme object, got " +
+                          json_text(lin));
   lin.erase("processor");
   lin.erase("format");
   return LinearScheme::from_json(lin);
@@ -211,7 +216,8 @@ void apply_ops_placement(Plan& plan, const json& ops) {
   for (const auto& [op, v] : ops.items()) {
     if (op == "embedding") {  // legacy: the embedding is always an fp32 table read
       if (v != "fp32")
-        throw InvalidArgument("[Plan] the embedding is an fp32 lookup on the CPU, got " + v.dump());
+        throw InvalidArgument("[Plan] the embedding is an fp32 lookup on the CPU, got " +
+                              json_text(v));
       continue;
     }
     const OpClass c = op_class_from_name(op);
@@ -385,7 +391,7 @@ Plan Plan::parse(const std::string& text) {
 Plan Plan::from_json(const json& j) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
     throw InvalidArgument("[Plan.from_json] a plan is an object with a string 'name', got " +
-                          j.dump() + " " + known_list());
+                          json_text(j) + " " + known_list());
   Plan plan;
   plan.name = j["name"].get<std::string>();
   const bool custom = plan.name == "custom";
@@ -397,7 +403,7 @@ Plan Plan::from_json(const json& j) {
     if (key == "placement") {
       if (!v.is_object())
         throw InvalidArgument("[Plan] 'placement' must map op classes to processors, got " +
-                              v.dump());
+                              json_text(v));
       for (const auto& [c, pv] : v.items()) placement_keys[c] = pv;
       continue;
     }
@@ -407,20 +413,20 @@ Plan Plan::from_json(const json& j) {
     }
     if (key == "chunk_len") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0)
-        throw InvalidArgument("[Plan] chunk_len must be an integer >= 0, got " + v.dump());
+        throw InvalidArgument("[Plan] chunk_len must be an integer >= 0, got " + json_text(v));
       plan.chunk_len = v.get<int64_t>();
     } else if (preset && plan.options.contains(key) && plan.options[key].is_string()) {
       if (!v.is_string())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
-                              "' must be a string, got " + v.dump());
+                              "' must be a string, got " + json_text(v));
       plan.options[key] = v;
     } else if (preset && plan.options.contains(key)) {
       if (!v.is_number())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
-                              "' must be a number, got " + v.dump());
+                              "' must be a number, got " + json_text(v));
       if (plan.options[key].is_number_integer() && !v.is_number_integer())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
-                              "' must be an integer, got " + v.dump());
+                              "' must be an integer, got " + json_text(v));
       plan.options[key] = v;
     } else {
       std::string allowed = "chunk_len, ops, placement, " + known_op_classes();

@@ -179,10 +179,11 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       const auto& a = metadata_["general.alignment"];
       if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 ||
           (a.get<uint64_t>() & (a.get<uint64_t>() - 1)) != 0)
-        throw FormatError("[GgufFile] general.alignment must be a power of two, got " + a.dump());
+        throw FormatError("[GgufFile] general.alignment must be a power of two, got " +
+                          json_text(a));
       if (a.get<uint64_t>() > size_)  // also keeps the data offset's rounding from wrapping
-        throw FormatError("[GgufFile] general.alignment " + a.dump() + " exceeds the size of '" +
-                          path + "'");
+        throw FormatError("[GgufFile] general.alignment " + json_text(a) +
+                          " exceeds the size of '" + path + "'");
       alignment_ = a.get<uint64_t>();
     }
     tensors_.reserve(n_tensors);

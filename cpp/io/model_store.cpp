@@ -369,7 +369,7 @@ void H5Writer::attr(const std::string& obj, const std::string& name, const nlohm
     rc = H5Awrite(a.id, H5T_NATIVE_DOUBLE, &x);
   } else {
     throw InvalidArgument("[H5Writer] attribute '" + name +
-                          "' must be a string, number or bool, got " + v.dump());
+                          "' must be a string, number or bool, got " + json_text(v));
   }
   if (rc < 0) throw InvalidArgument("[H5Writer] cannot write attribute '" + name + "'");
 }

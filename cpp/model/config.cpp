@@ -39,6 +39,10 @@ void ModelConfig::validate() const {
   positive("head_dim", head_dim);
   positive("d_ff", d_ff);
   positive("context_length", context_length);
+  if (n_heads * head_dim > kMaxDim)  // both <= 2^31: the products fit in int64
+    throw InvalidArgument(
+        "[ModelConfig] n_heads x head_dim = " + std::to_string(n_heads * head_dim) + " exceeds " +
+        std::to_string(kMaxDim));
   if (n_heads % n_kv_heads != 0)
     throw InvalidArgument("[ModelConfig] n_heads " + std::to_string(n_heads) +
                           " is not a multiple of n_kv_heads " + std::to_string(n_kv_heads));
@@ -84,7 +88,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   ModelConfig c;
   if (!j.is_object())
     throw InvalidArgument("[ModelConfig.from_json] a model config is a JSON object, got " +
-                          j.dump().substr(0, 200));
+                          json_text(j));
   std::string missing;
   for (const char* key :
        {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "context_length"})
@@ -117,7 +121,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
       if (!modelled.contains(k) && k != "_source") c.extra[k] = v;
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(std::string("[ModelConfig.from_json] ") + e.what() + " in " +
-                          j.dump().substr(0, 200));
+                          json_text(j));
   }
   c.validate();
   return c;

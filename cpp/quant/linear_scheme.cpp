@@ -30,7 +30,7 @@ E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N],
              std::string (*name)(E)) {
   if (!v.is_string())
     throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a string, got " +
-                          v.dump() + " (known: " + names_of(all, name) + ")");
+                          json_text(v) + " (known: " + names_of(all, name) + ")");
   for (E e : all)
     if (name(e) == v.get<std::string>()) return e;
   throw InvalidArgument(std::string("[LinearScheme] unknown ") + field + " mode '" +
@@ -40,7 +40,7 @@ E parse_enum(const nlohmann::json& v, const char* field, const E (&all)[N],
 double number_field(const nlohmann::json& v, const char* field) {
   if (!v.is_number())
     throw InvalidArgument(std::string("[LinearScheme] '") + field + "' must be a number, got " +
-                          v.dump());
+                          json_text(v));
   return v.get<double>();
 }
 
@@ -125,24 +125,25 @@ nlohmann::json LinearScheme::to_json() const {
 }
 
 LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw InvalidArgument("[LinearScheme] expected an object, got " + j.dump());
+  if (!j.is_object())
+    throw InvalidArgument("[LinearScheme] expected an object, got " + json_text(j));
   LinearScheme s;
   for (const auto& [key, v] : j.items()) {
     if (key == "weights") {
       if (!v.is_object())
-        throw InvalidArgument("[LinearScheme] 'weights' must be an object, got " + v.dump());
+        throw InvalidArgument("[LinearScheme] 'weights' must be an object, got " + json_text(v));
       for (const auto& [wk, wv] : v.items()) {
         if (wk == "format") {
           s.weights = parse_enum(wv, "weights.format", kWeightFormats, weight_format_name);
         } else if (wk == "granularity") {
           if (!wv.is_string())
             throw InvalidArgument("[LinearScheme] 'granularity' must be a string, got " +
-                                  wv.dump());
+                                  json_text(wv));
           s.weight_granularity = granularity_from_name(wv.get<std::string>());
         } else if (wk == "group_size") {
           if (!wv.is_number_integer())
             throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " +
-                                  wv.dump());
+                                  json_text(wv));
           s.group_size = wv.get<int64_t>();
         } else {
           throw InvalidArgument("[LinearScheme] unknown weights field '" + wk +
@@ -159,7 +160,7 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
       if (v.is_null()) continue;
       if (!v.is_object())
         throw InvalidArgument("[LinearScheme] 'shadow_outliers' must be an object or null, got " +
-                              v.dump());
+                              json_text(v));
       ShadowOptions o;
       for (const auto& [sk, sv] : v.items()) {
         if (sk == "pruning_rate") o.pruning_rate = number_field(sv, "shadow_outliers.pruning_rate");

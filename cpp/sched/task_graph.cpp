@@ -141,8 +141,8 @@ TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array())
     throw FormatError("[TaskGraph] JSON needs an object with a 'tasks' array");
   if (j.contains("version") && j["version"] != kJsonVersion)
-    throw FormatError("[TaskGraph] JSON version " + j["version"].dump() + " (this socllm reads " +
-                      std::to_string(kJsonVersion) + ")");
+    throw FormatError("[TaskGraph] JSON version " + json_text(j["version"]) +
+                      " (this socllm reads " + std::to_string(kJsonVersion) + ")");
   TaskGraph g;
   if (j.contains("meta")) g.meta = j["meta"];
   int64_t i = 0;
@@ -159,8 +159,8 @@ TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
       for (const auto& jo : jt.value("ops", nlohmann::json::array()))
         t.ops.push_back(soc::OpDesc::from_json(jo));
       if (jt.contains("id") && jt["id"].get<int64_t>() != i)
-        throw FormatError("id " + jt["id"].dump() + " out of order (expected " + std::to_string(i) +
-                          ")");
+        throw FormatError("id " + json_text(jt["id"]) + " out of order (expected " +
+                          std::to_string(i) + ")");
       g.add(std::move(t));
     } catch (const nlohmann::json::exception& e) {
       throw FormatError("[TaskGraph] task " + std::to_string(i) + ": " + e.what());

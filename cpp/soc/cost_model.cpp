@@ -81,9 +81,9 @@ OpDesc OpDesc::from_json(const nlohmann::json& j) {
   o.weight_bytes = j.value("weight_bytes", int64_t{0});
   o.activation_bytes = j.value("activation_bytes", int64_t{0});
   for (int64_t v : {o.m, o.k, o.n, o.elements, o.bytes, o.weight_bytes, o.activation_bytes})
-    if (v < 0) throw InvalidArgument("[OpDesc] negative size in " + j.dump());
+    if (v < 0) throw InvalidArgument("[OpDesc] negative size in " + json_text(j));
   if (o.groups < 1 || o.fixed_us < 0 || !std::isfinite(o.fixed_us))
-    throw InvalidArgument("[OpDesc] bad groups / fixed_us in " + j.dump());
+    throw InvalidArgument("[OpDesc] bad groups / fixed_us in " + json_text(j));
   return o;
 }
 

@@ -196,7 +196,8 @@ def _check_layer_count(path: Path, n_layers: int, names: set[str], prefix: str) 
             index = name[len(prefix) :].split(".", 1)[0]
             if index.isdigit():
                 layers.add(int(index))
-    if layers != set(range(n_layers)):
+    # compared by count first: n_layers comes from the file and may be 2**32 - 1
+    if len(layers) != n_layers or layers != set(range(n_layers)):
         raise FormatError(
             f"[convert] {path}: the config has {n_layers} layers, the tensors are for "
             f"{len(layers)} (layer indices {sorted(layers)[:3]}{' ...' if len(layers) > 3 else ''})"
@@ -230,7 +231,7 @@ def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def _gguf_vocabulary(path: Path, md: dict[str, Any]) -> tuple[list[str], list[str], list[int]]:
     """Tokens, merges and token types, checked: strings that are valid Unicode (the model file
-    stores them as UTF-8), merges of two parts, integer types."""
+    stores them as UTF-8) without NUL, merges of two parts, integer types."""
     if "tokenizer.ggml.tokens" not in md:
         raise FormatError(f"[convert] {path}: GGUF metadata key 'tokenizer.ggml.tokens' is missing")
 
@@ -245,6 +246,8 @@ def _gguf_vocabulary(path: Path, md: dict[str, Any]) -> tuple[list[str], list[st
                 v.encode("utf-8")
             except UnicodeEncodeError as e:
                 raise FormatError(f"[convert] {path}: {what} {i} is not valid UTF-8 ({e})") from e
+            if "\x00" in v:  # HDF5 strings end at NUL; no tokenizer has one in a token
+                raise FormatError(f"[convert] {path}: {what} {i} {v!r} contains a NUL character")
             if parts is not None and len(v.split(" ")) != parts:
                 raise FormatError(f"[convert] {path}: {what} {i} {v!r} is not two tokens")
         return list(values)

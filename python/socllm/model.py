@@ -53,9 +53,18 @@ def _read_tokenizer_json(path: Path) -> str:
         tok = f.get("tokenizer/json")
         if not isinstance(tok, h5py.Dataset):
             raise FormatError(f"{path} has no tokenizer (tokenizer/json)")
+        # One string; its shape is checked before reading (a compressed dataset may claim GBs).
+        if tok.shape != () or tok.dtype.kind not in "OSU":
+            raise FormatError(
+                f"{path}: tokenizer/json must be one string, got {tok.dtype} of shape {tok.shape}"
+            )
         text = tok[()]
         stored = tok.attrs.get(TOKENIZER_JSON_DIGEST)
         version = f.attrs.get("format_version")
+    if stored is not None and not isinstance(stored, (str, bytes)):
+        raise FormatError(f"{path}: the {TOKENIZER_JSON_DIGEST} of tokenizer/json is not a string")
+    if isinstance(stored, bytes):
+        stored = stored.decode("ascii", "replace")
     if (
         stored is None
         and isinstance(version, (int, np.integer))

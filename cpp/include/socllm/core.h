@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +78,10 @@ struct TensorF32 {
 };
 
 std::string shape_str(const std::vector<int64_t>& shape);
+
+// JSON for an error message: at most `max_chars`, bytes that are not UTF-8 replaced (values read
+// from files need not be UTF-8, and nlohmann's dump() throws on them).
+std::string json_text(const nlohmann::json& j, size_t max_chars = 200);
 
 // Logging: spdlog underneath; levels "trace".."off". `quiet` == "warn".
 void set_log_level(const std::string& level);

@@ -23,19 +23,19 @@ class GgufFile:
     """
     def __init__(self, path: str) -> None:
         ...
-    def dequantize(self, name: str) -> numpy.typing.NDArray[numpy.float32]:
+    def dequantize(self, name: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
         """
         fp32 numpy array in numpy shape order (a copy owned by the array).
         """
-    def has_tensor(self, name: str) -> bool:
+    def has_tensor(self, name: typing.Any) -> bool:
         ...
-    def raw(self, name: str) -> bytes:
+    def raw(self, name: typing.Any) -> bytes:
         ...
-    def tensor_info(self, name: str) -> dict:
+    def tensor_info(self, name: typing.Any) -> dict:
         """
         dict(name, shape (numpy order), type, offset, n_bytes)
         """
-    def tensor_names(self) -> list[str]:
+    def tensor_names(self) -> list:
         ...
     @property
     def alignment(self) -> int:

@@ -10,6 +10,8 @@ Test tiers (``bash scripts/test.sh`` runs the first two, in about 6 minutes on 2
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -51,3 +53,13 @@ def wikitext_text():
     from socllm.data import wikitext2_test_text
 
     return wikitext2_test_text()
+
+
+@pytest.fixture
+def umask():
+    """Sets the process umask for the test (``umask(value)``), restores it afterwards."""
+    before = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(before)

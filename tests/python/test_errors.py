@@ -23,6 +23,7 @@ from socllm.model_format import (
     TOKENIZER_JSON_DIGEST,
     tokenizer_json_digest,
 )
+from tiny_model import tiny_weights
 
 V = 49152  # SmolLM2 vocabulary
 CTX = 8192  # SmolLM2 context length
@@ -208,29 +209,6 @@ def tiny_tokenizer_json() -> str:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tok.add_special_tokens(["<unk>", "<s>", "</s>"])
     return tok.to_str()
-
-
-def tiny_weights(c: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    d, v, ff = c["d_model"], c["vocab_size"], c["d_ff"]
-    q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
-
-    def w(*shape):
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    out = {"embed_tokens": w(v, d), "final_norm": 1 + w(d), "lm_head": w(v, d)}
-    for i in range(c["n_layers"]):
-        out |= {
-            f"layers/{i}/attn_norm": 1 + w(d),
-            f"layers/{i}/wq": w(q, d),
-            f"layers/{i}/wk": w(kv, d),
-            f"layers/{i}/wv": w(kv, d),
-            f"layers/{i}/wo": w(d, q),
-            f"layers/{i}/ffn_norm": 1 + w(d),
-            f"layers/{i}/w_gate": w(ff, d),
-            f"layers/{i}/w_up": w(ff, d),
-            f"layers/{i}/w_down": w(d, ff),
-        }
-    return out
 
 
 def write_tiny(

@@ -30,6 +30,7 @@ from socllm.convert import convert
 from socllm.errors import FormatError, InvalidArgumentError
 from socllm.io_utils import atomic_path, atomic_write_text, emit_json
 from socllm.tokenizer import bytes_to_unicode
+from tiny_model import tiny_weights
 
 gguf = pytest.importorskip("gguf")
 
@@ -62,26 +63,10 @@ def _metadata() -> dict:
 
 def _weights(seed: int) -> dict[str, np.ndarray]:
     """GGUF tensor name -> float32 values in Hugging Face orientation."""
-    rng = np.random.default_rng(seed)
-    v, q, kv = len(TOKENS), HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-
-    def w(*shape):
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    out = {"token_embd.weight": w(v, D), "output_norm.weight": 1 + w(D), "output.weight": w(v, D)}
-    for i in range(LAYERS):
-        out |= {
-            f"blk.{i}.attn_norm.weight": 1 + w(D),
-            f"blk.{i}.attn_q.weight": w(q, D),
-            f"blk.{i}.attn_k.weight": w(kv, D),
-            f"blk.{i}.attn_v.weight": w(kv, D),
-            f"blk.{i}.attn_output.weight": w(D, q),
-            f"blk.{i}.ffn_norm.weight": 1 + w(D),
-            f"blk.{i}.ffn_gate.weight": w(FF, D),
-            f"blk.{i}.ffn_up.weight": w(FF, D),
-            f"blk.{i}.ffn_down.weight": w(D, FF),
-        }
-    return out
+    c = {"d_model": D, "vocab_size": len(TOKENS), "d_ff": FF, "n_layers": LAYERS}
+    c |= {"n_heads": HEADS, "n_kv_heads": KV_HEADS, "head_dim": HEAD_DIM}
+    ws = tiny_weights(c, np.random.default_rng(seed))
+    return {convert_mod._source_name(name, convert_mod._GGUF): w for name, w in ws.items()}
 
 
 def write_gguf(path: Path, *, seed: int = 0, tokens=TOKENS, **metadata) -> dict[str, np.ndarray]:
@@ -123,15 +108,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "cache"
     monkeypatch.setenv("SOCLLM_CACHE", str(d))
     return d
-
-
-@pytest.fixture
-def umask():
-    before = os.umask(0o022)
-    try:
-        yield os.umask
-    finally:
-        os.umask(before)
 
 
 @pytest.fixture

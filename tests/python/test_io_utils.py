@@ -12,16 +12,6 @@ from socllm.io_utils import atomic_path, atomic_write_text, emit_json, make_temp
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
 
 
-@pytest.fixture
-def umask():
-    """Sets the process umask for the test (``umask(value)``), restores it afterwards."""
-    before = os.umask(0o022)
-    try:
-        yield os.umask
-    finally:
-        os.umask(before)
-
-
 def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 

@@ -92,95 +92,13 @@ class Known:
     note: str
 
 
-ALL = TARGETS
-KNOWN: list[Known] = [
-    Known(ALL, "bad", r"^builtins\.UnicodeDecodeError ",
-          "bytes that are not UTF-8 reach a Python str: the exception translator "
-          "(PyErr_SetString decodes e.what() strictly; messages quote file bytes, and nlohmann's "
-          "'last read' cuts a character), GgufFile.metadata keys, GgufFile.tensor_names()"),
-    Known(ALL, "bad", r"^builtins\.RuntimeError .*type_error\.316",
-          "nlohmann dump() of a string that is not UTF-8, in an error message (type_error.316)"),
-    Known(("plan",), "bad", r"^builtins\.RuntimeError .*type_error\.302",
-          "a placement's processor or format that is not a string (nlohmann type_error.302)"),
-    Known(("calibration",), "bad", r"^builtins\.RuntimeError .*type_error\.30[26]",
-          "Calibration.load: model_config JSON that is not an object (nlohmann type_error.306)"),
-    Known(("plan",), "bad", r"^builtins\.RuntimeError .*Unable to cast .* <class 'str'>",
-          "a plan string with lone surrogates: pybind11 cannot make a std::string (RuntimeError)"),
-    Known(("model",), "bad", r"MemoryError .*_selector\.pyx",
-          "model.py reads tokenizer/json with h5py whatever its size: a compressed dataset "
-          "claiming 16 GiB is a MemoryError"),
-    # Sizes read from a file, used before they are checked:
-    Known(("model", "calibration"), "bad", r"MemoryError|vector::_M_default_append|length_error",
-          "an allocation sized by the file (a compressed dataset claiming 16 GiB is read before "
-          "its shape is compared; n_layers = 2**62 resizes the layer vector)"),
-    Known(("model", "calibration"), "crash",
-          r"SUMMARY: AddressSanitizer: (out-of-memory|allocation-size-too-big)",
-          "the same allocations under ASan (its operator new cannot throw bad_alloc)"),
-    Known(("model",), "crash", r"signed integer overflow[\s\S]*(q_dim|kv_dim|KVCache)",
-          "config sizes multiplied unchecked: n_heads * head_dim (q_dim, Model::load), "
-          "capacity * kv_dim (KVCache for new_cache() with context_length 2**62)"),
-    Known(("calibration",), "crash",
-          r"runtime error: signed integer overflow[\s\S]*(abs_percentile|select_hot_channels)",
-          "calibration counts from the file are not checked: sums of huge or negative abs_hist / "
-          "outlier_count overflow (abs_percentile, select_hot_channels)"),
-    Known(("model",), "bad", r"^builtins\.ValueError model\.py:\d+ The truth value",
-          "model.py compares tokenizer/json's sha256 attribute with !=: an array-valued attribute "
-          "is a numpy ValueError"),
-    Known(("convert",), "bad", r"MemoryError convert\.py",
-          "convert's _check_layer_count builds set(range(n_layers)) from the file's block_count "
-          "(2**32-1: MemoryError, or gigabytes)"),
-    Known(("convert",), "crash", r"AddressSanitizer: hard rss limit exhausted",
-          "the same under ASan (RSS past hard_rss_limit_mb)"),
-    Known(("convert",), "bad", r"^builtins\.ValueError .*embedded NULL",
-          "convert writes the GGUF's tokens and merges as HDF5 strings: one with a NUL byte is "
-          "h5py's ValueError"),
-    # Fixed in df1ffa9 (issue 12): kept while older trees are tested (scripts/test_sanitized.sh)
-    Known(("plan",), "bad", r"^builtins\.TypeError encoder\.py",
-          "a plan dict with values JSON has no form for (bytes, numpy scalars, sets, tuple keys): "
-          "py_to_json's json.dumps raises TypeError"),
-    Known(("plan",), "bad", r"^builtins\.RuntimeError .*parse_error",
-          "a plan dict with NaN or inf: json.dumps writes NaN, nlohmann's parse fails"),
-    Known(("convert",), "bad", r"^builtins\.(UnicodeEncodeError|TypeError) ",
-          "convert: GGUF metadata of the wrong type or not UTF-8 (tokens as a number, a name "
-          "that is not UTF-8) fails in Python"),
-]  # fmt: skip
+# Empty while no bug is open: every finding so far is fixed (f4b903c). Add one as
+# Known(targets, outcome, pattern, note) next to its corpus input in CORPUS_XFAIL.
+KNOWN: list[Known] = []
 
-# fuzz_corpus/<target>/<file> -> why it fails today (remove when fixed). "UBSan": fails only
-# under scripts/test_sanitized.sh (the overflow is silent otherwise).
-CORPUS_XFAIL: dict[str, str] = {
-    "gguf/alignment-string-not-utf8.gguf":
-        "the general.alignment message dumps a string that is not UTF-8: nlohmann type_error.316",
-    "gguf/error-message-not-utf8.gguf":
-        "the message quotes a key that is not UTF-8; the translator decodes e.what() strictly",
-    "gguf/metadata-key-not-utf8.gguf": "GgufFile.metadata: a key that is not UTF-8",
-    "gguf/tensor-name-not-utf8.gguf": "GgufFile.tensor_names(): a name that is not UTF-8",
-    "convert/token-with-nul-byte.recipe.json":
-        "a token with a NUL byte: h5py refuses to write the string (ValueError)",
-    "convert/block-count-u32-max.recipe.json":
-        "convert's _check_layer_count builds set(range(block_count)): MemoryError",
-    "model/arch-not-utf8.recipe.json":
-        "the Unsupported message quotes the arch, not UTF-8: the translator's UnicodeDecodeError",
-    "model/tokenizer-json-huge-compressed.recipe.json":
-        "model.py reads a compressed tokenizer/json claiming 16 GiB (MemoryError)",
-    "model/tokenizer-sha256-array.recipe.json":
-        "an array-valued tokenizer/json sha256 attribute: numpy ValueError in model.py",
-    "calibration/abs-hist-int64-max.recipe.json":
-        "UBSan: abs_percentile sums abs_hist unchecked (signed overflow, calibration.cpp:113)",
-    "calibration/counts-negative.recipe.json":
-        "UBSan: select_hot_channels sums outlier_count unchecked (signed overflow, "
-        "shadow_outlier.cpp:17)",
-    "calibration/format-version-not-utf8.recipe.json":
-        "the schema version message dumps a string that is not UTF-8: nlohmann type_error.316",
-    "calibration/model-name-not-utf8.recipe.json":
-        "the model mismatch message quotes model_name, not UTF-8: the translator's error",
-    "plan/json-cut-multibyte.json":
-        "nlohmann's parse error cuts a UTF-8 character ('last read'): the translator's error",
-    "plan/lone-surrogate.json":
-        "a plan str with lone surrogates cannot become a std::string (pybind11 RuntimeError)",
-    "plan/placement-format-null.json": "a null format in an ops entry: nlohmann type_error.302",
-    "plan/placement-processor-number.json":
-        "a numeric processor in placement: nlohmann type_error.302",
-}  # fmt: skip
+# fuzz_corpus/<target>/<file> -> why it fails today (remove when fixed). A sanitizer finding
+# fails only under scripts/test_sanitized.sh: say so in the reason.
+CORPUS_XFAIL: dict[str, str] = {}
 
 
 def known_bug(target: str, result: dict) -> Known | None:

@@ -229,6 +229,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="the tiny model .h5 (targets calibration, plan)")
     ap.add_argument("--serve", action="store_true", help="read target<TAB>path lines on stdin")
+    ap.add_argument("--tmp", type=Path, help="scratch folder (default: a temporary one)")
     ap.add_argument("target", nargs="?")
     ap.add_argument("files", nargs="*", type=Path)
     args = ap.parse_args()
@@ -242,7 +243,7 @@ def main() -> int:
 
     socllm.set_log_level("off")
     socllm.set_num_threads(1)  # workers run beside pytest on a shared machine
-    with tempfile.TemporaryDirectory(prefix="socllm-fuzz-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="socllm-fuzz-", dir=args.tmp) as tmp:
         targets = Targets(args.model, Path(tmp))
         if args.serve:
             print("READY", flush=True)

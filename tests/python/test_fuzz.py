@@ -121,8 +121,9 @@ class Worker:
     """A ``fuzz_targets.py --serve`` process: one input at a time, restarted after a crash or a
     hang. The environment is inherited (a sanitized run's LD_PRELOAD, PYTHONPATH ...)."""
 
-    def __init__(self, model: Path | None):
+    def __init__(self, model: Path | None, tmp: Path):
         self.model = model
+        self.tmp = tmp  # under pytest's temp dir: a crashed worker's scratch is swept with it
         self.proc: subprocess.Popen | None = None
         self.stderr = tempfile.TemporaryFile()
         self.buf = b""
@@ -137,7 +138,7 @@ class Worker:
         return env
 
     def _start(self) -> None:
-        cmd = [sys.executable, str(RUNNER), "--serve"]
+        cmd = [sys.executable, str(RUNNER), "--serve", "--tmp", str(self.tmp)]
         if self.model:
             cmd += ["--model", str(self.model)]
         self.proc = subprocess.Popen(
@@ -252,8 +253,8 @@ def seeds(tmp_path_factory) -> Seeds:
 
 
 @pytest.fixture(scope="session")
-def worker(seeds):
-    w = Worker(seeds.model)
+def worker(seeds, tmp_path_factory):
+    w = Worker(seeds.model, tmp_path_factory.mktemp("fuzz-worker"))
     yield w
     w.close()
 

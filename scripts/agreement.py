@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 from socllm.data import wikitext2_test_text  # noqa: E402
+from socllm.io_utils import check_output_path, emit_json  # noqa: E402
 from socllm.reference import load_reference  # noqa: E402
 
 LENGTHS = [1, 17, 128, 511, 1024]
@@ -28,6 +28,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.json:  # before the work, not after it
+        check_output_path(args.json, what="--json")
     torch.set_num_threads(2)
     socllm.set_log_level("warn")
     m = socllm.load("smollm2-135m", progress=False)
@@ -61,9 +63,7 @@ def main() -> int:
         gens.append({"prompt": p, "identical": ours == theirs, "text": m.detokenize(ours)})
         print(f"| {p!r} | {'yes' if ours == theirs else 'NO'} |")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"logits": rows, "generation": gens}, indent=2) + "\n"
-        )
+        emit_json({"logits": rows, "generation": gens}, args.json)
     return 0
 
 

@@ -131,6 +131,11 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--worker", choices=["socllm", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.json:  # before the work, not after it
+        sys.path.insert(0, str(REPO / "python"))
+        from socllm.io_utils import check_output_path
+
+        check_output_path(args.json, what="--json")
     if args.quick:
         args.lengths, args.decode_steps, args.repeats = "32,128", 8, 1
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -197,12 +202,11 @@ def main() -> int:
     if diff is not None:
         print(f"max |logit diff| / max |logit| at 128 tokens: {diff:.2e}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {"socllm": s, "torch": t, "logit_rel_diff_128": diff, "threads": args.threads},
-                indent=2,
-            )
-            + "\n"
+        from socllm.io_utils import emit_json
+
+        emit_json(
+            {"socllm": s, "torch": t, "logit_rel_diff_128": diff, "threads": args.threads},
+            args.json,
         )
     return 0
 

@@ -13,14 +13,13 @@ the other INT8 columns pack them on every call.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import socllm
 from socllm import ops
+from socllm.io_utils import check_output_path, emit_json
 
 SHAPES = [  # (name, in, out)
     ("smollm2 qkv", 576, 960),
@@ -51,6 +50,8 @@ def main() -> int:
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.json:  # before the work, not after it
+        check_output_path(args.json, what="--json")
     socllm.set_num_threads(args.threads)
     isas = {"best": [ops.isa()], "all": ops.supported_isas()}.get(args.isa, [args.isa])
     rng = np.random.default_rng(0)
@@ -86,9 +87,7 @@ def main() -> int:
         rows.append(row)
         print(line)
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"threads": args.threads, "rows": rows}, indent=2) + "\n"
-        )
+        emit_json({"threads": args.threads, "rows": rows}, args.json)
     return 0
 
 

@@ -20,7 +20,6 @@ documents.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 import socllm.lmeval as sl  # noqa: E402
+from socllm.io_utils import check_output_path, emit_json  # noqa: E402
 from socllm.reference import load_reference  # noqa: E402
 
 TASKS = list(sl.TASKS)
@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.json:  # before the work, not after it
+        check_output_path(args.json, what="--json")
 
     torch.set_num_threads(args.threads)
     socllm.set_num_threads(args.threads)
@@ -155,7 +157,7 @@ def main() -> int:
             "tasks": rows,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        emit_json(out, args.json)
     return 0
 
 

@@ -3,8 +3,9 @@
 # the module in their own tree (build/sanitized; the editable install is not touched), runs the
 # C++ tests (ctest), then the Python smoke run (scripts/sanitized_smoke.py: every plan, chunked
 # prefill, generate, KV-cache decode, perplexity, simulate, calibration save/load, the GGUF and
-# HDF5 loaders on the real default model) and the fuzz tests (tests/python/test_fuzz.py: the
-# saved corpus and the short campaigns) on the sanitized module.
+# HDF5 loaders on the real default model), the fuzz tests (tests/python/test_fuzz.py: the saved
+# corpus and the short campaigns) and the hardening and loader tests (threads on one KV cache,
+# Ctrl-C, sizes, corrupt files: test_hardening.py, test_errors.py) on the sanitized module.
 #
 # Environment: SOCLLM_SANITIZE (default address,undefined,float-cast-overflow), SOCLLM_NATIVE
 # (ON), JOBS (2), BUILD_DIR (build/sanitized), PYTHON (python3), CXX (g++: its libasan is
@@ -74,6 +75,7 @@ echo "[sanitized] Python smoke run"
 run_py scripts/sanitized_smoke.py --expect-core "$overlay/socllm/$(basename "$core_so")" "$@"
 echo "[sanitized] smoke passed after $(elapsed)"
 
-echo "[sanitized] fuzz tests (corpus and short campaigns)"
-run_py -m pytest -q -p no:cacheprovider tests/python/test_fuzz.py
+echo "[sanitized] fuzz tests (corpus and short campaigns) and the hardening and loader tests"
+run_py -m pytest -q -p no:cacheprovider tests/python/test_fuzz.py tests/python/test_hardening.py \
+  tests/python/test_errors.py
 echo "[sanitized] all passed after $(elapsed)"

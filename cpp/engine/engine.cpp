@@ -453,12 +453,25 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
     throw ShapeError("[Engine.forward] " + std::to_string(seqs.size()) + " sequences but " +
                      std::to_string(caches.size()) + " caches");
   plan.validate_placement();
+  if (plan.chunk_len > c.context_length)
+    throw InvalidArgument("[Engine.forward] chunk length " + std::to_string(plan.chunk_len) +
+                          " exceeds the model's context length " +
+                          std::to_string(c.context_length));
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (!caches[i]) throw InvalidArgument("[Engine.forward] null cache");
+    for (size_t j = 0; j < i; ++j)
+      if (caches[i] == caches[j])
+        throw InvalidArgument("[Engine.forward] sequences " + std::to_string(j) + " and " +
+                              std::to_string(i) + " share one KV cache");
+  }
+  // Held before the lengths are read: another call must not append between the capacity check
+  // and the writes.
+  const KVCacheUse in_use(caches, "Engine.forward");
   int64_t N = 0;
   bool prefill = false;
   Batch b;
   for (size_t s = 0; s < seqs.size(); ++s) {
     check_tokens(seqs[s], "Engine.forward");
-    if (!caches[s]) throw InvalidArgument("[Engine.forward] null cache");
     if (caches[s]->n_layers_ != c.n_layers || caches[s]->kv_dim_ != c.kv_dim())
       throw InvalidArgument("[Engine.forward] cache made for another model (" +
                             std::to_string(caches[s]->n_layers_) + " layers x kv_dim " +
@@ -479,16 +492,6 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
     N += T;
     prefill = prefill || T > 1 || record;  // a recorded prefill runs its one token chunked too
   }
-  if (plan.chunk_len > c.context_length)
-    throw InvalidArgument("[Engine.forward] chunk length " + std::to_string(plan.chunk_len) +
-                          " exceeds the model's context length " +
-                          std::to_string(c.context_length));
-  for (size_t i = 0; i < caches.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (caches[i] == caches[j])
-        throw InvalidArgument("[Engine.forward] sequences " + std::to_string(j) + " and " +
-                              std::to_string(i) + " share one KV cache");
-  const KVCacheUse in_use(caches, "Engine.forward");
   const auto prep = prepare(plan);
   // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
   // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.

@@ -10,6 +10,12 @@ namespace socllm::py_bind {
 
 namespace {
 
+// The exception a Python signal handler raised during a long call (the interrupt hook takes it
+// with the GIL held; the translator raises it once the call has unwound). Main thread only.
+struct PendingSignal {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+} g_pending_signal;
+
 // Creates `socllm.<name>` deriving from the given Python bases.
 py::object make_exception(py::module_& m, const char* name, py::tuple bases) {
   std::string qual = std::string("socllm.") + name;
@@ -66,11 +72,25 @@ py::object json_to_py(const nlohmann::json& j) {
   }
 }
 
-nlohmann::json py_to_json(const py::handle& o, const char* fn) {
+namespace {
+// Deeper nesting than any plan or config has; a cycle (d["ops"] = d) or 10^5 nested lists
+// would otherwise overflow the C stack.
+constexpr int kMaxJsonDepth = 64;
+nlohmann::json py_to_json_at(const py::handle& o, const char* fn, int depth);
+}  // namespace
+
+nlohmann::json py_to_json(const py::handle& o, const char* fn) { return py_to_json_at(o, fn, 0); }
+
+namespace {
+nlohmann::json py_to_json_at(const py::handle& o, const char* fn, int depth) {
   auto bad = [&](const std::string& why) {
     return InvalidArgument(std::string("[") + fn + "] " + why + ": " +
                            std::string(py::repr(o)).substr(0, 200));
   };
+  if (depth > kMaxJsonDepth)
+    throw InvalidArgument(std::string("[") + fn + "] nested deeper than " +
+                          std::to_string(kMaxJsonDepth) +
+                          " levels (a value that contains itself?)");
   if (o.is_none()) return nullptr;
   if (PyBool_Check(o.ptr())) return o.ptr() == Py_True;
   if (PyLong_Check(o.ptr())) {
@@ -102,9 +122,9 @@ nlohmann::json py_to_json(const py::handle& o, const char* fn) {
     nlohmann::json j = nlohmann::json::object();
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(o)) {
       if (!PyUnicode_Check(k.ptr())) throw bad("dictionary keys must be strings");
-      const std::string key = py_to_json(k, fn).get<std::string>();
+      const std::string key = py_to_json_at(k, fn, depth + 1).get<std::string>();
       try {
-        j[key] = py_to_json(v, fn);
+        j[key] = py_to_json_at(v, fn, depth + 1);
       } catch (const InvalidArgument& e) {  // name the key: "[Plan] alpha: numbers must be..."
         const std::string what = e.what(), prefix = std::string("[") + fn + "] ";
         throw InvalidArgument(prefix + key + ": " +
@@ -115,17 +135,19 @@ nlohmann::json py_to_json(const py::handle& o, const char* fn) {
   }
   if (PyList_Check(o.ptr()) || PyTuple_Check(o.ptr())) {
     nlohmann::json j = nlohmann::json::array();
-    for (py::handle v : o) j.push_back(py_to_json(v, fn));
+    for (py::handle v : o) j.push_back(py_to_json_at(v, fn, depth + 1));
     return j;
   }
   // numpy scalars and 0-d arrays (np.int64(64), np.float32(0.5), np.bool_) as their Python value
   static const py::object np_generic = py::module_::import("numpy").attr("generic");
   if (py::isinstance(o, np_generic) ||
       (py::isinstance<py::array>(o) && py::reinterpret_borrow<py::array>(o).ndim() == 0))
-    return py_to_json(o.attr("item")(), fn);
+    return py_to_json_at(o.attr("item")(), fn, depth + 1);
   throw bad("cannot use a value of type " + std::string(py::str(py::type::of(o).attr("__name__"))) +
             " here");
 }
+
+}  // namespace
 
 int64_t to_int64(const py::handle& v, const char* fn, const char* name) {
   PyObject* idx = PyNumber_Index(v.ptr());  // ints and numpy integers, not floats or bools' kin
@@ -220,7 +242,12 @@ void init_core(py::module_& m) {
     } catch (const Unsupported& e) {
       set(s_unsupported, e.what());
     } catch (const Interrupted&) {
-      PyErr_SetNone(PyExc_KeyboardInterrupt);
+      if (g_pending_signal.type) {  // what the signal handler raised
+        PyErr_Restore(g_pending_signal.type, g_pending_signal.value, g_pending_signal.traceback);
+        g_pending_signal = {};
+      } else {
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+      }
     } catch (const Error& e) {
       set(s_base, e.what());
     } catch (const nlohmann::json::exception& e) {
@@ -232,11 +259,17 @@ void init_core(py::module_& m) {
   // Long calls poll for Ctrl-C between layers (core.h): a signal Python has caught is pending
   // until the main thread runs Python again, so ask it here. The KeyboardInterrupt itself is
   // raised by the translator above once the call has unwound.
+  // Only the main thread runs Python's signal handlers: other threads return at once, without
+  // taking the GIL. The exception a handler raised (KeyboardInterrupt, or a SIGALRM handler's
+  // TimeoutError) is kept and restored by the translator.
+  static unsigned long s_main_thread = 0;
+  s_main_thread =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   set_interrupt_hook([]() -> bool {
-    if (!Py_IsInitialized()) return false;
+    if (PyThread_get_thread_ident() != s_main_thread || !Py_IsInitialized()) return false;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() == 0) return false;
-    PyErr_Clear();
+    PyErr_Fetch(&g_pending_signal.type, &g_pending_signal.value, &g_pending_signal.traceback);
     return true;
   });
 

@@ -51,12 +51,16 @@ KVCache& KVCache::operator=(KVCache&& o) noexcept {
 }
 
 void KVCache::clear() {
-  if (in_use_.load())
+  bool expected = false;  // taken like a call takes it: no call can start in between
+  if (!in_use_.compare_exchange_strong(expected, true))
     throw InvalidArgument("[KVCache.clear] the cache is in use by a running call");
   length_ = 0;
+  in_use_ = false;
 }
 
-// Marks the caches of one call in use for its duration (see KVCache): all or none.
+// Marks the caches of one call in use for its duration (see KVCache): all or none. A call that
+// fails or is interrupted part-way (a chunked prefill appends chunk by chunk) leaves every cache
+// at the length it had: commit() keeps what the call appended.
 class KVCacheUse {
  public:
   KVCacheUse(const std::vector<KVCache*>& caches, const char* fn) {
@@ -68,19 +72,25 @@ class KVCacheUse {
                               "] this KV cache is in use by another call (a cache serves one "
                               "call at a time; give each thread its own cache)");
       }
-      held_.push_back(c);
+      held_.push_back({c, c->length_});
     }
   }
-  ~KVCacheUse() { release(); }
+  ~KVCacheUse() {
+    if (!committed_)
+      for (auto& [c, length] : held_) c->length_ = length;
+    release();
+  }
+  void commit() { committed_ = true; }
   KVCacheUse(const KVCacheUse&) = delete;
   KVCacheUse& operator=(const KVCacheUse&) = delete;
 
  private:
   void release() {
-    for (KVCache* c : held_) c->in_use_ = false;
+    for (auto& [c, length] : held_) c->in_use_ = false;
     held_.clear();
   }
-  std::vector<KVCache*> held_;
+  std::vector<std::pair<KVCache*, int64_t>> held_;
+  bool committed_ = false;
 };
 
 int64_t KVCache::bytes() const {
@@ -466,7 +476,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   }
   // Held before the lengths are read: another call must not append between the capacity check
   // and the writes.
-  const KVCacheUse in_use(caches, "Engine.forward");
+  KVCacheUse in_use(caches, "Engine.forward");
   int64_t N = 0;
   bool prefill = false;
   Batch b;
@@ -495,7 +505,11 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   const auto prep = prepare(plan);
   // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
   // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.
-  if (plan.chunk_len > 0 && prefill) return forward_chunked(caches, seqs, plan, prep.get(), record);
+  if (plan.chunk_len > 0 && prefill) {
+    TensorF32 out = forward_chunked(caches, seqs, plan, prep.get(), record);
+    in_use.commit();
+    return out;
+  }
 
   const int64_t d = c.d_model;
   TensorF32 x({N, d});
@@ -517,6 +531,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
   if (plan.at(OpClass::LmHead).format == soc::DType::Fp16) k::round_to_fp16(out.ptr(), N * d);
+  in_use.commit();
   return out;
 }
 

@@ -241,6 +241,7 @@ void apply_ops_placement(Plan& plan, const json& ops) {
 // is an error naming it, not a string.
 json parse_scalar(const std::string& key, const std::string& v) {
   const char *b = v.data(), *e = v.data() + v.size();
+  if (e - b > 1 && *b == '+' && b[1] != '-') ++b;  // "+0.5" as stod read it
   int64_t i = 0;
   const auto ri = std::from_chars(b, e, i);
   if (ri.ptr == e && ri.ec == std::errc()) return i;

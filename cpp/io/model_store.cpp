@@ -159,8 +159,16 @@ std::vector<int64_t> H5File::shape(const std::string& dataset_path) const {
   for (hsize_t x : dims) n *= static_cast<double>(x);
   struct stat st {};
   ::stat(path_.c_str(), &st);
+  // Only a compressing filter lets the data outgrow the file; Fletcher-32 only checks it.
   Handle plist{H5Dget_create_plist(d.id), H5Pclose};
-  const bool compressed = plist.id >= 0 && H5Pget_nfilters(plist.id) > 0;
+  bool compressed = false;
+  const int n_filters = plist.id >= 0 ? H5Pget_nfilters(plist.id) : 0;
+  for (int i = 0; i < n_filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t n_values = 0;
+    compressed |= H5Pget_filter2(plist.id, static_cast<unsigned>(i), &flags, &n_values, nullptr, 0,
+                                 nullptr, &config) != H5Z_FILTER_FLETCHER32;
+  }
   if (!compressed && n > static_cast<double>(st.st_size))
     throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' claims " +
                       std::to_string(static_cast<int64_t>(n)) + " values in a file of " +

@@ -182,6 +182,7 @@ TEST(Hardening, ConfigRejectsOutOfRangeValues) {
 TEST(Hardening, PlanOptionNumbers) {
   EXPECT_DOUBLE_EQ(Plan::parse("smoothquant:alpha=.5").options["alpha"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(Plan::parse("smoothquant:alpha=5e-1").options["alpha"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(Plan::parse("smoothquant:alpha=+0.5").options["alpha"].get<double>(), 0.5);
   for (const char* bad : {"smoothquant:alpha=1e400", "smoothquant:alpha=nan",
                           "smoothquant:alpha=inf", "w8-group:group_size=99999999999999999999"})
     expect_error<InvalidArgument>([&] { Plan::parse(bad); }, "out of range");
@@ -319,6 +320,16 @@ TEST(Hardening, InterruptStopsACallAndLeavesTheCacheUsable) {
   set_interrupt_hook(nullptr);
   EXPECT_EQ(cache.length(), 0);
   EXPECT_NO_THROW(e.step(cache, toks, false, Plan{}));
+  EXPECT_EQ(cache.length(), 3);
+  // A chunked prefill appends chunk by chunk: interrupted after some chunks, the cache is back
+  // at the length it had before the call.
+  static std::atomic<int> polls;
+  polls = 0;
+  set_interrupt_hook([]() -> bool { return ++polls > 60; });  // 22 polls per chunk
+  const std::vector<int32_t> prompt(40, 5);
+  EXPECT_THROW(e.step(cache, prompt, false, Plan::parse("fp32:chunk_len=8")), Interrupted);
+  set_interrupt_hook(nullptr);
+  EXPECT_GT(polls.load(), 44);  // two chunks had finished
   EXPECT_EQ(cache.length(), 3);
 }
 

@@ -255,19 +255,22 @@ def _gguf_vocabulary(path: Path, md: dict[str, Any]) -> tuple[list[str], list[st
     tokens = strings("tokenizer.ggml.tokens", "token", None)
     merges = strings("tokenizer.ggml.merges", "merge", 2)
     token_type = md.get("tokenizer.ggml.token_type", [])
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_type):
-        raise FormatError(f"[convert] {path}: tokenizer.ggml.token_type holds non-integers")
+    int32 = np.iinfo(np.int32)  # stored as int32 (llama.cpp's enum)
+    if not isinstance(token_type, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and int32.min <= t <= int32.max
+        for t in token_type
+    ):
+        raise FormatError(
+            f"[convert] {path}: tokenizer.ggml.token_type must be a list of int32 values"
+        )
     return tokens, merges, list(token_type)
 
 
 def _open_gguf(path: Path) -> _Model:
     from socllm._core import GgufFile  # the C++ reader; raises MissingFile/Format/Unsupported
 
-    try:
-        g = GgufFile(str(path))
-        md: dict[str, Any] = g.metadata
-    except UnicodeDecodeError as e:  # a string that is not UTF-8 (the binding decodes them)
-        raise FormatError(f"[convert] {path}: GGUF metadata string is not UTF-8: {e}") from e
+    g = GgufFile(str(path))
+    md: dict[str, Any] = g.metadata  # strings that are not UTF-8 come as surrogate escapes
     missing = object()
 
     def meta(key: str, kind: type, default: Any = missing) -> Any:
@@ -455,11 +458,11 @@ _HF_DEFAULTS = {
 }
 
 
-def _first_id(value: Any) -> int:
+def _first_id(where: str, key: str, value: Any) -> int:
     """A token id from config.json, where it may be null or a list (first wins)."""
     if isinstance(value, list):
         value = value[0] if value else None
-    return -1 if value is None else int(value)
+    return -1 if value is None else _typed(where, key, value, int)
 
 
 def _open_hf(path: Path) -> _Model:
@@ -469,6 +472,8 @@ def _open_hf(path: Path) -> _Model:
         raise FormatError(f"[convert] {path / 'config.json'}: invalid JSON: {e}") from e
     if not isinstance(cfg, dict):
         raise FormatError(f"[convert] {path / 'config.json'}: not a JSON object")
+    if not isinstance(cfg.get("rope_parameters") or {}, dict):
+        raise FormatError(f"[convert] {path / 'config.json'}: rope_parameters is not an object")
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED_ARCHS:
         # mistral is llama-shaped but uses sliding-window attention, which socllm does not run.
@@ -506,7 +511,8 @@ def _open_hf(path: Path) -> _Model:
         tok = load_tokenizer_json(tok_json)
     except Exception as e:  # tokenizers raises a bare Exception on malformed JSON; or not UTF-8
         raise FormatError(f"[convert] {tok_file}: not a tokenizers JSON: {e}") from e
-    bos_id, eos_id = _first_id(cfg.get("bos_token_id")), _first_id(cfg.get("eos_token_id"))
+    bos_id = _first_id(where, "bos_token_id", cfg.get("bos_token_id"))
+    eos_id = _first_id(where, "eos_token_id", cfg.get("eos_token_id"))
     # Whether encoding prepends BOS is the tokenizer's post-processor's business: ask it.
     probe = tok.encode("a")
     add_bos = bool(probe.special_tokens_mask[:1] == [1])

@@ -239,8 +239,8 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise _about_dest(e, tmp, dest) from e
+        if isinstance(e, OSError) and (about := _about_dest(e, tmp, dest)) is not e:
+            raise about from e
         raise
 
 

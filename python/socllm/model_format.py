@@ -38,9 +38,15 @@ def safetensors_files(directory: str | os.PathLike) -> list[Path]:
         return sorted(directory.glob("*.safetensors"))
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        return sorted({directory / f for f in weight_map.values()})
+        files = sorted({directory / f for f in weight_map.values()})
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise FormatError(f"{index}: not a safetensors index ({e})") from e
+    # the index names files of this checkpoint: never one elsewhere ("/etc/x", "../y")
+    inside = Path(os.path.realpath(directory))
+    for f in files:
+        if inside not in Path(os.path.realpath(f)).parents:
+            raise FormatError(f"{index}: weight file {f.name!r} is outside {directory}")
+    return files
 
 
 def source_files(source: str | os.PathLike) -> list[Path]:

@@ -56,11 +56,25 @@ def test_plan_values_are_checked(plan, message):
         socllm.Plan(plan)
 
 
+def test_values_that_contain_themselves_are_errors_not_crashes():
+    # py_to_json recursed without a limit: a cycle or deep nesting overflowed the C stack.
+    plan = {"name": "custom"}
+    plan["ops"] = plan
+    with pytest.raises(socllm.InvalidArgumentError, match="nested deeper"):
+        socllm.Plan(plan)
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(socllm.InvalidArgumentError, match="nested deeper"):
+        socllm.Plan({"name": "fp32", "x": deep})
+
+
 def test_plan_dicts_take_numpy_scalars_and_short_decimals():
     p = socllm.Plan({"name": "w8-group", "group_size": np.int64(64), "chunk_len": np.int32(32)})
     assert p.to_json()["group_size"] == 64 and p.chunk_len == 32
     assert socllm.Plan({"name": "smoothquant", "alpha": np.float32(0.5)}).to_json()["alpha"] == 0.5
     assert socllm.Plan("smoothquant:alpha=.5").to_json()["alpha"] == 0.5
+    assert socllm.Plan("smoothquant:alpha=+0.5").to_json()["alpha"] == 0.5
 
 
 def test_thread_count_is_bounded():
@@ -138,6 +152,21 @@ def test_ctrl_c_stops_a_long_call_quickly(smollm):
         proc.kill()
     assert out.strip() == "interrupted"
     assert waited < 3.0, f"took {waited:.1f} s to stop"
+
+
+def test_a_signal_handlers_own_exception_comes_through(smollm):
+    # The interrupt poll ran the handler but raised KeyboardInterrupt whatever it had raised.
+    def on_alarm(signum, frame):
+        raise TimeoutError("deadline")
+
+    before = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(TimeoutError, match="deadline"):
+            smollm.logits([1] * 3000)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def test_gemm_refuses_k_beyond_the_exact_range():

@@ -751,3 +751,34 @@ def test_late_write_errors_name_the_output_not_the_temp(tmp_path, monkeypatch):
     with pytest.raises(socllm.MissingFileError, match="shard 2"), atomic_path(dest):
         raise socllm.MissingFileError("shard 2 is missing")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "token_type", [5, [1, 2**40], [1, "x"], [True]], ids=["scalar", "int64", "str", "bool"]
+)
+def test_convert_token_types_must_be_int32_lists(token_type):
+    # a scalar raised TypeError and 2**40 OverflowError (np.int32) from convert
+    md = {"tokenizer.ggml.tokens": ["a", "b"], "tokenizer.ggml.token_type": token_type}
+    with pytest.raises(FormatError, match="token_type must be a list of int32"):
+        convert_mod._gguf_vocabulary(Path("x.gguf"), md)
+
+
+def test_convert_hf_config_types(tmp_path):
+    d = tmp_path / "hf"
+    d.mkdir()
+    for cfg, pattern in [
+        ({"model_type": "llama", "rope_parameters": [1]}, "rope_parameters is not an object"),
+    ]:
+        (d / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(FormatError, match=pattern):
+            convert(d, tmp_path / "out.h5", progress=False)
+    with pytest.raises(FormatError, match="bos_token_id is 'abc'"):
+        convert_mod._first_id("config.json", "bos_token_id", "abc")
+
+
+def test_safetensors_index_cannot_point_outside(tmp_path):
+    d = tmp_path / "hf"
+    d.mkdir()
+    (d / model_format.HF_INDEX).write_text(json.dumps({"weight_map": {"w": "/etc/x.safetensors"}}))
+    with pytest.raises(FormatError, match="outside"):
+        model_format.safetensors_files(d)

@@ -85,6 +85,13 @@ void write_tiny_model(const std::string& path, int64_t n_layers_attr = kLayers,
   w.commit();
 }
 
+// The tiny model, written into a fresh folder and loaded.
+std::shared_ptr<const Model> load_tiny_model(const std::string& name) {
+  const std::string path = (fresh_dir(name) / "m.h5").string();
+  write_tiny_model(path);
+  return Model::load(path);
+}
+
 // Flips one byte in the middle of a dataset's first stored chunk.
 void flip_byte_in(const std::string& path, const std::string& dataset) {
   haddr_t addr = 0;
@@ -272,10 +279,7 @@ TEST(Hardening, ModelLoadChecksLayersAndChecksums) {
 }
 
 TEST(Hardening, KvCacheServesOneCallAtATime) {
-  const fs::path dir = fresh_dir("engine");
-  const std::string path = (dir / "m.h5").string();
-  write_tiny_model(path);
-  const Engine e(Model::load(path));
+  const Engine e(load_tiny_model("engine"));
   KVCache cache = e.new_cache();
   const std::vector<int32_t> toks{1, 2, 3};
   // The hook parks the first call inside the engine (holding the cache) until the second call
@@ -309,10 +313,7 @@ TEST(Hardening, KvCacheServesOneCallAtATime) {
 }
 
 TEST(Hardening, InterruptStopsACallAndLeavesTheCacheUsable) {
-  const fs::path dir = fresh_dir("interrupt");
-  const std::string path = (dir / "m.h5").string();
-  write_tiny_model(path);
-  const Engine e(Model::load(path));
+  const Engine e(load_tiny_model("interrupt"));
   KVCache cache = e.new_cache();
   const std::vector<int32_t> toks{1, 2, 3};
   set_interrupt_hook([]() -> bool { return true; });
@@ -334,10 +335,7 @@ TEST(Hardening, InterruptStopsACallAndLeavesTheCacheUsable) {
 }
 
 TEST(Hardening, GenerateCountsDoNotOverflow) {
-  const fs::path dir = fresh_dir("generate");
-  const std::string path = (dir / "m.h5").string();
-  write_tiny_model(path);
-  const Engine e(Model::load(path));
+  const Engine e(load_tiny_model("generate"));
   const std::vector<int32_t> prompt{1, 2};
   EXPECT_THROW(e.generate_greedy(prompt, std::numeric_limits<int64_t>::max(), {}, Plan{}),
                ContextOverflow);

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import socllm
 from socllm import _core
-from socllm.calibrate import load_calibration
+from socllm.calibrate import CalibrationData, load_calibration, save_calibration
 
 
 def test_calibration_arrays_must_be_numeric(smollm):
@@ -92,22 +92,21 @@ def test_generate_counts_and_stop_ids(smollm):
     with pytest.raises(socllm.ContextOverflowError, match="9223372036854775807 new tokens"):
         smollm.generate("Hello", max_new_tokens=2**63 - 1)
     # A stop id beyond int32 surfaced as pybind11's TypeError about the signature.
-    engine = _core.Engine(smollm._model)
+    engine = _core.Engine(_core.Model.load(str(smollm.path)))
     with pytest.raises(socllm.InvalidArgumentError, match="out of range"):
         engine.generate_greedy(smollm.tokenize("Hello"), 2, [10**12])
 
 
 def test_a_kv_cache_serves_one_call_at_a_time(smollm):
     # Two threads stepping one cache corrupted the heap ("double free or corruption").
-    engine = _core.Engine(smollm._model)
-    cache = engine.new_cache(1024)
+    cache = smollm.new_cache(1024)
     errors: list[str] = []
     done = [0]
 
     def worker():
         for _ in range(12):
             try:
-                engine.step(cache, list(range(1, 9)), False, "fp32")
+                smollm.step(cache, list(range(1, 9)))
                 done[0] += 1
             except socllm.InvalidArgumentError as e:
                 errors.append(str(e))
@@ -186,7 +185,7 @@ def calibration_file(smollm, tmp_path_factory):
     cal = smollm.new_calibration()
     smollm.observe_activations([smollm.tokenize("Hello world, this is a test.")], cal)
     path = tmp_path_factory.mktemp("cal") / "cal.h5"
-    cal.save(str(path), smollm._model, {"corpus": "test"})
+    save_calibration(path, CalibrationData(cal, {"corpus": "test"}), smollm)
     return path
 
 

@@ -30,6 +30,9 @@ void init_plan(py::module_& m) {
       .def_property_readonly("needs_calibration", &Plan::needs_calibration)
       .def("to_json", [](const Plan& p) { return json_to_py(p.to_json()); })
       .def_property_readonly(
+          "attention", [](const Plan& p) { return json_to_py(p.attention.to_json()); },
+          "The prefill attention scheme: {'kind': ..., options} (attention_scheme.h)")
+      .def_property_readonly(
           "placement",
           [](const Plan& p) {
             py::dict d;

@@ -204,7 +204,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
     it->second.last_use = ++use_clock_;
     return it->second.linears;
   }
-  if (plan.needs_calibration() && !calib_)
+  if (plan.linear.needs_calibration() && !calib_)
     throw InvalidArgument("[Engine] plan '" + plan.name +
                           "' fixes static activation scales or smoothing factors from "
                           "calibration, and none is loaded (socllm calibrate --steps act-scales, "

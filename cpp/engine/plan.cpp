@@ -255,6 +255,29 @@ json parse_scalar(const std::string& key, const std::string& v) {
   return d;
 }
 
+// A value of the "attention" key that names a scheme rather than a placement.
+bool is_attention_value(const json& v) {
+  if (v.is_object()) return v.contains("kind");
+  if (!v.is_string()) return false;
+  const auto t = v.get<std::string>();
+  return quant::is_attention_kind(t.substr(0, t.find(':')));
+}
+
+// The plan's attention scheme from its "attention" value and the top-level attention options
+// ("fp32:attention=sparse,keep=0.3").
+quant::AttentionScheme attention_scheme(const json& spec, const json& options) {
+  if (spec.is_null() && options.empty()) return {};
+  if (spec.is_null())
+    throw InvalidArgument("[Plan] option '" + options.begin().key() +
+                          "' belongs to an attention scheme: name one, e.g. "
+                          "attention=shadow-attn," +
+                          options.begin().key() + "=...");
+  json obj =
+      spec.is_string() ? quant::AttentionScheme::text_to_json(spec.get<std::string>()) : spec;
+  for (const auto& [k, v] : options.items()) obj[k] = v;
+  return quant::AttentionScheme::from_json(obj);
+}
+
 }  // namespace
 
 const char* op_class_name(OpClass c) { return kOpClassNames.at(static_cast<size_t>(c)); }
@@ -288,7 +311,18 @@ void Plan::validate_placement() const {
   for (int i = 0; i < kNumOpClasses; ++i) {
     const auto c = static_cast<OpClass>(i);
     const OpPlacement& p = placement[static_cast<size_t>(i)];
-    if (is_float_class(c) && p.format == soc::DType::Int8)
+    const bool npu_attention = attention.kind == quant::AttentionKind::NpuInt8;
+    if (c == OpClass::Attention && npu_attention != (p.format == soc::DType::Int8))
+      throw InvalidArgument("[Plan] '" + name + "': attention " +
+                            (npu_attention
+                                 ? "npu-int8 computes in int8 on the npu, got " +
+                                       std::string(soc::dtype_name(p.format))
+                                 : std::string("in int8 is the attention scheme npu-int8")));
+    if (c == OpClass::Attention && attention.is_sparse() && p.processor == soc::Processor::Npu)
+      throw InvalidArgument("[Plan] '" + name + "': attention " + attention.label() +
+                            " selects keys per row at run time, which a static NPU graph cannot "
+                            "(seed 000 §2.2): place it on the cpu or gpu");
+    if (is_float_class(c) && p.format == soc::DType::Int8 && !(c == OpClass::Attention))
       throw InvalidArgument("[Plan] '" + name + "': unknown mode int8 for op class '" +
                             op_class_name(c) + "' (its formats: fp16, fp32)");
     if (c == OpClass::Shadow && p.format != soc::DType::Fp32)
@@ -399,8 +433,21 @@ Plan Plan::from_json(const json& j) {
   const Preset* preset = custom ? nullptr : &preset_or_throw(plan.name);
   if (preset) plan.options = json::parse(preset->options);
   json placement_keys = json::object();  // op class -> placement, applied after the scheme
+  json attention_spec;                   // the attention scheme, if given
+  json attention_options = json::object();
   for (const auto& [key, v] : j.items()) {
     if (key == "name" || key == "ops") continue;
+    // "attention" is a scheme ("shadow-attn:keep=0.2", {"kind": ...}) or a placement ("gpu").
+    if (key == "attention" && is_attention_value(v)) {
+      attention_spec = v;
+      continue;
+    }
+    const auto& names = quant::AttentionScheme::option_names();
+    if (std::find(names.begin(), names.end(), key) != names.end() &&
+        !(preset && plan.options.contains(key))) {
+      attention_options[key] = v;
+      continue;
+    }
     if (key == "placement") {
       if (!v.is_object())
         throw InvalidArgument("[Plan] 'placement' must map op classes to processors, got " +
@@ -450,7 +497,11 @@ Plan Plan::from_json(const json& j) {
                               "' runs; name a composed plan 'custom'");
     }
   }
+  plan.attention = attention_scheme(attention_spec, attention_options);
   plan.placement = default_placement(plan.linear);
+  if (plan.attention.kind == quant::AttentionKind::NpuInt8)
+    plan.placement[static_cast<size_t>(OpClass::Attention)] = {soc::Processor::Npu,
+                                                               soc::DType::Int8};
   if (j.contains("ops")) apply_ops_placement(plan, j["ops"]);
   for (const auto& [c, v] : placement_keys.items())
     apply_placement_entry(plan, op_class_from_name(c), v);
@@ -462,6 +513,7 @@ json Plan::to_json() const {
   json j = {{"name", name}};
   for (const auto& [k, v] : options.items()) j[k] = v;
   j["chunk_len"] = chunk_len;
+  if (!attention.is_fp32()) j["attention"] = attention.to_json();
   json ops = json::object();
   for (int i = 0; i < kNumOpClasses; ++i) {
     const OpPlacement& p = placement[static_cast<size_t>(i)];

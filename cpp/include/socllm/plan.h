@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "socllm/attention_scheme.h"
 #include "socllm/linear_scheme.h"
 #include "socllm/soc.h"
 
@@ -58,6 +59,9 @@ struct Plan {
   // All linears of every decoder block (q/k/v, o, gate/up, down). The embedding lookup is fp32
   // on the CPU in every plan (a table read, not placed).
   quant::LinearScheme linear;
+  // How prefill attention is computed (fp32, sparse, block-sparse, npu-int8, shadow-attn; seed
+  // 000). Decode steps always run full fp32 attention.
+  quant::AttentionScheme attention;
   // Processor and format of every op class (indexed by OpClass); presets carry llm.npu's
   // placement when their linears can run on a static NPU graph (seed 001 §3.4, §4).
   std::array<OpPlacement, kNumOpClasses> placement{};
@@ -73,7 +77,10 @@ struct Plan {
   static Plan parse(const std::string& text);
   static Plan from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
-  bool needs_calibration() const { return linear.needs_calibration(); }
+  bool needs_calibration() const {
+    return linear.needs_calibration() || attention.needs_head_importance() ||
+           attention.needs_qk_scales();
+  }
 
   const OpPlacement& at(OpClass c) const { return placement[static_cast<size_t>(c)]; }
   // A copy with op class `c` on `processor` (and `format`, if given; a linear's format follows

@@ -110,6 +110,11 @@ class Plan:
     def with_chunk_len(self, chunk_len: typing.SupportsInt | typing.SupportsIndex) -> Plan:
         ...
     @property
+    def attention(self) -> typing.Any:
+        """
+        The prefill attention scheme: {'kind': ..., options} (attention_scheme.h)
+        """
+    @property
     def chunk_len(self) -> int:
         ...
     @property

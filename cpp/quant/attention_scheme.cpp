@@ -1,0 +1,257 @@
+#include "socllm/attention_scheme.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <tuple>
+
+#include "socllm/core.h"
+
+namespace socllm::quant {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array<const char*, 5> kKindNames = {"fp32", "sparse", "block-sparse", "npu-int8",
+                                                   "shadow-attn"};
+
+std::string kind_list() {
+  std::string s;
+  for (const char* n : kKindNames) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+// The options each kind takes (besides "kind").
+std::vector<std::string> kind_options(AttentionKind k) {
+  switch (k) {
+    case AttentionKind::Fp32:
+    case AttentionKind::NpuInt8: return {};
+    case AttentionKind::Sparse: return {"keep", "min_keys", "ratios", "clamp"};
+    case AttentionKind::BlockSparse: return {"keep", "min_keys", "ratios", "clamp", "block"};
+    case AttentionKind::ShadowAttn:
+      return {"keep", "min_keys", "ratios", "clamp", "buckets", "step", "scales"};
+  }
+  return {};
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "none" : s;
+}
+
+std::string num(double v) {
+  std::array<char, 32> buf{};
+  const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), r.ptr);
+}
+
+// A text option value: integer, decimal, or the text itself.
+json text_value(const std::string& v) {
+  const char *b = v.data(), *e = v.data() + v.size();
+  int64_t i = 0;
+  if (auto r = std::from_chars(b, e, i); r.ptr == e && r.ec == std::errc() && !v.empty()) return i;
+  double d = 0;
+  if (auto r = std::from_chars(b, e, d); r.ptr == e && r.ec == std::errc() && !v.empty()) return d;
+  return v;
+}
+
+}  // namespace
+
+const char* attention_kind_name(AttentionKind k) { return kKindNames.at(static_cast<size_t>(k)); }
+
+bool is_attention_kind(const std::string& s) {
+  return std::find_if(kKindNames.begin(), kKindNames.end(),
+                      [&](const char* n) { return s == n; }) != kKindNames.end();
+}
+
+AttentionKind attention_kind_from_name(const std::string& s) {
+  for (size_t i = 0; i < kKindNames.size(); ++i)
+    if (s == kKindNames[i]) return static_cast<AttentionKind>(i);
+  throw InvalidArgument("[AttentionScheme] unknown attention '" + s + "' (known: " + kind_list() +
+                        ")");
+}
+
+const std::vector<std::string>& AttentionScheme::option_names() {
+  static const std::vector<std::string> kNames = {"keep",  "min_keys", "ratios", "clamp",
+                                                  "block", "buckets",  "step",   "scales"};
+  return kNames;
+}
+
+void AttentionScheme::validate() const {
+  const std::string k = std::string("[AttentionScheme] ") + attention_kind_name(kind) + ": ";
+  if (!(keep > 0.0 && keep <= 1.0))
+    throw InvalidArgument(k + "keep must be in (0, 1], got " + num(keep));
+  if (min_keys < 1) throw InvalidArgument(k + "min_keys must be >= 1, got " + num(min_keys));
+  if (block < 1) throw InvalidArgument(k + "block must be >= 1, got " + num(block));
+  if (buckets < 1) throw InvalidArgument(k + "buckets must be >= 1, got " + num(buckets));
+  if (buckets > 1024) throw InvalidArgument(k + "buckets must be <= 1024, got " + num(buckets));
+  if (!(step > 0.0) || !std::isfinite(step))
+    throw InvalidArgument(k + "step must be a positive number, got " + num(step));
+  if (scales != "buckets" && scales != "dynamic")
+    throw InvalidArgument(k + "scales must be 'buckets' or 'dynamic', got '" + scales + "'");
+  if (ratios != "calibrated" && ratios != "uniform")
+    throw InvalidArgument(k + "ratios must be 'calibrated' or 'uniform', got '" + ratios + "'");
+  if (!(clamp > 0.0) || !std::isfinite(clamp))
+    throw InvalidArgument(k + "clamp must be a positive number, got " + num(clamp));
+}
+
+json AttentionScheme::to_json() const {
+  json j = {{"kind", attention_kind_name(kind)}};
+  for (const auto& o : kind_options(kind)) {
+    if (o == "keep") j[o] = keep;
+    else if (o == "min_keys") j[o] = min_keys;
+    else if (o == "ratios") j[o] = ratios;
+    else if (o == "clamp") j[o] = clamp;
+    else if (o == "block") j[o] = block;
+    else if (o == "buckets") j[o] = buckets;
+    else if (o == "step") j[o] = step;
+    else if (o == "scales") j[o] = scales;
+  }
+  return j;
+}
+
+AttentionScheme AttentionScheme::from_json(const json& j) {
+  if (j.is_string()) return parse(j.get<std::string>());
+  if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
+    throw InvalidArgument("[AttentionScheme] expected a kind name (" + kind_list() +
+                          ") or an object with a string 'kind', got " + json_text(j));
+  AttentionScheme s;
+  s.kind = attention_kind_from_name(j["kind"].get<std::string>());
+  if (s.kind == AttentionKind::ShadowAttn) s.ratios = "calibrated";
+  const auto allowed = kind_options(s.kind);
+  const std::string who = std::string("[AttentionScheme] ") + attention_kind_name(s.kind);
+  for (const auto& [key, v] : j.items()) {
+    if (key == "kind") continue;
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      throw InvalidArgument(who + " has no option '" + key + "' (its options: " + join(allowed) +
+                            ")");
+    const bool text = key == "ratios" || key == "scales";
+    const bool integer = key == "min_keys" || key == "block" || key == "buckets";
+    if (text ? !v.is_string() : !v.is_number() || (integer && !v.is_number_integer()))
+      throw InvalidArgument(who + ": option '" + key + "' must be " +
+                            (text      ? "a name"
+                             : integer ? "an integer"
+                                       : "a number") +
+                            ", got " + json_text(v));
+    if (key == "keep") s.keep = v.get<double>();
+    else if (key == "min_keys") s.min_keys = v.get<int64_t>();
+    else if (key == "ratios") s.ratios = v.get<std::string>();
+    else if (key == "clamp") s.clamp = v.get<double>();
+    else if (key == "block") s.block = v.get<int64_t>();
+    else if (key == "buckets") s.buckets = v.get<int64_t>();
+    else if (key == "step") s.step = v.get<double>();
+    else if (key == "scales") s.scales = v.get<std::string>();
+  }
+  s.validate();
+  return s;
+}
+
+AttentionScheme AttentionScheme::parse(const std::string& text) {
+  return from_json(text_to_json(text));
+}
+
+json AttentionScheme::text_to_json(const std::string& text) {
+  const size_t colon = text.find(':');
+  json j = {{"kind", text.substr(0, colon)}};
+  if (colon != std::string::npos) {
+    const std::string rest = text.substr(colon + 1);
+    size_t start = 0;
+    while (start <= rest.size()) {
+      const size_t comma = std::min(rest.find(',', start), rest.size());
+      const std::string kv = rest.substr(start, comma - start);
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw InvalidArgument("[AttentionScheme] expected key=value in '" + text + "', got '" + kv +
+                              "'");
+      j[kv.substr(0, eq)] = text_value(kv.substr(eq + 1));
+      start = comma + 1;
+    }
+  }
+  return j;
+}
+
+std::string AttentionScheme::label() const {
+  std::string s = attention_kind_name(kind);
+  if (is_sparse()) s += ":keep=" + num(keep);
+  return s;
+}
+
+std::vector<std::pair<int, int>> bucket_offsets(int64_t n) {
+  if (n < 1) throw InvalidArgument("[bucket_offsets] bucket count must be >= 1, got " + num(n));
+  int ring = 0;
+  while ((2 * ring + 1) * (2 * ring + 1) < n) ++ring;
+  std::vector<std::pair<int, int>> all;
+  for (int a = -ring; a <= ring; ++a)
+    for (int b = -ring; b <= ring; ++b) all.emplace_back(a, b);
+  std::sort(all.begin(), all.end(), [](auto x, auto y) {
+    const auto key = [](std::pair<int, int> p) {
+      return std::make_tuple(std::max(std::abs(p.first), std::abs(p.second)),
+                             std::abs(p.first) + std::abs(p.second), p.first, p.second);
+    };
+    return key(x) < key(y);
+  });
+  all.resize(static_cast<size_t>(n));
+  return all;
+}
+
+int64_t nearest_bucket(float lq, float lk, std::span<const float> bq, std::span<const float> bk) {
+  if (bq.empty() || bq.size() != bk.size())
+    throw ShapeError("[nearest_bucket] " + std::to_string(bq.size()) + " Q scales and " +
+                     std::to_string(bk.size()) + " K scales");
+  int64_t best = 0;
+  double best_d = INFINITY;
+  for (size_t i = 0; i < bq.size(); ++i) {
+    const double dq = static_cast<double>(lq) - bq[i], dk = static_cast<double>(lk) - bk[i];
+    const double d = 0.5 * (dq * dq + dk * dk);
+    if (d < best_d) best_d = d, best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
+std::vector<double> head_keep_ratios(std::span<const float> head_importance,
+                                     std::span<const float> layer_importance, int64_t n_heads,
+                                     double keep, double clamp) {
+  const int64_t L = static_cast<int64_t>(layer_importance.size());
+  if (n_heads < 1 || static_cast<int64_t>(head_importance.size()) != L * n_heads)
+    throw ShapeError("[head_keep_ratios] " + std::to_string(head_importance.size()) +
+                     " head importances for " + std::to_string(L) + " layers of " +
+                     std::to_string(n_heads) + " heads");
+  const size_t N = head_importance.size();
+  std::vector<double> c(N);
+  double sum = 0;
+  for (size_t i = 0; i < N; ++i) {
+    const double h = head_importance[i], l = layer_importance[i / static_cast<size_t>(n_heads)];
+    if (!std::isfinite(h) || !std::isfinite(l))
+      throw InvalidArgument("[head_keep_ratios] importance of head " + std::to_string(i) +
+                            " is not finite");
+    c[i] = std::min(std::max(h, 0.0) * std::max(l, 0.0), clamp);
+    sum += c[i];
+  }
+  std::vector<double> r(N, keep);
+  if (!(sum > 0)) return r;
+  // Water filling: heads at 1 keep 1; the budget left is shared by the others in proportion to
+  // c. Terminates: each round caps at least one more head or stops.
+  std::vector<bool> capped(N, false);
+  for (;;) {
+    double budget = keep * static_cast<double>(N), free_c = 0;
+    for (size_t i = 0; i < N; ++i) (capped[i] ? budget -= 1.0 : free_c += c[i]);
+    bool changed = false;
+    for (size_t i = 0; i < N; ++i) {
+      if (capped[i]) continue;
+      r[i] = free_c > 0 ? budget * c[i] / free_c : 0.0;
+      if (r[i] > 1.0) capped[i] = changed = true, r[i] = 1.0;
+    }
+    if (!changed) break;
+  }
+  return r;
+}
+
+int64_t keys_kept(int64_t visible, double ratio, int64_t min_keys) {
+  const auto k = static_cast<int64_t>(std::ceil(ratio * static_cast<double>(visible) - 1e-9));
+  return std::min(visible, std::max(min_keys, k));
+}
+
+}  // namespace socllm::quant

@@ -1,6 +1,8 @@
 // Mirrors cpp/include/socllm/calibration.h: activation statistics of the linear inputs.
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "common.h"
 #include "socllm/calibration.h"
 #include "socllm/model.h"
@@ -9,20 +11,35 @@ namespace socllm::py_bind {
 
 namespace {
 
-py::object calib_get(Calibration& c, const std::string& name, const std::string& site) {
-  const auto a = c.array(name, site_from_name(site, "Calibration"));
+// The array's view; `site` is required for per-site arrays and ignored for the others.
+Calibration::ArrayRef calib_ref(Calibration& c, const std::string& name,
+                                const std::optional<std::string>& site) {
+  if (!Calibration::spec(name).per_site) return c.array(name, LinearSite::AttnIn);
+  if (!site)
+    throw InvalidArgument("[Calibration] array '" + name +
+                          "' is per linear site: give site= (attn_in, attn_out, mlp_in, mlp_act)");
+  return c.array(name, site_from_name(*site, "Calibration"));
+}
+
+py::object calib_get(Calibration& c, const std::string& name,
+                     const std::optional<std::string>& site) {
+  const auto a = calib_ref(c, name, site);
   const size_t n = a.f ? a.f->size() : a.i->size();
-  if (n == 0) return py::none();
-  const std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
+  if (n == 0 || (Calibration::spec(name).step == std::string("act-scales") && !c.has_act_scales()))
+    return py::none();
+  std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
+  if (shape[0] == -1) shape[0] = static_cast<py::ssize_t>(n) / (shape[1] * shape[2]);
   if (a.f) return py::array_t<float>(shape, a.f->data());
   return py::array_t<int64_t>(shape, a.i->data());
 }
 
-void calib_set(Calibration& c, const std::string& name, const std::string& site,
+void calib_set(Calibration& c, const std::string& name, const std::optional<std::string>& site_opt,
                const py::array& arr) {
-  const auto a = c.array(name, site_from_name(site, "Calibration"));
+  const auto a = calib_ref(c, name, site_opt);
+  const std::string site = site_opt.value_or("-");
   bool ok_shape = arr.ndim() == static_cast<py::ssize_t>(a.shape.size());
-  for (size_t k = 0; ok_shape && k < a.shape.size(); ++k) ok_shape = arr.shape(k) == a.shape[k];
+  for (size_t k = 0; ok_shape && k < a.shape.size(); ++k)
+    ok_shape = a.shape[k] == -1 ? arr.shape(k) >= 1 : arr.shape(k) == a.shape[k];
   if (!ok_shape) {
     std::string want = "[";
     for (size_t k = 0; k < a.shape.size(); ++k)
@@ -70,6 +87,7 @@ void init_calibration(py::module_& m) {
               d["shape"] = a.shape;
               d["step"] = a.step;
               d["required"] = a.required;
+              d["per_site"] = a.per_site;
               d["description"] = a.description;
               l.append(d);
             }
@@ -117,18 +135,20 @@ void init_calibration(py::module_& m) {
           py::arg("site"), py::arg("absmax"))
       .def(
           "array",
-          [](Calibration& c, const std::string& name, const std::string& site) {
+          [](Calibration& c, const std::string& name, const std::optional<std::string>& site) {
             return calib_get(c, name, site);
           },
-          py::arg("name"), py::arg("site"),
+          py::arg("name"), py::arg("site") = py::none(),
           "A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], "
           "abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count "
           "[n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64).")
       .def(
           "set_array",
-          [](Calibration& c, const std::string& name, const std::string& site,
+          [](Calibration& c, const std::string& name, const std::optional<std::string>& site,
              const py::array& arr) { calib_set(c, name, site, arr); },
-          py::arg("name"), py::arg("site"), py::arg("values"))
+          py::arg("name"), py::arg("site"), py::arg("values"),
+          "Set one statistic (site=None for the attention arrays); the shape must be the "
+          "schema's.")
       .def(
           "abs_percentile",
           [](const Calibration& c, int64_t layer, const std::string& site, double p) {

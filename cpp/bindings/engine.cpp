@@ -95,6 +95,104 @@ void init_engine(py::module_& m) {
           },
           py::arg("seqs"), py::arg("into"))
       .def(
+          "observe_attention_scales",
+          [](const Engine& e, const py::handle& seqs, Calibration& into) {
+            auto batch = to_batch(seqs, "Engine.observe_attention_scales");
+            py::gil_scoped_release nogil;
+            e.observe_attention_scales(batch, into);
+          },
+          py::arg("seqs"), py::arg("into"),
+          "Step qk-scales: append each window's per-head max |Q|, |K|, |V| (engine.h).")
+      .def(
+          "capture",
+          [](const Engine& e, const py::handle& tokens, int64_t layer) {
+            const auto ids = to_token_ids(tokens, "Engine.capture");
+            Engine::Capture c;
+            {
+              py::gil_scoped_release nogil;
+              c = e.capture(ids, layer);
+            }
+            py::dict d;
+            d["q"] = to_numpy(std::move(c.q));
+            d["k"] = to_numpy(std::move(c.k));
+            d["v"] = to_numpy(std::move(c.v));
+            return d;
+          },
+          py::arg("tokens"), py::arg("layer"),
+          "{'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]} post-RoPE, fp32.")
+      .def(
+          "layer_inputs",
+          [](const Engine& e, const py::handle& tokens) {
+            const auto ids = to_token_ids(tokens, "Engine.layer_inputs");
+            std::vector<TensorF32> xs;
+            {
+              py::gil_scoped_release nogil;
+              xs = e.layer_inputs(ids);
+            }
+            py::list l;
+            for (auto& x : xs) l.append(to_numpy(std::move(x)));
+            return l;
+          },
+          py::arg("tokens"), "The residual stream entering each layer, [T, d_model] each (fp32).")
+      .def(
+          "ablation_logprobs",
+          [](const Engine& e, const py::handle& tokens, int64_t layer, const py::array& x,
+             const py::array& masks) {
+            const auto ids = to_token_ids(tokens, "Engine.ablation_logprobs");
+            const auto xa = numeric_array<float>(x, "[Engine.ablation_logprobs] x");
+            const auto ma = numeric_array<float>(masks, "[Engine.ablation_logprobs] masks");
+            if (xa.ndim() != 2 || ma.ndim() != 2)
+              throw ShapeError(
+                  "[Engine.ablation_logprobs] x must be [T, d_model] and masks "
+                  "[n_masks, n_heads], got " +
+                  shape_str(xa) + " and " + shape_str(ma));
+            TensorF32 xt({xa.shape(0), xa.shape(1)});
+            std::copy(xa.data(), xa.data() + xa.size(), xt.data.begin());
+            std::vector<std::vector<float>> mv;
+            for (py::ssize_t i = 0; i < ma.shape(0); ++i)
+              mv.emplace_back(ma.data() + i * ma.shape(1), ma.data() + (i + 1) * ma.shape(1));
+            std::vector<std::vector<float>> out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.ablation_logprobs(ids, layer, xt, mv);
+            }
+            py::array_t<float> r(
+                {static_cast<py::ssize_t>(out.size()), static_cast<py::ssize_t>(ids.size()) - 1});
+            for (size_t i = 0; i < out.size(); ++i)
+              std::copy(out[i].begin(), out[i].end(), r.mutable_data() + i * (ids.size() - 1));
+            return r;
+          },
+          py::arg("tokens"), py::arg("layer"), py::arg("x"), py::arg("masks"),
+          "Head ablation (seed 000 Eq. 1/2): [n_masks, T-1] log p(x_t | x_<t) of running layers "
+          "layer.. from x with each head mask (1 keep, 0 zero) applied at `layer`.")
+      .def(
+          "attention_constants",
+          [](const Engine& e, const py::handle& plan) {
+            Plan p = plan_from_py(plan);
+            std::shared_ptr<const std::vector<quant::AttentionLayerConsts>> a;
+            {
+              py::gil_scoped_release nogil;
+              a = e.prepare_attention(p);
+            }
+            py::list l;
+            if (!a) return l;
+            for (const auto& c : *a) {
+              py::dict d;
+              d["head_ratio"] = c.head_ratio;
+              d["bucket_q"] = c.bucket_q;
+              d["bucket_k"] = c.bucket_k;
+              d["buckets"] = c.buckets;
+              d["static_q"] = c.static_q;
+              d["static_k"] = c.static_k;
+              d["static_v"] = c.static_v;
+              l.append(d);
+            }
+            return l;
+          },
+          py::arg("plan"),
+          "Per layer, what the plan's attention scheme fixed from calibration: head_ratio, "
+          "bucket_q/bucket_k ([n_heads * buckets]), static_q/k/v (npu-int8); [] for fp32.")
+      .def(
           "prepare",
           [](const Engine& e, const py::handle& plan) {
             Plan p = plan_from_py(plan);

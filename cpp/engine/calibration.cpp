@@ -27,6 +27,8 @@ int64_t linear_site_width(const ModelConfig& c, LinearSite s) {
 Calibration Calibration::empty_for(const ModelConfig& c) {
   Calibration cal;
   cal.n_layers = c.n_layers;
+  cal.n_heads = c.n_heads;
+  cal.n_kv_heads = c.n_kv_heads;
   for (int s = 0; s < kNumLinearSites; ++s) {
     cal.width[s] = linear_site_width(c, static_cast<LinearSite>(s));
     cal.channel_absmax[s].assign(static_cast<size_t>(c.n_layers * cal.width[s]), 0.0f);
@@ -88,6 +90,35 @@ void Calibration::check_matches(const ModelConfig& c) const {
     check_counts(outlier_seq_channels[s], "outlier_seq_channels");
     check_counts(outlier_seqs[s], "outlier_seqs");
   }
+  check_attention_matches(c);
+}
+
+void Calibration::check_attention_matches(const ModelConfig& c) const {
+  if (n_heads != c.n_heads || n_kv_heads != c.n_kv_heads)
+    throw ShapeError("[Calibration] statistics are for " + std::to_string(n_heads) + "/" +
+                     std::to_string(n_kv_heads) + " heads, the model has " +
+                     std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads));
+  const auto check = [&](const std::vector<float>& v, const char* name, int64_t per, bool windows) {
+    if (v.empty()) return;
+    const int64_t n = static_cast<int64_t>(v.size());
+    if (windows ? n % per != 0 : n != per)
+      throw ShapeError(std::string("[Calibration] '") + name + "' holds " + std::to_string(n) +
+                       " values, expected " + (windows ? "a multiple of " : "") +
+                       std::to_string(per));
+    for (float x : v)
+      if (!std::isfinite(x) || (windows && x < 0))
+        throw InvalidArgument(std::string("[Calibration] '") + name + "' holds " +
+                              std::to_string(x));
+  };
+  check(head_importance, "head_importance", n_layers * n_heads, false);
+  check(layer_importance, "layer_importance", n_layers, false);
+  check(q_absmax, "q_absmax", n_layers * n_heads, true);
+  check(k_absmax, "k_absmax", n_layers * n_kv_heads, true);
+  check(v_absmax, "v_absmax", n_layers * n_kv_heads, true);
+  if (k_absmax.size() * static_cast<size_t>(n_heads) !=
+          q_absmax.size() * static_cast<size_t>(n_kv_heads) ||
+      k_absmax.size() != v_absmax.size())
+    throw ShapeError("[Calibration] q_absmax, k_absmax and v_absmax cover different windows");
 }
 
 std::span<const float> Calibration::absmax(int64_t layer, LinearSite s) const {
@@ -206,10 +237,10 @@ std::vector<quant::ShadowLinearConfig> Calibration::shadow_configs(
 
 namespace {
 
-constexpr std::array<CalibrationArraySpec, 6> kSchema = {{
-    {"act_absmax", "float32", "[n_layers, width]", "act-scales", true,
+constexpr std::array<CalibrationArraySpec, 11> kSchema = {{
+    {"act_absmax", "float32", "[n_layers, width]", "act-scales", false,
      "running max of |x| per input channel (static scales: max / 127)"},
-    {"abs_hist", "int64", "[n_layers, 16384]", "act-scales", true,
+    {"abs_hist", "int64", "[n_layers, 16384]", "act-scales", false,
      "histogram of |x|, bin = float bits >> 17 (64 bins per octave), for percentile thresholds"},
     {"outlier_threshold", "float32", "[n_layers]", "outliers", false,
      "shadow-outlier threshold t of each input (seed 001 §3.3; the NPU scale is t / 127)"},
@@ -218,6 +249,18 @@ constexpr std::array<CalibrationArraySpec, 6> kSchema = {{
     {"outlier_seq_channels", "int64", "[n_layers]", "outliers", false,
      "distinct channels beyond t per calibration window, summed"},
     {"outlier_seqs", "int64", "[n_layers]", "outliers", false, "calibration windows counted"},
+    {"head_importance", "float32", "[n_layers, n_heads]", "head-importance", false,
+     "loss increase (nats/token) when the head's attention output is zeroed (seed 000 Eq. 1)",
+     false},
+    {"layer_importance", "float32", "[n_layers]", "head-importance", false,
+     "loss increase (nats/token) when the layer's attention output is zeroed (seed 000 Eq. 2)",
+     false},
+    {"q_absmax", "float32", "[windows, n_layers, n_heads]", "qk-scales", false,
+     "max |Q| of each head (post-RoPE) per calibration window (scale = max / 127, §3.3)", false},
+    {"k_absmax", "float32", "[windows, n_layers, n_kv_heads]", "qk-scales", false,
+     "max |K| of each KV head (post-RoPE) per calibration window", false},
+    {"v_absmax", "float32", "[windows, n_layers, n_kv_heads]", "qk-scales", false,
+     "max |V| of each KV head per calibration window (npu-int8's static V scale)", false},
 }};
 
 // The config keys that decide whether statistics fit a model (its name may differ).
@@ -229,8 +272,48 @@ constexpr const char* kShapeKeys[] = {
 
 std::span<const CalibrationArraySpec> Calibration::schema() { return kSchema; }
 
+const CalibrationArraySpec& Calibration::spec(const std::string& name) {
+  for (const auto& spec : kSchema)
+    if (name == spec.name) return spec;
+  std::string known;
+  for (const auto& spec : kSchema) known += (known.empty() ? "" : ", ") + std::string(spec.name);
+  throw InvalidArgument("[Calibration] unknown array '" + name + "' (" + known + ")");
+}
+
+bool Calibration::has_act_scales() const {
+  for (const auto& a : channel_absmax)
+    if (std::any_of(a.begin(), a.end(), [](float x) { return x != 0.0f; })) return true;
+  return false;
+}
+
+std::vector<float> Calibration::mean_scale(char which) const {
+  const auto& a = which == 'q' ? q_absmax : which == 'k' ? k_absmax : v_absmax;
+  const int64_t per = n_layers * (which == 'q' ? n_heads : n_kv_heads);
+  std::vector<float> m(static_cast<size_t>(per), 0.0f);
+  if (a.empty() || per == 0) return m;
+  const int64_t windows = static_cast<int64_t>(a.size()) / per;
+  for (int64_t w = 0; w < windows; ++w)
+    for (int64_t i = 0; i < per; ++i) m[i] += a[w * per + i] / 127.0f / static_cast<float>(windows);
+  return m;
+}
+
+float Calibration::static_scale(int64_t layer, char which) const {
+  const auto& a = which == 'q' ? q_absmax : which == 'k' ? k_absmax : v_absmax;
+  const int64_t heads = which == 'q' ? n_heads : n_kv_heads, per = n_layers * heads;
+  float m = 0.0f;
+  for (size_t w = 0; per > 0 && w < a.size() / static_cast<size_t>(per); ++w)
+    for (int64_t h = 0; h < heads; ++h) m = std::max(m, a[w * per + layer * heads + h]);
+  return m / 127.0f;
+}
+
 Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite site) {
   const int s = static_cast<int>(site);
+  const auto windows = [&](int64_t heads) { return std::vector<int64_t>{-1, n_layers, heads}; };
+  if (name == "head_importance") return {&head_importance, nullptr, {n_layers, n_heads}};
+  if (name == "layer_importance") return {&layer_importance, nullptr, {n_layers}};
+  if (name == "q_absmax") return {&q_absmax, nullptr, windows(n_heads)};
+  if (name == "k_absmax") return {&k_absmax, nullptr, windows(n_kv_heads)};
+  if (name == "v_absmax") return {&v_absmax, nullptr, windows(n_kv_heads)};
   const auto sh = [&](const char* spec_name) {
     for (const auto& spec : kSchema)
       if (std::string(spec.name) == spec_name) {
@@ -248,9 +331,8 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
   if (name == "outlier_seq_channels")
     return {nullptr, &outlier_seq_channels[s], sh("outlier_seq_channels")};
   if (name == "outlier_seqs") return {nullptr, &outlier_seqs[s], sh("outlier_seqs")};
-  std::string known;
-  for (const auto& spec : kSchema) known += (known.empty() ? "" : ", ") + std::string(spec.name);
-  throw InvalidArgument("[Calibration] unknown array '" + name + "' (" + known + ")");
+  spec(name);  // throws listing the names
+  return {};
 }
 
 void Calibration::save(const std::string& path, const ModelConfig& model,
@@ -269,6 +351,15 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
   w.attr("/", "tokens", tokens);
   auto& self = const_cast<Calibration&>(*this);  // array() hands out mutable views
   for (const auto& spec : kSchema) {
+    if (std::string(spec.step) == "act-scales" && !has_act_scales()) continue;  // did not run
+    if (!spec.per_site) {
+      const auto a = self.array(spec.name, LinearSite::AttnIn);
+      if (a.f->empty()) continue;
+      auto shape = a.shape;
+      if (shape[0] == -1) shape[0] = static_cast<int64_t>(a.f->size()) / (shape[1] * shape[2]);
+      w.write(spec.name, shape, a.f->data());
+      continue;
+    }
     for (int s = 0; s < kNumLinearSites; ++s) {
       const auto a = self.array(spec.name, static_cast<LinearSite>(s));
       const size_t n = a.f ? a.f->size() : a.i->size();
@@ -345,7 +436,29 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
                             "), not on this one ('" + model.name + "', " + k + " " +
                             json_text(ours.value(k, nlohmann::json())) + ")");
   Calibration c = empty_for(model);
+  const auto shape_str = [](const std::vector<int64_t>& v) {
+    std::string o = "[";
+    for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
+    return o + "]";
+  };
   for (const auto& spec : kSchema) {
+    if (!spec.per_site) {
+      const std::string ds = std::string("/") + spec.name;
+      if (!f.has(ds)) continue;
+      const auto a = c.array(spec.name, LinearSite::AttnIn);
+      const auto got = f.shape(ds);
+      bool ok = got.size() == a.shape.size();
+      for (size_t i = 0; ok && i < got.size(); ++i)
+        ok = a.shape[i] == -1 ? got[i] >= 1 : got[i] == a.shape[i];
+      if (!ok)
+        throw FormatError("[Calibration] '" + path + "': " + ds + " has shape " + shape_str(got) +
+                          ", the schema gives " + shape_str(a.shape) + " for this model");
+      *a.f = f.read_f32(ds, got).data;
+      for (float x : *a.f)
+        if (!std::isfinite(x))
+          throw FormatError("[Calibration] '" + path + "': " + ds + " holds " + std::to_string(x));
+      continue;
+    }
     int present = 0;
     for (int s = 0; s < kNumLinearSites; ++s) {
       const std::string ds =
@@ -356,13 +469,8 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
       const auto& want = a.shape;
       const auto got = f.shape(ds);
       if (got != want) {
-        auto str = [](const std::vector<int64_t>& v) {
-          std::string o = "[";
-          for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
-          return o + "]";
-        };
-        throw FormatError("[Calibration] '" + path + "': " + ds + " has shape " + str(got) +
-                          ", the schema gives " + str(want) + " for this model");
+        throw FormatError("[Calibration] '" + path + "': " + ds + " has shape " + shape_str(got) +
+                          ", the schema gives " + shape_str(want) + " for this model");
       }
       if (a.f) {
         TensorF32 t = f.read_f32(ds);

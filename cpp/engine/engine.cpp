@@ -9,6 +9,8 @@
 
 #include "socllm/block.h"
 #include "socllm/kernels.h"
+#include "socllm/prefill_attention.h"
+#include "socllm/sparse_attention.h"
 
 namespace socllm {
 
@@ -132,6 +134,8 @@ struct Engine::Batch {
     KVCache* cache;
     int64_t row0;
     int64_t T;  // real (non-padding) rows, the first T of the sequence's rows
+    // The plan's attention scheme applies (prefill rows); decode steps run full attention.
+    bool plan_attention = true;
   };
   std::vector<Seq> seqs;
   std::vector<quant::RowSegment> segments;  // real rows of each sequence
@@ -188,6 +192,7 @@ void Engine::set_calibration(std::shared_ptr<const Calibration> calib) {
   std::lock_guard lock(mu_);
   calib_ = std::move(calib);
   prepared_.clear();
+  prepared_attention_.clear();
   graphs_.clear();
 }
 
@@ -204,7 +209,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
     it->second.last_use = ++use_clock_;
     return it->second.linears;
   }
-  if (plan.linear.needs_calibration() && !calib_)
+  if (plan.linear.needs_calibration() && (!calib_ || !calib_->has_act_scales()))
     throw InvalidArgument("[Engine] plan '" + plan.name +
                           "' fixes static activation scales or smoothing factors from "
                           "calibration, and none is loaded (socllm calibrate --steps act-scales, "
@@ -243,6 +248,60 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   return prep;
 }
 
+std::shared_ptr<const std::vector<quant::AttentionLayerConsts>> Engine::prepare_attention(
+    const Plan& plan) const {
+  const quant::AttentionScheme& a = plan.attention;
+  if (a.is_fp32()) return nullptr;
+  const auto& c = model_->config();
+  std::lock_guard lock(mu_);
+  const std::string key = a.to_json().dump();
+  if (auto it = prepared_attention_.find(key); it != prepared_attention_.end()) return it->second;
+  const std::string who = "[Engine] attention " + a.label() + " of plan '" + plan.name + "'";
+  if (a.needs_head_importance() && (!calib_ || !calib_->has_head_importance()))
+    throw InvalidArgument(who +
+                          " takes per-head keep ratios from head and layer importance, and the "
+                          "loaded calibration has none (socllm calibrate --steps head-importance "
+                          "[--calib FILE] -o FILE, then --calib FILE; or ratios=uniform)");
+  if (a.needs_qk_scales() && (!calib_ || !calib_->has_qk_scales()))
+    throw InvalidArgument(who +
+                          " fixes its Q/K scales from calibration, and the loaded calibration "
+                          "has none (socllm calibrate --steps qk-scales [--calib FILE] -o FILE, "
+                          "then --calib FILE)");
+  auto out = std::make_shared<std::vector<quant::AttentionLayerConsts>>(
+      static_cast<size_t>(c.n_layers), quant::uniform_layer_consts(a, c.n_heads));
+  if (a.needs_head_importance()) {
+    const auto r = quant::head_keep_ratios(calib_->head_importance, calib_->layer_importance,
+                                           c.n_heads, a.keep, a.clamp_quantile);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      (*out)[l].head_ratio.assign(r.begin() + l * c.n_heads, r.begin() + (l + 1) * c.n_heads);
+  }
+  if (a.kind == quant::AttentionKind::ShadowAttn && a.scales == "buckets") {
+    // <λ̄Q·σ^a, λ̄K·σ^b> per head (§3.3); a query head's λ̄K is its KV head's
+    const auto mq = calib_->mean_scale('q'), mk = calib_->mean_scale('k');
+    const auto offsets = quant::bucket_offsets(a.buckets);
+    const int64_t group = c.n_heads / c.n_kv_heads;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      auto& lc = (*out)[l];
+      lc.buckets = a.buckets;
+      for (int64_t h = 0; h < c.n_heads; ++h)
+        for (const auto& [oq, ok] : offsets) {
+          lc.bucket_q.push_back(mq[l * c.n_heads + h] * static_cast<float>(std::pow(a.step, oq)));
+          lc.bucket_k.push_back(mk[l * c.n_kv_heads + h / group] *
+                                static_cast<float>(std::pow(a.step, ok)));
+        }
+    }
+  }
+  if (a.kind == quant::AttentionKind::NpuInt8)
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      auto& lc = (*out)[l];
+      lc.static_q = calib_->static_scale(l, 'q');
+      lc.static_k = calib_->static_scale(l, 'k');
+      lc.static_v = calib_->static_scale(l, 'v');
+    }
+  prepared_attention_.emplace(key, out);
+  return out;
+}
+
 npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep,
                                   npu::SubgraphKind kind, int64_t layer, int64_t rows,
                                   int64_t chunk_index) const {
@@ -278,8 +337,11 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
 
 void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLinears* prep,
                         int64_t chunk_index, Calibration* observe,
-                        std::vector<quant::ShadowStats>* shadow_sink) const {
+                        std::vector<quant::ShadowStats>* shadow_sink, const RunHooks* hooks) const {
   const auto& c = model_->config();
+  const auto attn = prepare_attention(plan);
+  const int64_t first_layer = hooks ? hooks->start_layer : 0;
+  const int64_t last_layer = hooks && hooks->stop_layer >= 0 ? hooks->stop_layer : c.n_layers - 1;
   const int64_t N = b.N;
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), dff = c.d_ff;
   const int64_t qkv_w = c.qkv_dim();
@@ -296,8 +358,9 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
     if (plan.at(cls).format == soc::DType::Fp16) k::round_to_fp16(y, n);
   };
 
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = first_layer; l <= last_layer; ++l) {
     const LayerWeights& L = model_->layer(l);
+    if (hooks && hooks->layer_inputs) (*hooks->layer_inputs)[l].assign(x, x + N * d);
     auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo) {
       const int64_t w = linear_site_width(c, site);
       if (observe)
@@ -336,6 +399,19 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
                        inv_freq_.data());
           if (plan.at(op.op_class).format == soc::DType::Fp16)
             for (int64_t r = 0; r < N; ++r) k::round_to_fp16(qkv.data() + r * qkv_w, qd + kvd);
+          if (hooks && hooks->qkv_absmax)
+            for (size_t si = 0; si < b.seqs.size(); ++si) {
+              // [layer][q heads, k heads, v heads] of each sequence (step qk-scales)
+              const auto& sq = b.seqs[si];
+              float* dst = (*hooks->qkv_absmax)[si].data() + l * (c.n_heads + 2 * c.n_kv_heads);
+              const float* rows = qkv.data() + sq.row0 * qkv_w;
+              for (int64_t h = 0; h < c.n_heads + 2 * c.n_kv_heads; ++h)
+                dst[h] = k::absmax_rows(rows + h * c.head_dim, sq.T, c.head_dim, qkv_w);
+            }
+          if (hooks && hooks->qkv_out && l == last_layer) {
+            hooks->qkv_out->assign(qkv.begin(), qkv.end());
+            return;  // captured: the rest of the model is not needed
+          }
           break;
         case BlockOp::Attention:
           // Only real rows enter the KV cache and attention; padding rows come after them, so
@@ -350,13 +426,40 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
               std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
             }
-            k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
-                                c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
-                                S.data());
+            if (attn && s.plan_attention) {
+              quant::prefill_attention(plan.attention, (*attn)[static_cast<size_t>(l)],
+                                       qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd,
+                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
+                                       att.data() + s.row0 * qd, qd);
+            } else {
+              k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
+                                  c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
+                                  S.data());
+            }
           }
+          if (hooks && hooks->head_mask && l == first_layer)
+            for (size_t si = 0; si < b.seqs.size(); ++si) {
+              // head ablation (seed 000 Eq. 1/2): the masked heads' outputs are zeroed
+              const auto& mask = (*hooks->head_mask)[si];
+              for (int64_t t = 0; t < b.seqs[si].T; ++t)
+                for (int64_t h = 0; h < c.n_heads; ++h)
+                  if (mask[h] != 1.0f)
+                    for (int64_t e = 0; e < c.head_dim; ++e)
+                      att[(b.seqs[si].row0 + t) * qd + h * c.head_dim + e] *= mask[h];
+            }
           store(op.op_class, att.data(), N * qd);
           break;
-        case BlockOp::OProj: lin(LinearSite::AttnOut, att.data(), o.data(), d); break;
+        case BlockOp::OProj:
+          lin(LinearSite::AttnOut, att.data(), o.data(), d);
+          if (hooks && hooks->head_mask && l == first_layer)
+            for (size_t si = 0; si < b.seqs.size(); ++si) {
+              // a layer ablated whole (Eq. 2): its attention output, o_proj bias included, is 0
+              const auto& mask = (*hooks->head_mask)[si];
+              if (std::all_of(mask.begin(), mask.end(), [](float m) { return m == 0.0f; }))
+                std::fill(o.begin() + b.seqs[si].row0 * d,
+                          o.begin() + (b.seqs[si].row0 + b.seqs[si].T) * d, 0.0f);
+            }
+          break;
         case BlockOp::AttnResidual:
         case BlockOp::FfnResidual:
           k::add_inplace(x, o.data(), N * d);
@@ -497,7 +600,8 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
       throw ContextOverflow("[Engine.forward] sequence of " + std::to_string(need) +
                             " tokens exceeds the cache capacity " +
                             std::to_string(caches[s]->capacity()));
-    b.seqs.push_back({caches[s], N, T});
+    // a single new token on a non-empty cache is a decode step: full attention (seed 000 §4)
+    b.seqs.push_back({caches[s], N, T, T > 1 || caches[s]->length() == 0});
     b.segments.push_back({N, N + T});
     N += T;
     prefill = prefill || T > 1 || record;  // a recorded prefill runs its one token chunked too
@@ -611,6 +715,140 @@ void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
     for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = t;
     run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into, nullptr);
   }
+}
+
+TensorF32 Engine::run_fp32(const std::vector<std::span<const int32_t>>& seqs, const RunHooks& hooks,
+                           const float* x_in) const {
+  const int64_t d = model_->config().d_model;
+  std::vector<KVCache> caches;
+  caches.reserve(seqs.size());
+  Batch b;
+  for (const auto& s : seqs) {
+    check_tokens(s, "Engine");
+    const int64_t T = static_cast<int64_t>(s.size());
+    if (T > model_->config().context_length)
+      throw ContextOverflow("[Engine] sequence of " + std::to_string(T) +
+                            " tokens exceeds the model's context length " +
+                            std::to_string(model_->config().context_length));
+    caches.push_back(new_cache(T));
+    b.seqs.push_back({&caches.back(), b.N, T, true});
+    b.segments.push_back({b.N, b.N + T});
+    for (int64_t t = 0; t < T; ++t) b.pos.push_back(t);
+    b.N += T;
+  }
+  TensorF32 x({b.N, d});
+  if (x_in) {
+    std::memcpy(x.ptr(), x_in, static_cast<size_t>(b.N * d) * sizeof(float));
+  } else {
+    for (const auto& s : b.seqs) embed_rows(seqs[&s - b.seqs.data()], x.ptr() + s.row0 * d);
+  }
+  run_blocks(b, x.ptr(), Plan{}, nullptr, -1, nullptr, nullptr, &hooks);
+  return x;
+}
+
+void Engine::observe_attention_scales(const std::vector<std::vector<int32_t>>& seqs,
+                                      Calibration& into) const {
+  const auto& c = model_->config();
+  into.check_matches(c);
+  const int64_t per = c.n_heads + 2 * c.n_kv_heads;
+  for (const auto& s : seqs) {
+    std::vector<std::vector<float>> absmax(1, std::vector<float>(c.n_layers * per));
+    RunHooks hooks;
+    hooks.qkv_absmax = &absmax;
+    run_fp32({s}, hooks);
+    const auto& a = absmax[0];
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const float* row = a.data() + l * per;
+      into.q_absmax.insert(into.q_absmax.end(), row, row + c.n_heads);
+      into.k_absmax.insert(into.k_absmax.end(), row + c.n_heads, row + c.n_heads + c.n_kv_heads);
+      into.v_absmax.insert(into.v_absmax.end(), row + c.n_heads + c.n_kv_heads, row + per);
+    }
+  }
+}
+
+Engine::Capture Engine::capture(std::span<const int32_t> tokens, int64_t layer) const {
+  const auto& c = model_->config();
+  if (layer < 0 || layer >= c.n_layers)
+    throw InvalidArgument("[Engine.capture] layer " + std::to_string(layer) + " outside [0, " +
+                          std::to_string(c.n_layers) + ")");
+  check_tokens(tokens, "Engine.capture");
+  const int64_t T = static_cast<int64_t>(tokens.size()), hd = c.head_dim, w = c.qkv_dim();
+  std::vector<float> qkv;
+  RunHooks hooks;
+  hooks.stop_layer = layer;
+  hooks.qkv_out = &qkv;
+  run_fp32({tokens}, hooks);
+  Capture out{TensorF32({c.n_heads, T, hd}), TensorF32({c.n_kv_heads, T, hd}),
+              TensorF32({c.n_kv_heads, T, hd})};
+  const auto split = [&](TensorF32& dst, int64_t col0, int64_t heads) {
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(dst.ptr() + (h * T + t) * hd, qkv.data() + t * w + col0 + h * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+  };
+  split(out.q, 0, c.n_heads);
+  split(out.k, c.q_dim(), c.n_kv_heads);
+  split(out.v, c.q_dim() + c.kv_dim(), c.n_kv_heads);
+  return out;
+}
+
+std::vector<TensorF32> Engine::layer_inputs(std::span<const int32_t> tokens) const {
+  const auto& c = model_->config();
+  std::vector<std::vector<float>> xs(static_cast<size_t>(c.n_layers));
+  RunHooks hooks;
+  hooks.layer_inputs = &xs;
+  run_fp32({tokens}, hooks);
+  std::vector<TensorF32> out;
+  for (auto& x : xs) {
+    TensorF32 t({static_cast<int64_t>(tokens.size()), c.d_model});
+    t.data = std::move(x);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> Engine::ablation_logprobs(
+    std::span<const int32_t> tokens, int64_t layer, const TensorF32& x,
+    const std::vector<std::vector<float>>& masks) const {
+  const auto& c = model_->config();
+  const int64_t T = static_cast<int64_t>(tokens.size()), d = c.d_model;
+  if (layer < 0 || layer >= c.n_layers)
+    throw InvalidArgument("[Engine.ablation_logprobs] layer " + std::to_string(layer) +
+                          " outside [0, " + std::to_string(c.n_layers) + ")");
+  if (T < 2)
+    throw InvalidArgument("[Engine.ablation_logprobs] needs at least 2 tokens, got " +
+                          std::to_string(T));
+  if (x.shape != std::vector<int64_t>{T, d})
+    throw ShapeError("[Engine.ablation_logprobs] x must be [" + std::to_string(T) + ", " +
+                     std::to_string(d) + "] (the layer's input), got " + shape_str(x.shape));
+  if (masks.empty()) throw InvalidArgument("[Engine.ablation_logprobs] no masks given");
+  for (const auto& m : masks)
+    if (static_cast<int64_t>(m.size()) != c.n_heads)
+      throw ShapeError("[Engine.ablation_logprobs] a mask has " + std::to_string(m.size()) +
+                       " values, the model has " + std::to_string(c.n_heads) + " heads");
+  const int64_t M = static_cast<int64_t>(masks.size());
+  std::vector<float> xin(static_cast<size_t>(M * T * d));
+  for (int64_t i = 0; i < M; ++i) std::copy(x.data.begin(), x.data.end(), xin.begin() + i * T * d);
+  RunHooks hooks;
+  hooks.start_layer = layer;
+  hooks.head_mask = &masks;
+  const std::vector<std::span<const int32_t>> seqs(static_cast<size_t>(M), tokens);
+  TensorF32 h = run_fp32(seqs, hooks, xin.data());
+  std::vector<float> normed(static_cast<size_t>(T * d));
+  std::vector<std::vector<float>> out;
+  constexpr int64_t kRowBlock = 256;  // bounds the logits block to kRowBlock x V floats
+  for (int64_t i = 0; i < M; ++i) {
+    k::rms_norm(h.ptr() + i * T * d, model_->final_norm().ptr(), T, d, c.rms_eps, normed.data());
+    std::vector<float> lp(static_cast<size_t>(T - 1));
+    for (int64_t b0 = 0; b0 < T - 1; b0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, T - 1 - b0);
+      TensorF32 lg = logits_from_hidden(normed.data() + b0 * d, rows);
+      k::log_softmax_gather(lg.ptr(), rows, c.vocab_size, c.vocab_size, tokens.data() + b0 + 1,
+                            lp.data() + b0);
+    }
+    out.push_back(std::move(lp));
+  }
+  return out;
 }
 
 TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows) const {

@@ -317,7 +317,8 @@ void Plan::validate_placement() const {
                             (npu_attention
                                  ? "npu-int8 computes in int8 on the npu, got " +
                                        std::string(soc::dtype_name(p.format))
-                                 : std::string("in int8 is the attention scheme npu-int8")));
+                                 : std::string("in unknown mode int8 (its formats: fp16, fp32; "
+                                               "int8 attention is the scheme npu-int8)")));
     if (c == OpClass::Attention && attention.is_sparse() && p.processor == soc::Processor::Npu)
       throw InvalidArgument("[Plan] '" + name + "': attention " + attention.label() +
                             " selects keys per row at run time, which a static NPU graph cannot "

@@ -28,10 +28,11 @@ std::vector<std::string> kind_options(AttentionKind k) {
   switch (k) {
     case AttentionKind::Fp32:
     case AttentionKind::NpuInt8: return {};
-    case AttentionKind::Sparse: return {"keep", "min_keys", "ratios", "clamp"};
-    case AttentionKind::BlockSparse: return {"keep", "min_keys", "ratios", "clamp", "block"};
+    case AttentionKind::Sparse: return {"keep", "min_keys", "ratios", "clamp_quantile"};
+    case AttentionKind::BlockSparse:
+      return {"keep", "min_keys", "ratios", "clamp_quantile", "block"};
     case AttentionKind::ShadowAttn:
-      return {"keep", "min_keys", "ratios", "clamp", "buckets", "step", "scales"};
+      return {"keep", "min_keys", "ratios", "clamp_quantile", "buckets", "step", "scales"};
   }
   return {};
 }
@@ -75,7 +76,7 @@ AttentionKind attention_kind_from_name(const std::string& s) {
 }
 
 const std::vector<std::string>& AttentionScheme::option_names() {
-  static const std::vector<std::string> kNames = {"keep",  "min_keys", "ratios", "clamp",
+  static const std::vector<std::string> kNames = {"keep",  "min_keys", "ratios", "clamp_quantile",
                                                   "block", "buckets",  "step",   "scales"};
   return kNames;
 }
@@ -94,8 +95,8 @@ void AttentionScheme::validate() const {
     throw InvalidArgument(k + "scales must be 'buckets' or 'dynamic', got '" + scales + "'");
   if (ratios != "calibrated" && ratios != "uniform")
     throw InvalidArgument(k + "ratios must be 'calibrated' or 'uniform', got '" + ratios + "'");
-  if (!(clamp > 0.0) || !std::isfinite(clamp))
-    throw InvalidArgument(k + "clamp must be a positive number, got " + num(clamp));
+  if (!(clamp_quantile > 0.0 && clamp_quantile <= 1.0))
+    throw InvalidArgument(k + "clamp_quantile must be in (0, 1], got " + num(clamp_quantile));
 }
 
 json AttentionScheme::to_json() const {
@@ -104,7 +105,7 @@ json AttentionScheme::to_json() const {
     if (o == "keep") j[o] = keep;
     else if (o == "min_keys") j[o] = min_keys;
     else if (o == "ratios") j[o] = ratios;
-    else if (o == "clamp") j[o] = clamp;
+    else if (o == "clamp_quantile") j[o] = clamp_quantile;
     else if (o == "block") j[o] = block;
     else if (o == "buckets") j[o] = buckets;
     else if (o == "step") j[o] = step;
@@ -139,7 +140,7 @@ AttentionScheme AttentionScheme::from_json(const json& j) {
     if (key == "keep") s.keep = v.get<double>();
     else if (key == "min_keys") s.min_keys = v.get<int64_t>();
     else if (key == "ratios") s.ratios = v.get<std::string>();
-    else if (key == "clamp") s.clamp = v.get<double>();
+    else if (key == "clamp_quantile") s.clamp_quantile = v.get<double>();
     else if (key == "block") s.block = v.get<int64_t>();
     else if (key == "buckets") s.buckets = v.get<int64_t>();
     else if (key == "step") s.step = v.get<double>();
@@ -213,30 +214,39 @@ int64_t nearest_bucket(float lq, float lk, std::span<const float> bq, std::span<
 
 std::vector<double> head_keep_ratios(std::span<const float> head_importance,
                                      std::span<const float> layer_importance, int64_t n_heads,
-                                     double keep, double clamp) {
+                                     double keep, double clamp_quantile) {
   const int64_t L = static_cast<int64_t>(layer_importance.size());
   if (n_heads < 1 || static_cast<int64_t>(head_importance.size()) != L * n_heads)
     throw ShapeError("[head_keep_ratios] " + std::to_string(head_importance.size()) +
                      " head importances for " + std::to_string(L) + " layers of " +
                      std::to_string(n_heads) + " heads");
+  if (!(keep > 0.0 && keep <= 1.0) || !(clamp_quantile > 0.0 && clamp_quantile <= 1.0))
+    throw InvalidArgument("[head_keep_ratios] keep and clamp_quantile must be in (0, 1], got " +
+                          num(keep) + " and " + num(clamp_quantile));
   const size_t N = head_importance.size();
-  std::vector<double> c(N);
-  double sum = 0;
+  std::vector<double> c(N), positive;
   for (size_t i = 0; i < N; ++i) {
     const double h = head_importance[i], l = layer_importance[i / static_cast<size_t>(n_heads)];
     if (!std::isfinite(h) || !std::isfinite(l))
       throw InvalidArgument("[head_keep_ratios] importance of head " + std::to_string(i) +
                             " is not finite");
-    c[i] = std::min(std::max(h, 0.0) * std::max(l, 0.0), clamp);
-    sum += c[i];
+    c[i] = std::max(h, 0.0) * std::max(l, 0.0);
+    if (c[i] > 0) positive.push_back(c[i]);
   }
   std::vector<double> r(N, keep);
-  if (!(sum > 0)) return r;
-  // Water filling: heads at 1 keep 1; the budget left is shared by the others in proportion to
-  // c. Terminates: each round caps at least one more head or stops.
+  if (positive.empty()) return r;
+  // the clamp: products above the clamp_quantile of the positive ones are set to it
+  const size_t q =
+      static_cast<size_t>(std::ceil(clamp_quantile * static_cast<double>(positive.size())) - 1);
+  std::nth_element(positive.begin(), positive.begin() + q, positive.end());
+  const double cap = positive[q];
+  for (double& x : c) x = std::min(x, cap);
+  // Water filling: heads at 1 keep 1, the budget left is shared by the others in proportion to
+  // c; what heads with c > 0 cannot take (all at 1) goes evenly to the heads with c = 0.
   std::vector<bool> capped(N, false);
+  const double total = keep * static_cast<double>(N);
   for (;;) {
-    double budget = keep * static_cast<double>(N), free_c = 0;
+    double budget = total, free_c = 0;
     for (size_t i = 0; i < N; ++i) (capped[i] ? budget -= 1.0 : free_c += c[i]);
     bool changed = false;
     for (size_t i = 0; i < N; ++i) {
@@ -246,6 +256,12 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
     }
     if (!changed) break;
   }
+  double used = 0;
+  size_t zeros = 0;
+  for (size_t i = 0; i < N; ++i) used += r[i], zeros += c[i] == 0;
+  if (zeros && total - used > 1e-12)
+    for (size_t i = 0; i < N; ++i)
+      if (c[i] == 0) r[i] = std::min(1.0, (total - used) / static_cast<double>(zeros));
   return r;
 }
 

@@ -4,7 +4,7 @@ A step declares what it needs (arrays of the calibration artifact, whose schema 
 defines: ``socllm._core.Calibration.schema()``, or attributes an earlier step wrote) and what it
 writes, and runs on a :class:`StepContext`. ``socllm calibrate --steps a,b`` and the scripts in
 ``calibration/`` run the same steps through :func:`run_steps`; the next systems' steps
-(head importance, Q/K scales, smoothing, bit-widths) plug in by adding to :data:`STEPS`.
+(smoothing, bit-widths) plug in by adding to :data:`STEPS`.
 
 Steps:
 
@@ -19,6 +19,8 @@ Steps:
   whole slice, so some may overlap; evaluation text is never used). Writes the root attributes
   ``auto_pruning_rate``, ``auto_pruning_budget``, ``auto_pruning_validation`` (JSON of the rates
   tried and their perplexities); use it as ``shadow-outlier:pruning_rate=<rate>``.
+* ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3;
+  :mod:`socllm.calibrate_attention`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ from .calibrate import (
     calibrate_outliers,
     calibration_split,
     corpus_tokens,
+)
+from .calibrate_attention import (
+    DEFAULT_IMPORTANCE_SAMPLES,
+    DEFAULT_IMPORTANCE_SEQLEN,
+    calibrate_head_importance,
+    calibrate_qk_scales,
 )
 from .errors import InvalidArgumentError
 
@@ -144,6 +152,32 @@ def _pruning_rate(ctx: StepContext) -> None:
     )
 
 
+def _head_importance(ctx: StepContext) -> None:
+    o = ctx.options
+    ctx.data = calibrate_head_importance(
+        ctx.model,
+        ctx.data,
+        corpus=o["corpus"],
+        samples=o["importance_samples"],
+        seqlen=o["importance_seqlen"],
+        seed=o["seed"],
+        progress=ctx.progress,
+    )
+
+
+def _qk_scales(ctx: StepContext) -> None:
+    o = ctx.options
+    ctx.data = calibrate_qk_scales(
+        ctx.model,
+        ctx.data,
+        corpus=o["corpus"],
+        samples=o["samples"],
+        seqlen=o["seqlen"],
+        seed=o["seed"],
+        progress=ctx.progress,
+    )
+
+
 _BASE = {"corpus": "wikitext2", "samples": 128, "seqlen": 512, "seed": 0}
 
 STEPS: dict[str, CalibrationStep] = {
@@ -177,6 +211,28 @@ STEPS: dict[str, CalibrationStep] = {
             },
             "automatic shadow-outlier pruning rate within a validation perplexity budget",
             _pruning_rate,
+        ),
+        CalibrationStep(
+            "head-importance",
+            (),
+            ("head_importance", "layer_importance"),
+            {
+                **_BASE,
+                "importance_samples": DEFAULT_IMPORTANCE_SAMPLES,
+                "importance_seqlen": DEFAULT_IMPORTANCE_SEQLEN,
+            },
+            "shadowAttn's head and layer importance: loss increase when a head's / a layer's "
+            "attention output is zeroed (seed 000 Eq. 1, 2), for per-head keep ratios (Eq. 3)",
+            _head_importance,
+        ),
+        CalibrationStep(
+            "qk-scales",
+            (),
+            ("q_absmax", "k_absmax", "v_absmax"),
+            dict(_BASE),
+            "per-window max |Q|, |K|, |V| of every head (shadowAttn's scale buckets, §3.3; "
+            "npu-int8's static scales)",
+            _qk_scales,
         ),
     )
 }

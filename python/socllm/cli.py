@@ -369,6 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--validation-context", type=_WINDOW, default=None, help="pruning-rate step")
     k.add_argument("--hot-share", type=_number(float, 0, 1), default=None, help="pruning-rate step")
     k.add_argument(
+        "--importance-samples",
+        type=_COUNT,
+        default=None,
+        help="head-importance step: calibration windows (default 8; the paper's 128 is slower)",
+    )
+    k.add_argument(
+        "--importance-seqlen", type=_WINDOW, default=None, help="head-importance step: tokens"
+    )
+    k.add_argument(
         "--out",
         required=True,
         help="calibration HDF5 file, written atomically (it may be the --calib file: continuing "

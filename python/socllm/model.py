@@ -165,6 +165,24 @@ class LanguageModel:
         ``shadow_configs(...)``, ``outlier_importance()``), or None."""
         return self._engine.calibration()
 
+    def capture(
+        self, ids: Sequence[int], layer: int, what: Sequence[str] = ("q", "k")
+    ) -> dict[str, np.ndarray]:
+        """A layer's post-RoPE attention inputs of an fp32 run of ``ids``: ``q``
+        ``[n_heads, T, head_dim]``, ``k`` and ``v`` ``[n_kv_heads, T, head_dim]`` (float32), the
+        ones named in ``what``. The model stops after that layer's RoPE."""
+        names = (what,) if isinstance(what, str) else tuple(what)
+        bad = [w for w in names if w not in ("q", "k", "v")]
+        if bad or not names:
+            raise InvalidArgumentError(f"capture: what must name q, k and/or v, got {what!r}")
+        got = self._engine.capture(_token_ids(ids, "capture"), layer)
+        return {w: got[w] for w in names}
+
+    def attention_constants(self, plan: PlanLike) -> list[dict]:
+        """Per layer, what the plan's attention scheme fixes from the loaded calibration: per-head
+        keep ratios (seed 000 Eq. 3), bucket scales (§3.3), npu-int8 static scales."""
+        return self._engine.attention_constants(plan)
+
     def prepare(self, plan: PlanLike) -> int:
         """Quantize/pack the plan's linears now (else on first use); returns their bytes."""
         return self._engine.prepare(plan)

@@ -25,8 +25,8 @@
 //   GQA           every query head selects its own keys; heads sharing a KV head share its K/V
 //                 (and, for shadow-attn, quantize it with their own bucket's λK).
 //   head ratios   "calibrated": seed 000 Eq. 3 from head and layer importance (step
-//                 head-importance) with the clamp below, ratios above 1 capped and their excess
-//                 shared among the others so the mean stays `keep`; "uniform": keep for all.
+//                 head-importance) with the clamp_quantile below, ratios above 1 capped and their
+//                 excess shared among the others so the mean stays `keep`; "uniform": keep for all.
 //   buckets       λ grid <λ̄Q·σ^a, λ̄K·σ^b> per head (λ̄ the calibration mean, σ = step), the
 //                 lattice points (a, b) taken in the order of bucket_offsets(); scales="dynamic"
 //                 uses the input's own λ (the estimation-quality upper bound).
@@ -57,7 +57,10 @@ struct AttentionScheme {
   double step = 0.5;               // shadow-attn bucket step σ (§5.2: 5e-1)
   std::string scales = "buckets";  // shadow-attn estimator scales: buckets | dynamic
   std::string ratios = "uniform";  // per-head keep ratios: calibrated | uniform
-  double clamp = 1e-3;  // Eq. 3 clamp of headImp·layerImp (nats²; the paper's example value)
+  // Eq. 3's clamp of headImp·layerImp: products above this quantile of the positive ones are
+  // cut to it. The paper's example is absolute (1e-3, in its loss units); on SmolLM2 the
+  // products are 1e-3..1 nats², so an absolute 1e-3 would clamp almost every head (uniform).
+  double clamp_quantile = 0.95;
 
   bool is_fp32() const { return kind == AttentionKind::Fp32; }
   bool is_sparse() const {
@@ -97,13 +100,14 @@ std::vector<std::pair<int, int>> bucket_offsets(int64_t n);
 // index. bq/bk: the buckets' scales.
 int64_t nearest_bucket(float lq, float lk, std::span<const float> bq, std::span<const float> bk);
 
-// Per-head keep ratios by seed 000 Eq. 3: c_i = min(max(headImp_i, 0) * max(layerImp_j, 0),
-// clamp); ratio_i = keep * N * c_i / sum(c); ratios above 1 are set to 1 and the excess shared
-// among the rest in proportion to c (water filling) so that the mean is keep. head_importance
-// [n_layers * n_heads], layer_importance [n_layers]. All c zero: uniform keep.
+// Per-head keep ratios by seed 000 Eq. 3: c_i = max(headImp_i, 0) * max(layerImp_j, 0), cut at
+// the clamp_quantile of the positive c; ratio_i = keep * N * c_i / sum(c); ratios above 1 are
+// set to 1 and the excess shared among the rest in proportion to c (water filling) so that the
+// mean is keep (what no head with c > 0 can take goes to the c = 0 heads evenly). head_importance
+// [n_layers * n_heads], layer_importance [n_layers]. No positive c: uniform keep.
 std::vector<double> head_keep_ratios(std::span<const float> head_importance,
                                      std::span<const float> layer_importance, int64_t n_heads,
-                                     double keep, double clamp);
+                                     double keep, double clamp_quantile);
 
 // Keys a row with `visible` causal keys keeps at `ratio`.
 int64_t keys_kept(int64_t visible, double ratio, int64_t min_keys);

@@ -38,6 +38,7 @@ struct CalibrationArraySpec {
   const char* step;   // the calibration step that writes it
   bool required;      // in every file (others only once their step ran)
   const char* description;
+  bool per_site = true;  // one dataset per site ("name/attn_in" ...), else one ("name")
 };
 
 struct Calibration {
@@ -46,15 +47,17 @@ struct Calibration {
   static constexpr int kFormatVersion = 3;
   static std::span<const CalibrationArraySpec> schema();
 
-  // One array of the schema for one site, by name: a view of its storage (float or int64; empty
-  // until its step ran) and the shape the schema gives it for this model. InvalidArgument
-  // listing the schema's names for an unknown one.
+  // One array of the schema for one site (ignored for arrays that are not per site), by name: a
+  // view of its storage (float or int64; empty until its step ran) and the shape the schema
+  // gives it for this model; a leading -1 means any count (calibration windows).
+  // InvalidArgument listing the schema's names for an unknown one.
   struct ArrayRef {
     std::vector<float>* f = nullptr;
     std::vector<int64_t>* i = nullptr;
     std::vector<int64_t> shape;
   };
   ArrayRef array(const std::string& name, LinearSite site);
+  static const CalibrationArraySpec& spec(const std::string& name);
 
   int64_t n_layers = 0;
   std::array<int64_t, kNumLinearSites> width{};
@@ -76,9 +79,29 @@ struct Calibration {
   std::array<std::vector<int64_t>, kNumLinearSites> outlier_seq_channels;
   std::array<std::vector<int64_t>, kNumLinearSites> outlier_seqs;
 
+  // Attention statistics (seed 000 §3.2-3.3), empty until their step ran:
+  //   head-importance: loss increase (nats/token) when a head's output (Eq. 1, [n_layers,
+  //   n_heads]) or a layer's attention output (Eq. 2, [n_layers]) is zeroed;
+  //   qk-scales: per calibration window max |x| of each head's post-RoPE Q, K and V
+  //   ([windows, n_layers, heads]); the scale of a head is absmax / 127.
+  int64_t n_heads = 0, n_kv_heads = 0;
+  std::vector<float> head_importance, layer_importance;
+  std::vector<float> q_absmax, k_absmax, v_absmax;
+  // Step act-scales ran (or its arrays were set): some channel max is nonzero.
+  bool has_act_scales() const;
+  bool has_head_importance() const { return !head_importance.empty(); }
+  bool has_qk_scales() const { return !q_absmax.empty(); }
+  // Mean over windows of absmax / 127 per (layer, head) of 'q', 'k' or 'v' ([n_layers, heads]):
+  // the bucket centres λ̄ (§3.3).
+  std::vector<float> mean_scale(char which) const;
+  // The static per-tensor scale of a layer's Q, K or V (max over windows and heads of
+  // absmax / 127; npu-int8, the max-min rule of seed 001 §2.3).
+  float static_scale(int64_t layer, char which) const;
+
   static Calibration empty_for(const ModelConfig& c);
   // ShapeError when the statistics were gathered on a model with other shapes.
   void check_matches(const ModelConfig& c) const;
+  void check_attention_matches(const ModelConfig& c) const;
   std::span<const float> absmax(int64_t layer, LinearSite s) const;
   // Folds rows x[rows, width] (ld) of one sequence into the statistics of (layer, site).
   void observe(int64_t layer, LinearSite s, const float* x, int64_t rows, int64_t ld);

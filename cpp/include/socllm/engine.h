@@ -19,6 +19,7 @@
 #include "socllm/linear_scheme.h"
 #include "socllm/model.h"
 #include "socllm/plan.h"
+#include "socllm/prefill_attention.h"
 #include "socllm/static_graph.h"
 
 namespace socllm {
@@ -131,12 +132,38 @@ class Engine {
   std::shared_ptr<const Calibration> calibration() const;
   // Runs each sequence in fp32 from a fresh context and folds every linear input into `into`.
   void observe_activations(const std::vector<std::vector<int32_t>>& seqs, Calibration& into) const;
+  // Step qk-scales (seed 000 §3.3): appends, per sequence (a calibration window) run in fp32,
+  // the max |x| of every head's post-RoPE Q, K and V at every layer to into.q/k/v_absmax.
+  void observe_attention_scales(const std::vector<std::vector<int32_t>>& seqs,
+                                Calibration& into) const;
+
+  // A layer's post-RoPE Q [n_heads, T, head_dim], K and V [n_kv_heads, T, head_dim] of an fp32
+  // run of a prompt from an empty cache (the model stops after that layer's RoPE).
+  // InvalidArgument for a layer outside [0, n_layers).
+  struct Capture {
+    TensorF32 q, k, v;
+  };
+  Capture capture(std::span<const int32_t> tokens, int64_t layer) const;
+  // The residual stream entering every layer, [n_layers] x [T, d_model], of an fp32 run.
+  std::vector<TensorF32> layer_inputs(std::span<const int32_t> tokens) const;
+  // Head ablation (seed 000 Eq. 1/2) from a layer's cached input x [T, d_model] (layer_inputs):
+  // for each mask [n_heads] (1 keeps a head, 0 zeroes its attention output; all zero zeroes the
+  // layer's attention output) the fp32 log p(x_t | x_<t), t = 1 .. T-1, of running layers
+  // `layer` .. n_layers-1 with the mask applied at `layer`. The masks run as one batch.
+  std::vector<std::vector<float>> ablation_logprobs(
+      std::span<const int32_t> tokens, int64_t layer, const TensorF32& x,
+      const std::vector<std::vector<float>>& masks) const;
 
   // The linears prepared for `plan` (cached per linear scheme and calibration, the 4 most recently
   // used schemes kept); null for fp32.
   // InvalidArgument if the plan needs calibration and none is set.
   std::shared_ptr<const PreparedLinears> prepare(const Plan& plan) const;
   LinearGraph linear_graph(const Plan& plan, int64_t layer, LinearSite site, int64_t rows) const;
+  // Per-layer constants of the plan's attention scheme (head ratios, buckets, static scales);
+  // null for fp32 attention. InvalidArgument naming the missing calibration step and the
+  // command that makes it.
+  std::shared_ptr<const std::vector<quant::AttentionLayerConsts>> prepare_attention(
+      const Plan& plan) const;
 
   // Static graphs built by chunked prefill so far (chunk-sharing cache, seed 001 §3.2).
   npu::GraphCacheStats graph_stats() const { return graphs_.stats(); }
@@ -145,6 +172,15 @@ class Engine {
 
  private:
   struct Batch;
+  // Optional instrumentation of run_blocks (calibration steps, capture).
+  struct RunHooks {
+    int64_t start_layer = 0;  // x is the input of this layer; earlier layers are skipped
+    int64_t stop_layer = -1;  // >= 0: the last layer run
+    std::vector<float>* qkv_out = nullptr;  // stop_layer's post-RoPE q|k|v rows; stops there
+    std::vector<std::vector<float>>* qkv_absmax = nullptr;       // per sequence [L * (H + 2 Hkv)]
+    std::vector<std::vector<float>>* layer_inputs = nullptr;     // per layer [N * d]
+    const std::vector<std::vector<float>>* head_mask = nullptr;  // per sequence [H], start_layer
+  };
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
   // x[t, :] = embedding of tokens[t] (rows of d_model floats).
   void embed_rows(std::span<const int32_t> tokens, float* x) const;
@@ -153,7 +189,12 @@ class Engine {
   // rows at that index. shadow_sink (n_layers * 4) receives the shadow counters of each input.
   void run_blocks(Batch& batch, float* x, const Plan& plan, const PreparedLinears* prep,
                   int64_t chunk_index, Calibration* observe,
-                  std::vector<quant::ShadowStats>* shadow_sink) const;
+                  std::vector<quant::ShadowStats>* shadow_sink,
+                  const RunHooks* hooks = nullptr) const;
+  // The sequences as one fresh-context fp32 batch; x_in [sum T, d_model]: the input of
+  // hooks.start_layer (else the embeddings). Returns the residual stream after the last layer.
+  TensorF32 run_fp32(const std::vector<std::span<const int32_t>>& seqs, const RunHooks& hooks,
+                     const float* x_in = nullptr) const;
   // forward_hidden, recording each executed chunk into `record` if given.
   TensorF32 forward(const std::vector<KVCache*>& caches,
                     const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
@@ -177,6 +218,8 @@ class Engine {
     uint64_t last_use = 0;
   };
   mutable std::map<std::string, PreparedEntry> prepared_;
+  mutable std::map<std::string, std::shared_ptr<const std::vector<quant::AttentionLayerConsts>>>
+      prepared_attention_;
   mutable uint64_t use_clock_ = 0;
   mutable npu::GraphCache graphs_{true};
 };

@@ -153,7 +153,7 @@ class Calibration:
         """
         |x| below which `fraction` of the observed values lie (histogram bin edge, within 1.1%).
         """
-    def array(self, name: str, site: str) -> typing.Any:
+    def array(self, name: str, site: str | None = None) -> typing.Any:
         """
         A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count [n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64).
         """
@@ -171,8 +171,10 @@ class Calibration:
         """
     def set(self, site: str, absmax: numpy.ndarray) -> None:
         ...
-    def set_array(self, name: str, site: str, values: numpy.ndarray) -> None:
-        ...
+    def set_array(self, name: str, site: str | None, values: numpy.ndarray) -> None:
+        """
+        Set one statistic (site=None for the attention arrays); the shape must be the schema's.
+        """
     def set_outlier_thresholds(self, site: str, thresholds: typing.Any) -> None:
         """
         Fix the outlier thresholds of a site and reset its outlier counts (then observe again).
@@ -232,8 +234,20 @@ class Engine:
     """
     def __init__(self, model: Model) -> None:
         ...
+    def ablation_logprobs(self, tokens: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex, x: numpy.ndarray, masks: numpy.ndarray) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        Head ablation (seed 000 Eq. 1/2): [n_masks, T-1] log p(x_t | x_<t) of running layers layer.. from x with each head mask (1 keep, 0 zero) applied at `layer`.
+        """
+    def attention_constants(self, plan: typing.Any) -> list:
+        """
+        Per layer, what the plan's attention scheme fixed from calibration: head_ratio, bucket_q/bucket_k ([n_heads * buckets]), static_q/k/v (npu-int8); [] for fp32.
+        """
     def calibration(self) -> Calibration:
         ...
+    def capture(self, tokens: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        {'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]} post-RoPE, fp32.
+        """
     def clear_graphs(self) -> None:
         ...
     def expected_shadow_loads(self, plan: typing.Any) -> list:
@@ -244,6 +258,10 @@ class Engine:
         ...
     def graph_stats(self) -> dict:
         ...
+    def layer_inputs(self, tokens: typing.Any) -> list:
+        """
+        The residual stream entering each layer, [T, d_model] each (fp32).
+        """
     def linear_graph(self, plan: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex, site: str, rows: typing.SupportsInt | typing.SupportsIndex) -> LinearGraph:
         """
         One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).
@@ -256,6 +274,10 @@ class Engine:
         ...
     def observe_activations(self, seqs: typing.Any, into: Calibration) -> None:
         ...
+    def observe_attention_scales(self, seqs: typing.Any, into: Calibration) -> None:
+        """
+        Step qk-scales: append each window's per-head max |Q|, |K|, |V| (engine.h).
+        """
     def prefill(self, tokens: typing.Any, plan: typing.Any, all_positions: bool = False, return_graph: bool = False) -> typing.Any:
         """
         Prefill from an empty cache: logits of the last position (or all), and the executed task graph.

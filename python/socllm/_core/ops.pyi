@@ -3,10 +3,11 @@
 Exact kernels (INT8 GEMM).
 """
 from __future__ import annotations
+import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedWeightsS8', 'gemm_s8s8s32', 'gemm_u8s8s32', 'isa', 'linear_f32', 'max_exact_k', 'supported_isas']
+__all__: list[str] = ['PackedWeightsS8', 'bucket_offsets', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'topk_indices']
 class PackedWeightsS8:
     """
     int8 weights B [K, N] prepared once for many GEMMs (a static graph's weights).
@@ -19,6 +20,10 @@ class PackedWeightsS8:
     @property
     def shape(self) -> tuple[int, int]:
         ...
+def bucket_offsets(n: typing.SupportsInt | typing.SupportsIndex) -> list[tuple[int, int]]:
+    """
+    Lattice offsets (a, b) of n scale buckets: bucket i is <λ̄Q·step^a, λ̄K·step^b>.
+    """
 @typing.overload
 def gemm_s8s8s32(A: numpy.ndarray, B: PackedWeightsS8, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:
     ...
@@ -31,10 +36,16 @@ def gemm_u8s8s32(A: numpy.ndarray, B: numpy.ndarray, isa: str | None = None) -> 
     """
     int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form; K <= max_exact_k()['u8s8'], ShapeError beyond).
     """
+def head_keep_ratios(head_importance: numpy.ndarray, layer_importance: numpy.ndarray, keep: typing.SupportsFloat | typing.SupportsIndex, clamp_quantile: typing.SupportsFloat | typing.SupportsIndex = 0.95) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    Per-head keep ratios by seed 000 Eq. 3 (attention_scheme.h).
+    """
 def isa() -> str:
     """
     The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.
     """
+def keys_kept(visible: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex, min_keys: typing.SupportsInt | typing.SupportsIndex = 1) -> int:
+    ...
 def linear_f32(x: typing.Any, W: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x @ W.T in fp32 with the engine's OpenBLAS sgemm (the peer for INT8 benchmarks).
@@ -43,5 +54,17 @@ def max_exact_k() -> dict:
     """
     Largest K each GEMM accepts: every result then fits in int32 (gemm_s8.h).
     """
+def nearest_bucket(lq: typing.SupportsFloat | typing.SupportsIndex, lk: typing.SupportsFloat | typing.SupportsIndex, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> int:
+    """
+    The bucket whose <λQ, λK> is nearest (MSE) to (lq, lk); ties: the lower index.
+    """
+def prefill_attention(q: numpy.ndarray, k: numpy.ndarray, v: numpy.ndarray, scheme: typing.Any, past: typing.SupportsInt | typing.SupportsIndex = 0, head_ratio: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, static_qkv: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"] | None = None, trace: bool = False) -> typing.Any:
+    """
+    One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn). bucket_q/k: [H * buckets].
+    """
 def supported_isas() -> list[str]:
     ...
+def topk_indices(scores: numpy.ndarray, k: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    Indices (ascending) of the k largest scores (float32 or int32); ties: earlier index.
+    """

@@ -105,21 +105,26 @@ void init_engine(py::module_& m) {
           "Step qk-scales: append each window's per-head max |Q|, |K|, |V| (engine.h).")
       .def(
           "capture",
-          [](const Engine& e, const py::handle& tokens, int64_t layer) {
+          [](const Engine& e, const py::handle& tokens, const std::vector<int64_t>& layers) {
             const auto ids = to_token_ids(tokens, "Engine.capture");
-            Engine::Capture c;
+            std::vector<Engine::Capture> caps;
             {
               py::gil_scoped_release nogil;
-              c = e.capture(ids, layer);
+              caps = e.capture(ids, layers);
             }
-            py::dict d;
-            d["q"] = to_numpy(std::move(c.q));
-            d["k"] = to_numpy(std::move(c.k));
-            d["v"] = to_numpy(std::move(c.v));
-            return d;
+            py::list l;
+            for (auto& c : caps) {
+              py::dict d;
+              d["q"] = to_numpy(std::move(c.q));
+              d["k"] = to_numpy(std::move(c.k));
+              d["v"] = to_numpy(std::move(c.v));
+              l.append(d);
+            }
+            return l;
           },
-          py::arg("tokens"), py::arg("layer"),
-          "{'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]} post-RoPE, fp32.")
+          py::arg("tokens"), py::arg("layers"),
+          "Per layer {'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]}, "
+          "post-RoPE fp32, from one run.")
       .def(
           "layer_inputs",
           [](const Engine& e, const py::handle& tokens) {

@@ -408,9 +408,9 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               for (int64_t h = 0; h < c.n_heads + 2 * c.n_kv_heads; ++h)
                 dst[h] = k::absmax_rows(rows + h * c.head_dim, sq.T, c.head_dim, qkv_w);
             }
-          if (hooks && hooks->qkv_out && l == last_layer) {
-            hooks->qkv_out->assign(qkv.begin(), qkv.end());
-            return;  // captured: the rest of the model is not needed
+          if (hooks && hooks->qkv_out) {
+            if (hooks->capture_layers[l]) (*hooks->qkv_out)[l].assign(qkv.begin(), qkv.end());
+            if (l == last_layer) return;  // captured: the rest of the model is not needed
           }
           break;
         case BlockOp::Attention:
@@ -767,28 +767,43 @@ void Engine::observe_attention_scales(const std::vector<std::vector<int32_t>>& s
 }
 
 Engine::Capture Engine::capture(std::span<const int32_t> tokens, int64_t layer) const {
+  return std::move(capture(tokens, std::vector<int64_t>{layer})[0]);
+}
+
+std::vector<Engine::Capture> Engine::capture(std::span<const int32_t> tokens,
+                                             const std::vector<int64_t>& layers) const {
   const auto& c = model_->config();
-  if (layer < 0 || layer >= c.n_layers)
-    throw InvalidArgument("[Engine.capture] layer " + std::to_string(layer) + " outside [0, " +
-                          std::to_string(c.n_layers) + ")");
+  if (layers.empty()) throw InvalidArgument("[Engine.capture] no layers given");
+  RunHooks hooks;
+  hooks.capture_layers.assign(static_cast<size_t>(c.n_layers), false);
+  for (int64_t layer : layers) {
+    if (layer < 0 || layer >= c.n_layers)
+      throw InvalidArgument("[Engine.capture] layer " + std::to_string(layer) + " outside [0, " +
+                            std::to_string(c.n_layers) + ")");
+    hooks.capture_layers[static_cast<size_t>(layer)] = true;
+    hooks.stop_layer = std::max(hooks.stop_layer, layer);
+  }
   check_tokens(tokens, "Engine.capture");
   const int64_t T = static_cast<int64_t>(tokens.size()), hd = c.head_dim, w = c.qkv_dim();
-  std::vector<float> qkv;
-  RunHooks hooks;
-  hooks.stop_layer = layer;
+  std::vector<std::vector<float>> qkv(static_cast<size_t>(c.n_layers));
   hooks.qkv_out = &qkv;
   run_fp32({tokens}, hooks);
-  Capture out{TensorF32({c.n_heads, T, hd}), TensorF32({c.n_kv_heads, T, hd}),
-              TensorF32({c.n_kv_heads, T, hd})};
-  const auto split = [&](TensorF32& dst, int64_t col0, int64_t heads) {
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(dst.ptr() + (h * T + t) * hd, qkv.data() + t * w + col0 + h * hd,
-                    static_cast<size_t>(hd) * sizeof(float));
-  };
-  split(out.q, 0, c.n_heads);
-  split(out.k, c.q_dim(), c.n_kv_heads);
-  split(out.v, c.q_dim() + c.kv_dim(), c.n_kv_heads);
+  std::vector<Capture> out;
+  for (int64_t layer : layers) {
+    const auto& rows = qkv[static_cast<size_t>(layer)];
+    Capture cap{TensorF32({c.n_heads, T, hd}), TensorF32({c.n_kv_heads, T, hd}),
+                TensorF32({c.n_kv_heads, T, hd})};
+    const auto split = [&](TensorF32& dst, int64_t col0, int64_t heads) {
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(dst.ptr() + (h * T + t) * hd, rows.data() + t * w + col0 + h * hd,
+                      static_cast<size_t>(hd) * sizeof(float));
+    };
+    split(cap.q, 0, c.n_heads);
+    split(cap.k, c.q_dim(), c.n_kv_heads);
+    split(cap.v, c.q_dim() + c.kv_dim(), c.n_kv_heads);
+    out.push_back(std::move(cap));
+  }
   return out;
 }
 

@@ -166,17 +166,21 @@ class LanguageModel:
         return self._engine.calibration()
 
     def capture(
-        self, ids: Sequence[int], layer: int, what: Sequence[str] = ("q", "k")
-    ) -> dict[str, np.ndarray]:
+        self, ids: Sequence[int], layer: int | Sequence[int], what: Sequence[str] = ("q", "k")
+    ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
         """A layer's post-RoPE attention inputs of an fp32 run of ``ids``: ``q``
         ``[n_heads, T, head_dim]``, ``k`` and ``v`` ``[n_kv_heads, T, head_dim]`` (float32), the
-        ones named in ``what``. The model stops after that layer's RoPE."""
+        ones named in ``what``. The model stops after that layer's RoPE. A sequence of layers
+        gives a list of such dicts from one run."""
         names = (what,) if isinstance(what, str) else tuple(what)
         bad = [w for w in names if w not in ("q", "k", "v")]
         if bad or not names:
             raise InvalidArgumentError(f"capture: what must name q, k and/or v, got {what!r}")
-        got = self._engine.capture(_token_ids(ids, "capture"), layer)
-        return {w: got[w] for w in names}
+        many = not isinstance(layer, (int, np.integer))
+        layers = [operator.index(x) for x in layer] if many else [operator.index(layer)]
+        got = self._engine.capture(_token_ids(ids, "capture"), layers)
+        out = [{w: g[w] for w in names} for g in got]
+        return out if many else out[0]
 
     def attention_constants(self, plan: PlanLike) -> list[dict]:
         """Per layer, what the plan's attention scheme fixes from the loaded calibration: per-head

@@ -144,6 +144,9 @@ class Engine {
     TensorF32 q, k, v;
   };
   Capture capture(std::span<const int32_t> tokens, int64_t layer) const;
+  // Several layers from one run (up to the deepest of them), in the order given.
+  std::vector<Capture> capture(std::span<const int32_t> tokens,
+                               const std::vector<int64_t>& layers) const;
   // The residual stream entering every layer, [n_layers] x [T, d_model], of an fp32 run.
   std::vector<TensorF32> layer_inputs(std::span<const int32_t> tokens) const;
   // Head ablation (seed 000 Eq. 1/2) from a layer's cached input x [T, d_model] (layer_inputs):
@@ -176,7 +179,10 @@ class Engine {
   struct RunHooks {
     int64_t start_layer = 0;  // x is the input of this layer; earlier layers are skipped
     int64_t stop_layer = -1;  // >= 0: the last layer run
-    std::vector<float>* qkv_out = nullptr;  // stop_layer's post-RoPE q|k|v rows; stops there
+    // per layer: the post-RoPE q|k|v rows of the layers whose entry is requested (non-empty
+    // capture_layers[l]); the run stops after stop_layer's RoPE
+    std::vector<std::vector<float>>* qkv_out = nullptr;
+    std::vector<bool> capture_layers;
     std::vector<std::vector<float>>* qkv_absmax = nullptr;       // per sequence [L * (H + 2 Hkv)]
     std::vector<std::vector<float>>* layer_inputs = nullptr;     // per layer [N * d]
     const std::vector<std::vector<float>>* head_mask = nullptr;  // per sequence [H], start_layer

@@ -3,6 +3,7 @@
 socllm C++ core (see cpp/include/socllm/*.h)
 """
 from __future__ import annotations
+import collections.abc
 import numpy
 import numpy.typing
 from socllm import ContextOverflowError
@@ -244,9 +245,9 @@ class Engine:
         """
     def calibration(self) -> Calibration:
         ...
-    def capture(self, tokens: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex) -> dict:
+    def capture(self, tokens: typing.Any, layers: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> list:
         """
-        {'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]} post-RoPE, fp32.
+        Per layer {'q': [n_heads, T, head_dim], 'k', 'v': [n_kv_heads, T, head_dim]}, post-RoPE fp32, from one run.
         """
     def clear_graphs(self) -> None:
         ...

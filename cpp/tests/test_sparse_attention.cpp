@@ -1,0 +1,312 @@
+// Sparse attention (seed 000): top-k, buckets, Eq. 3 ratios and the per-layer kernels against
+// hand-computed cases and a scalar reference written here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "expect_error.h"
+#include "socllm/attention_scheme.h"
+#include "socllm/core.h"
+#include "socllm/plan.h"
+#include "socllm/prefill_attention.h"
+#include "socllm/sparse_attention.h"
+
+namespace q = socllm::quant;
+namespace k = socllm::kernels;
+using socllm::InvalidArgument;
+using socllm::Plan;
+using socllm::ShapeError;
+
+TEST(SparseAttention, TopkTiesGoToEarlierKeys) {
+  const std::vector<float> s{1, 3, 3, 2, 3};
+  std::vector<int32_t> idx(5);
+  std::vector<float> buf;
+  ASSERT_EQ(k::topk_indices(s.data(), 5, 2, idx.data(), buf), 2);
+  EXPECT_EQ(idx[0], 1);  // the three 3s tie: keys 1 and 2, not 4
+  EXPECT_EQ(idx[1], 2);
+  ASSERT_EQ(k::topk_indices(s.data(), 5, 4, idx.data(), buf), 4);
+  EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + 4), (std::vector<int32_t>{1, 2, 3, 4}));
+  const std::vector<int32_t> si{-5, 7, 7, 0};
+  std::vector<int32_t> ibuf;
+  ASSERT_EQ(k::topk_indices(si.data(), 4, 3, idx.data(), ibuf), 3);
+  EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + 3), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(k::topk_indices(si.data(), 4, 9, idx.data(), ibuf), 4);  // k clamped to n
+  EXPECT_EQ(k::topk_indices(si.data(), 4, 0, idx.data(), ibuf), 0);
+}
+
+TEST(SparseAttention, KeysKeptPerRow) {
+  EXPECT_EQ(q::keys_kept(10, 0.2, 1), 2);
+  EXPECT_EQ(q::keys_kept(11, 0.2, 1), 3);  // ceil(2.2)
+  EXPECT_EQ(q::keys_kept(3, 0.2, 1), 1);   // ceil(0.6)
+  EXPECT_EQ(q::keys_kept(3, 0.2, 8), 3);   // min_keys, capped by the visible keys
+  EXPECT_EQ(q::keys_kept(100, 1.0, 1), 100);
+  EXPECT_EQ(q::keys_kept(100, 0.0, 1), 1);
+}
+
+TEST(SparseAttention, BucketGridAndChoice) {
+  const auto o9 = q::bucket_offsets(9);
+  ASSERT_EQ(o9.size(), 9u);
+  EXPECT_EQ(o9[0], (std::pair<int, int>{0, 0}));
+  for (const auto& [a, b] : o9) EXPECT_TRUE(std::abs(a) <= 1 && std::abs(b) <= 1);
+  const auto o5 = q::bucket_offsets(5);  // the origin and its four axis neighbours
+  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(std::abs(o5[i].first) + std::abs(o5[i].second), 1);
+  EXPECT_EQ(q::bucket_offsets(25).back(), (std::pair<int, int>{2, 2}));
+  expect_error<InvalidArgument>([] { q::bucket_offsets(0); }, "got 0");
+  // λ̄ = (0.1, 0.2), σ = 0.5: the input (0.21, 0.09) is nearest <0.2, 0.1> = <λ̄Q/σ, λ̄K·σ>
+  std::vector<float> bq, bk;
+  for (const auto& [a, b] : o9) {
+    bq.push_back(0.1f * static_cast<float>(std::pow(0.5, a)));
+    bk.push_back(0.2f * static_cast<float>(std::pow(0.5, b)));
+  }
+  const auto i = q::nearest_bucket(0.21f, 0.09f, bq, bk);
+  EXPECT_FLOAT_EQ(bq[i], 0.2f);
+  EXPECT_FLOAT_EQ(bk[i], 0.1f);
+  EXPECT_EQ(q::nearest_bucket(0.1f, 0.2f, bq, bk), 0);
+}
+
+TEST(SparseAttention, HeadRatiosFollowEq3) {
+  // 2 layers x 2 heads; products c = h * l: {0.5*2, 1.5*2, 1*1, 0*1} = {1, 3, 1, 0}
+  const std::vector<float> h{0.5f, 1.5f, 1.0f, -0.2f}, l{2.0f, 1.0f};
+  // clamp at the max (quantile 1): ratio = 0.25 * 4 * c / 5 = {0.2, 0.6, 0.2, 0}
+  auto r = q::head_keep_ratios(h, l, 2, 0.25, 1.0);
+  EXPECT_NEAR(r[0], 0.2, 1e-12);
+  EXPECT_NEAR(r[1], 0.6, 1e-12);
+  EXPECT_NEAR(r[2], 0.2, 1e-12);
+  EXPECT_NEAR(r[3], 0.0, 1e-12);
+  // clamp at the 2/3 quantile of the positive products {1, 1, 3}: c = {1, 1, 1, 0}
+  r = q::head_keep_ratios(h, l, 2, 0.3, 0.6);
+  EXPECT_NEAR(r[1], 0.4, 1e-12);
+  // keep 0.6: 0.6 * 4 * 3/5 = 1.44 > 1 -> head 1 at 1, the other 1.4 shared 1:1 -> 0.7 each
+  r = q::head_keep_ratios(h, l, 2, 0.6, 1.0);
+  EXPECT_NEAR(r[1], 1.0, 1e-12);
+  EXPECT_NEAR(r[0], 0.7, 1e-12);
+  EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.6, 1e-12);
+  // keep 1: every head at 1, the zero-importance head included
+  r = q::head_keep_ratios(h, l, 2, 1.0, 0.95);
+  for (double x : r) EXPECT_NEAR(x, 1.0, 1e-12);
+  expect_error<ShapeError>([&] { q::head_keep_ratios(h, l, 3, 0.2, 1.0); }, "3 heads");
+}
+
+TEST(SparseAttention, SchemeParsingAndErrors) {
+  auto s = q::AttentionScheme::parse("shadow-attn:keep=0.3,buckets=5");
+  EXPECT_EQ(s.kind, q::AttentionKind::ShadowAttn);
+  EXPECT_DOUBLE_EQ(s.keep, 0.3);
+  EXPECT_EQ(s.buckets, 5);
+  EXPECT_EQ(s.ratios, "calibrated");  // shadow-attn's default
+  EXPECT_EQ(q::AttentionScheme::parse("sparse").ratios, "uniform");
+  EXPECT_EQ(q::AttentionScheme::from_json(s.to_json()).to_json(), s.to_json());
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("sparse:keep=0"); }, "keep");
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("sparse:keep=1.5"); }, "1.5");
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("shadow-attn:buckets=0"); },
+                                "buckets");
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("shadow-attn:step=-1"); }, "-1");
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("sparse:buckets=9"); },
+                                "no option 'buckets'");
+  expect_error<InvalidArgument>([] { q::AttentionScheme::parse("dense"); }, "'dense'");
+  // in plans: JSON, text with routed options, and placement that cannot run it
+  Plan p = Plan::parse("w8a8:attention=shadow-attn:keep=0.1,buckets=3");
+  EXPECT_EQ(p.attention.buckets, 3);
+  EXPECT_DOUBLE_EQ(p.attention.keep, 0.1);
+  EXPECT_TRUE(p.needs_calibration());
+  EXPECT_EQ(Plan::from_json(p.to_json()).to_json(), p.to_json());
+  EXPECT_FALSE(Plan::parse("fp32:attention=sparse").needs_calibration());
+  EXPECT_EQ(Plan::parse("fp32:attention=npu-int8").at(socllm::OpClass::Attention).processor,
+            socllm::soc::Processor::Npu);
+  EXPECT_EQ(Plan::parse("fp32:attention=gpu").attention.kind, q::AttentionKind::Fp32);
+  expect_error<InvalidArgument>([] { Plan::parse("fp32:keep=0.2"); }, "attention scheme");
+  expect_error<InvalidArgument>(
+      [] {
+        Plan::from_json(
+            {{"name", "fp32"}, {"attention", "sparse"}, {"placement", {{"attention", "npu"}}}});
+      },
+      "static NPU graph");
+}
+
+namespace {
+
+struct Inputs {
+  int64_t H = 4, G = 2, T = 37, past = 0, hd = 8;
+  std::vector<float> q, kk, v;  // engine rows: q [T, H*hd], k/v [past+T, G*hd]
+};
+
+Inputs random_inputs(int64_t past, uint32_t seed) {
+  Inputs in;
+  in.past = past;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  in.q.resize(static_cast<size_t>(in.T * in.H * in.hd));
+  in.kk.resize(static_cast<size_t>((past + in.T) * in.G * in.hd));
+  in.v.resize(in.kk.size());
+  for (auto* v : {&in.q, &in.kk, &in.v})
+    for (float& x : *v) x = n(rng);
+  return in;
+}
+
+// Scalar reference: softmax over the given keys of one (head, row), in double.
+std::vector<double> ref_row(const Inputs& in, int64_t h, int64_t t,
+                            const std::vector<int32_t>& keys) {
+  const int64_t g = h / (in.H / in.G), ldkv = in.G * in.hd;
+  std::vector<double> s, out(static_cast<size_t>(in.hd), 0.0);
+  double mx = -INFINITY, sum = 0;
+  for (int32_t j : keys) {
+    double dot = 0;
+    for (int64_t d = 0; d < in.hd; ++d)
+      dot += double(in.q[t * in.H * in.hd + h * in.hd + d]) * in.kk[j * ldkv + g * in.hd + d];
+    s.push_back(dot / std::sqrt(double(in.hd)));
+    mx = std::max(mx, s.back());
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const double p = std::exp(s[i] - mx);
+    sum += p;
+    for (int64_t d = 0; d < in.hd; ++d) out[d] += p * in.v[keys[i] * ldkv + g * in.hd + d];
+  }
+  for (double& x : out) x /= sum;
+  return out;
+}
+
+std::vector<float> run(const q::AttentionScheme& s, const q::AttentionLayerConsts& c,
+                       const Inputs& in, q::AttentionTrace* tr = nullptr) {
+  std::vector<float> out(in.q.size());
+  q::prefill_attention(s, c, in.q.data(), in.H * in.hd, in.kk.data(), in.v.data(), in.G * in.hd,
+                       {in.T, in.past, in.H, in.G, in.hd}, out.data(), in.H * in.hd, tr);
+  return out;
+}
+
+}  // namespace
+
+TEST(SparseAttention, KeepOneEqualsFullAttentionForEveryKind) {
+  for (int64_t past : {0, 29}) {
+    const Inputs in = random_inputs(past, 7);
+    const auto full = run(q::AttentionScheme{}, {}, in);
+    for (const char* spec : {"sparse:keep=1", "block-sparse:keep=1,block=8",
+                             "shadow-attn:keep=1,scales=dynamic,ratios=uniform"}) {
+      const auto s = q::AttentionScheme::parse(spec);
+      const auto got = run(s, q::uniform_layer_consts(s, in.H), in);
+      for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(got[i], full[i], 2e-6) << spec;
+    }
+  }
+}
+
+TEST(SparseAttention, SelectedKeysAreTheTopkOfTheEstimateAndAttentionIsExactOverThem) {
+  const Inputs in = random_inputs(13, 3);
+  const auto s = q::AttentionScheme::parse("sparse:keep=0.25");
+  q::AttentionTrace tr;
+  const auto out = run(s, q::uniform_layer_consts(s, in.H), in, &tr);
+  const int64_t ldkv = in.G * in.hd;
+  for (int64_t h = 0; h < in.H; ++h)
+    for (int64_t t = 0; t < in.T; ++t) {
+      const int64_t visible = in.past + t + 1, g = h / 2;
+      const auto& keys = tr.keys[h * in.T + t];
+      ASSERT_EQ(static_cast<int64_t>(keys.size()), q::keys_kept(visible, 0.25, 1));
+      // every selected score >= every unselected one (fp32 estimate)
+      std::vector<double> sc(static_cast<size_t>(visible));
+      for (int64_t j = 0; j < visible; ++j)
+        for (int64_t d = 0; d < in.hd; ++d)
+          sc[j] += double(in.q[t * in.H * in.hd + h * in.hd + d]) * in.kk[j * ldkv + g * in.hd + d];
+      double worst_in = INFINITY, best_out = -INFINITY;
+      std::vector<bool> sel(static_cast<size_t>(visible));
+      for (int32_t j : keys) sel[j] = true, worst_in = std::min(worst_in, sc[j]);
+      for (int64_t j = 0; j < visible; ++j)
+        if (!sel[j]) best_out = std::max(best_out, sc[j]);
+      EXPECT_GE(worst_in, best_out - 1e-5);
+      const auto ref = ref_row(in, h, t, keys);
+      for (int64_t d = 0; d < in.hd; ++d)
+        ASSERT_NEAR(out[t * in.H * in.hd + h * in.hd + d], ref[d], 1e-5);
+    }
+}
+
+TEST(SparseAttention, ShadowAttnPicksTheNearestBucketAndRanksByInt8Scores) {
+  const Inputs in = random_inputs(0, 11);
+  auto s = q::AttentionScheme::parse("shadow-attn:keep=0.2,buckets=9,ratios=uniform");
+  q::AttentionLayerConsts c = q::uniform_layer_consts(s, in.H);
+  c.buckets = 9;
+  for (int64_t h = 0; h < in.H; ++h)
+    for (const auto& [a, b] : q::bucket_offsets(9)) {
+      c.bucket_q.push_back(0.02f * static_cast<float>(std::pow(0.5, a)));
+      c.bucket_k.push_back(0.03f * static_cast<float>(std::pow(0.5, b)));
+    }
+  q::AttentionTrace tr;
+  run(s, c, in, &tr);
+  const int64_t ldkv = in.G * in.hd;
+  for (int64_t h = 0; h < in.H; ++h) {
+    const int64_t b = tr.bucket[h];
+    ASSERT_EQ(b, q::nearest_bucket(tr.input_q[h], tr.input_k[h], {c.bucket_q.data() + h * 9, 9},
+                                   {c.bucket_k.data() + h * 9, 9}));
+    // the selection of the last row equals top-k of the int8 scores computed here
+    const int64_t t = in.T - 1, g = h / 2;
+    const float bq = c.bucket_q[h * 9 + b], bk = c.bucket_k[h * 9 + b];
+    auto q8 = [](float x, float s) {
+      return static_cast<int32_t>(std::clamp(std::nearbyint(x / s), -127.0f, 127.0f));
+    };
+    std::vector<int32_t> sc(static_cast<size_t>(in.T)), idx(sc.size()), buf;
+    for (int64_t j = 0; j < in.T; ++j)
+      for (int64_t d = 0; d < in.hd; ++d)
+        sc[j] += q8(in.q[t * in.H * in.hd + h * in.hd + d], bq) *
+                 q8(in.kk[j * ldkv + g * in.hd + d], bk);
+    const int64_t n = k::topk_indices(sc.data(), in.T, q::keys_kept(in.T, 0.2, 1), idx.data(), buf);
+    EXPECT_EQ(tr.keys[h * in.T + t], std::vector<int32_t>(idx.begin(), idx.begin() + n));
+  }
+}
+
+TEST(SparseAttention, ChunkedEqualsWholeAndNpuInt8MatchesScalarReference) {
+  // a chunk's queries against all keys so far equal the same rows of the whole prompt
+  const Inputs whole = random_inputs(0, 5);
+  Inputs tail = whole;
+  const int64_t split = 20;
+  tail.past = split;
+  tail.T = whole.T - split;
+  tail.q.assign(whole.q.begin() + split * whole.H * whole.hd, whole.q.end());
+  // (shadow-attn with one static bucket: with several, a chunk's own λQ picks its bucket)
+  for (const char* spec : {"sparse:keep=0.3", "block-sparse:keep=0.5,block=8",
+                           "shadow-attn:keep=0.3,buckets=1,ratios=uniform"}) {
+    const auto s = q::AttentionScheme::parse(spec);
+    auto c = q::uniform_layer_consts(s, whole.H);
+    c.buckets = 1;
+    c.bucket_q.assign(static_cast<size_t>(whole.H), 0.02f);
+    c.bucket_k.assign(static_cast<size_t>(whole.H), 0.03f);
+    const auto a = run(s, c, whole);
+    const auto b = run(s, c, tail);
+    for (size_t i = 0; i < b.size(); ++i)
+      ASSERT_NEAR(b[i], a[split * whole.H * whole.hd + i], 1e-6) << spec;
+  }
+  // npu-int8: int8 Q·K, fp32 softmax, fp16 then uint8 P, exact P·V
+  const auto s = q::AttentionScheme::parse("npu-int8");
+  q::AttentionLayerConsts c;
+  c.static_q = 0.03f, c.static_k = 0.025f, c.static_v = 0.02f;
+  const auto out = run(s, c, whole);
+  const int64_t ldkv = whole.G * whole.hd, hd = whole.hd;
+  auto q8 = [](float x, float sc) {
+    return static_cast<int32_t>(std::clamp(std::nearbyint(x / sc), -127.0f, 127.0f));
+  };
+  for (int64_t h = 0; h < whole.H; ++h)
+    for (int64_t t = 0; t < whole.T; t += 6) {
+      const int64_t g = h / 2;
+      std::vector<float> p(static_cast<size_t>(t + 1));
+      float mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        int32_t acc = 0;
+        for (int64_t d = 0; d < hd; ++d)
+          acc += q8(whole.q[t * whole.H * hd + h * hd + d], c.static_q) *
+                 q8(whole.kk[j * ldkv + g * hd + d], c.static_k);
+        p[j] = static_cast<float>(acc) * c.static_q * c.static_k / std::sqrt(float(hd));
+        mx = std::max(mx, p[j]);
+      }
+      for (auto& x : p) sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        int32_t acc = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          const float pj = static_cast<float>(static_cast<_Float16>(p[j] / sum));
+          acc += static_cast<int32_t>(std::nearbyint(pj * 255.0f)) *
+                 q8(whole.v[j * ldkv + g * hd + d], c.static_v);
+        }
+        // the kernel's exp is a polynomial (rel. error < 2e-7): a uint8 P may round the other
+        // way on a tie, so allow one step of P for one key
+        EXPECT_NEAR(out[t * whole.H * hd + h * hd + d], acc * c.static_v / 255.0f,
+                    127 * c.static_v / 255.0f + 1e-6);
+      }
+    }
+  expect_error<InvalidArgument>([&] { run(s, {}, whole); }, "qk-scales");
+}

@@ -1,0 +1,250 @@
+"""shadowAttn's sparse attention (seed 000) against numpy references, the engine and
+transformers: kernels, bucket choice, plans on the real model, capture, the calibration steps."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+import socllm
+from socllm import _core
+from socllm.calibrate import load_calibration, save_calibration
+from socllm.calibration_steps import run_steps
+
+ops = _core.ops
+RNG = np.random.default_rng(0)
+
+
+def _inputs(H=6, G=2, T=45, hd=16, past=0, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((H, T, hd)).astype(np.float32)
+    k = rng.standard_normal((G, past + T, hd)).astype(np.float32)
+    v = rng.standard_normal((G, past + T, hd)).astype(np.float32)
+    return q, k, v
+
+
+def _np_attention(q, k, v, keep_mask, past=0):
+    """fp32-in-float64 attention of each row over the keys keep_mask [H, T, L] allows."""
+    H, T, hd = q.shape
+    g = H // k.shape[0]
+    out = np.zeros(q.shape, np.float64)
+    for h in range(H):
+        s = q[h].astype(np.float64) @ k[h // g].T.astype(np.float64) / np.sqrt(hd)
+        s = np.where(keep_mask[h] > 0, s, -np.inf)
+        p = np.exp(s - s.max(1, keepdims=True))
+        out[h] = (p / p.sum(1, keepdims=True)) @ v[h // g]
+    return out
+
+
+def _causal(H, T, L, past):
+    return np.broadcast_to(np.arange(L)[None, :] <= past + np.arange(T)[:, None], (H, T, L))
+
+
+def _np_topk(scores, k):
+    """Indices of the k largest, ties to the earlier index (a stable sort of -scores)."""
+    return np.sort(np.argsort(-scores, kind="stable")[:k])
+
+
+@pytest.mark.parametrize("past", [0, 17])
+def test_sparse_selects_numpy_topk_and_attends_exactly(past):
+    q, k, v = _inputs(past=past)
+    H, T, hd = q.shape
+    r = ops.prefill_attention(q, k, v, "sparse:keep=0.3", past=past, trace=True)
+    sel = r["selected"].astype(bool)
+    g = H // k.shape[0]
+    for h in range(H):
+        s = q[h] @ k[h // g].T
+        for t in range(T):
+            vis = past + t + 1
+            want = _np_topk(s[t, :vis], ops.keys_kept(vis, 0.3))
+            np.testing.assert_array_equal(np.flatnonzero(sel[h, t]), want)
+    np.testing.assert_allclose(r["out"], _np_attention(q, k, v, sel, past), atol=2e-6)
+
+
+def test_keep_one_gives_full_attention_for_every_kind():
+    q, k, v = _inputs(past=9)
+    full = ops.prefill_attention(q, k, v, "fp32", past=9)
+    H, T, _ = q.shape
+    np.testing.assert_allclose(
+        full, _np_attention(q, k, v, _causal(H, T, k.shape[1], 9), 9), atol=2e-6
+    )
+    for scheme in (
+        "sparse:keep=1",
+        "block-sparse:keep=1,block=16",
+        "shadow-attn:keep=1,scales=dynamic,ratios=uniform",
+    ):
+        np.testing.assert_allclose(
+            ops.prefill_attention(q, k, v, scheme, past=9), full, atol=2e-6, err_msg=scheme
+        )
+
+
+def test_shadow_attn_bucket_and_int8_estimate_match_numpy():
+    q, k, v = _inputs(seed=3)
+    H, T, hd = q.shape
+    g = H // k.shape[0]
+    offsets = np.array(ops.bucket_offsets(9))
+    lam_q = np.abs(q).max(axis=(1, 2)) / 127 * 0.8  # calibration means off the input's own
+    lam_k = np.abs(k).max(axis=(1, 2)) / 127 * 1.7
+    bq = (lam_q[:, None] * 0.5 ** offsets[None, :, 0]).astype(np.float32)
+    bk = (lam_k[np.arange(H) // g][:, None] * 0.5 ** offsets[None, :, 1]).astype(np.float32)
+    r = ops.prefill_attention(
+        q, k, v, "shadow-attn:keep=0.25,ratios=uniform", bucket_q=bq.ravel(),
+        bucket_k=bk.ravel(), trace=True,
+    )  # fmt: skip
+    for h in range(H):
+        own = np.array([np.abs(q[h]).max() / 127, np.abs(k[h // g]).max() / 127])
+        mse = ((np.stack([bq[h], bk[h]], 1) - own) ** 2).mean(1)
+        b = int(np.argmin(mse))
+        assert r["bucket"][h] == b
+        q8 = np.clip(np.round(q[h] / bq[h, b]), -127, 127).astype(np.int64)
+        k8 = np.clip(np.round(k[h // g] / bk[h, b]), -127, 127).astype(np.int64)
+        s = q8 @ k8.T
+        for t in range(T):
+            want = _np_topk(s[t, : t + 1], ops.keys_kept(t + 1, 0.25))
+            np.testing.assert_array_equal(np.flatnonzero(r["selected"][h, t]), want)
+    np.testing.assert_allclose(r["out"], _np_attention(q, k, v, r["selected"]), atol=2e-6)
+
+
+def test_block_sparse_keeps_the_diagonal_and_the_best_pooled_blocks():
+    q, k, v = _inputs(T=64, seed=4)
+    H, T, hd = q.shape
+    B, keep = 8, 0.4
+    r = ops.prefill_attention(q, k, v, f"block-sparse:keep={keep},block={B}", trace=True)
+    g = H // k.shape[0]
+    kp = k.reshape(k.shape[0], T // B, B, hd).mean(2)
+    for h in range(H):
+        for qb in range(T // B):
+            qp = q[h, qb * B : (qb + 1) * B].mean(0)
+            kept = ops.keys_kept(qb + 1, keep, 1)
+            blocks = set(_np_topk(kp[h // g, :qb] @ qp, kept - 1)) | {qb}
+            for t in range(qb * B, (qb + 1) * B):
+                want = [j for j in range(t + 1) if j // B in blocks]
+                np.testing.assert_array_equal(np.flatnonzero(r["selected"][h, t]), want)
+
+
+def test_npu_int8_is_close_to_fp32_and_degrades_with_coarse_scales():
+    q, k, v = _inputs(seed=5)
+    full = ops.prefill_attention(q, k, v, "fp32")
+    scales = [np.abs(x).max() / 127 for x in (q, k, v)]
+    out = ops.prefill_attention(q, k, v, "npu-int8", static_qkv=scales)
+    err = np.linalg.norm(out - full) / np.linalg.norm(full)
+    coarse = ops.prefill_attention(q, k, v, "npu-int8", static_qkv=[s * 8 for s in scales])
+    assert err < 0.06
+    assert np.linalg.norm(coarse - full) / np.linalg.norm(full) > 2 * err
+
+
+def test_head_ratios_mean_is_keep(smollm):
+    h = RNG.random((30, 9)).astype(np.float32) - 0.1
+    layer = RNG.random(30).astype(np.float32)
+    r = ops.head_keep_ratios(h, layer, 0.2)
+    assert r.shape == (30, 9) and np.all((r >= 0) & (r <= 1))
+    assert abs(r.mean() - 0.2) < 1e-9
+    assert np.all(r[h <= 0] == 0)  # a head whose removal does not hurt keeps min_keys only
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text_ids(smollm, wikitext_text):
+    return smollm.tokenize(wikitext_text[:6000])[:300]
+
+
+def test_keep_one_plans_equal_fp32_and_decode_stays_full(smollm, text_ids):
+    ref = smollm.logits(text_ids, "fp32")
+    for plan in (
+        "fp32:attention=sparse,keep=1.0",
+        "fp32:attention=shadow-attn,keep=1.0,scales=dynamic,ratios=uniform",
+        "fp32:attention=block-sparse:keep=1.0",
+    ):
+        np.testing.assert_allclose(smollm.logits(text_ids, plan), ref, atol=2e-3, err_msg=plan)
+    sparse = "fp32:attention=sparse,keep=0.1"
+    assert np.abs(smollm.logits(text_ids, sparse) - ref).max() > 0.1  # it does change prefill
+    # decode (one token on a filled cache) runs full attention whatever the scheme
+    outs = []
+    for plan in ("fp32", sparse):
+        cache = smollm.new_cache(len(text_ids) + 1)
+        smollm.step(cache, text_ids, plan="fp32")
+        outs.append(smollm.step(cache, [text_ids[0]], plan=plan))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_chunked_prefill_sees_all_keys_so_far(smollm, text_ids):
+    # sparse selection is per row over its causal keys, so chunking changes nothing
+    whole = smollm.logits(text_ids[:256], "fp32:attention=sparse,keep=0.2")
+    chunked = smollm.prefill(
+        text_ids[:256], "fp32:attention=sparse,keep=0.2,chunk_len=64", all_positions=True
+    )
+    np.testing.assert_allclose(chunked, whole, atol=2e-3)
+
+
+def test_capture_and_calibration_steps_round_trip(smollm, text_ids, tmp_path):
+    got = smollm.capture(text_ids[:40], 2, what=("q", "k", "v"))
+    assert got["q"].shape == (9, 40, 64) and got["k"].shape == (3, 40, 64)
+    # fp32 attention from the captured tensors equals the kernel's
+    out = ops.prefill_attention(got["q"], got["k"], got["v"], "fp32")
+    np.testing.assert_allclose(
+        out, _np_attention(got["q"], got["k"], got["v"], _causal(9, 40, 40, 0)), atol=1e-5
+    )
+    data = run_steps(smollm, "qk-scales", progress=False, samples=3, seqlen=64, seed=1)
+    qa = data.stats.array("q_absmax")
+    assert qa.shape == (3, 30, 9) and data.stats.array("k_absmax").shape == (3, 30, 3)
+    # the first window's layer-2 scales equal the captured tensors' own
+    from socllm.calibrate import calibration_windows, corpus_tokens
+
+    w0 = calibration_windows(corpus_tokens(smollm, "wikitext2"), 3, 64, 1)[0]
+    c0 = smollm.capture(w0, 2, what=("q", "k"))
+    np.testing.assert_allclose(qa[0, 2], np.abs(c0["q"]).max(axis=(1, 2)), rtol=1e-6)
+    data = run_steps(
+        smollm, "head-importance", data=data, progress=False, importance_samples=1,
+        importance_seqlen=24,
+    )  # fmt: skip
+    hi = data.stats.array("head_importance")
+    assert hi.shape == (30, 9) and np.isfinite(hi).all()
+    path = save_calibration(tmp_path / "attn.h5", data, smollm)
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(f["head_importance"][()], hi)
+        assert f["q_absmax"].shape == (3, 30, 9) and "act_absmax" not in f
+    back = load_calibration(path, smollm)
+    np.testing.assert_array_equal(back.stats.array("layer_importance"), data.stats.array(
+        "layer_importance"))  # fmt: skip
+    smollm.set_calibration(back.stats)
+    try:
+        consts = smollm.attention_constants("fp32:attention=shadow-attn,keep=0.2")
+        assert len(consts) == 30 and len(consts[0]["bucket_q"]) == 9 * 9
+        ratios = np.array([c["head_ratio"] for c in consts])
+        np.testing.assert_allclose(ratios.mean(), 0.2, atol=1e-9)
+        lq = (qa / 127).mean(0)  # bucket 0 is the mean scale of each head
+        np.testing.assert_allclose([c["bucket_q"][0] for c in consts], lq[:, 0], rtol=1e-5)
+        npu = smollm.attention_constants("fp32:attention=npu-int8")[4]
+        assert npu["static_q"] == pytest.approx(qa[:, 4].max() / 127, rel=1e-6)
+        smollm.logits(text_ids[:50], "fp32:attention=shadow-attn")  # runs end to end
+    finally:
+        smollm.set_calibration(None)
+
+
+def test_bad_input_is_a_clear_error(smollm, text_ids):
+    bad = [
+        ("fp32:attention=sparse,keep=0", "keep must be in"),
+        ("fp32:attention=sparse,keep=1.2", "1.2"),
+        ("fp32:attention=shadow-attn,buckets=0", "buckets must be"),
+        ("fp32:attention=shadow-attn,step=0", "step must be"),
+        ("fp32:attention=sparse,buckets=3", "no option 'buckets'"),
+        ("fp32:keep=0.2", "attention scheme"),
+    ]
+    for plan, match in bad:
+        with pytest.raises(socllm.InvalidArgumentError, match=match):
+            smollm.logits(text_ids[:8], plan)
+    smollm.set_calibration(None)
+    with pytest.raises(socllm.InvalidArgumentError, match="--steps head-importance"):
+        smollm.logits(text_ids[:8], "fp32:attention=shadow-attn,scales=dynamic")
+    with pytest.raises(socllm.InvalidArgumentError, match="--steps qk-scales"):
+        smollm.logits(text_ids[:8], "fp32:attention=npu-int8")
+    with pytest.raises(socllm.InvalidArgumentError, match="layer 30 outside"):
+        smollm.capture(text_ids[:8], 30)
+    with pytest.raises(socllm.InvalidArgumentError, match="what must name"):
+        smollm.capture(text_ids[:8], 0, what=("x",))
+    q, k, v = _inputs()
+    with pytest.raises(socllm.ShapeError, match="keys for past"):
+        ops.prefill_attention(q, k, v, "fp32", past=3)

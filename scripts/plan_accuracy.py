@@ -54,7 +54,9 @@ def doc_scores(rows: list[dict], metric: str) -> dict[str, float]:
     return {f"{r['task']}/{r['doc_id']}": float(r[metric]) for r in rows}
 
 
-def evaluate_pair(model, plan: str, task: str, limit: int | None, batch_size: int) -> dict:
+def evaluate_pair(
+    model, plan: str, task: str, limit: int | None, batch_size: int, fewshot: int | None = None
+) -> dict:
     t0 = time.perf_counter()
     r = sl.evaluate(
         model,
@@ -62,6 +64,7 @@ def evaluate_pair(model, plan: str, task: str, limit: int | None, batch_size: in
         plan=plan,
         limit=limit,
         batch_size=batch_size,
+        num_fewshot=fewshot,
         quiet=True,
         log_samples=True,
         bootstrap_iters=0,
@@ -118,6 +121,13 @@ def main() -> int:
     ap.add_argument("--tasks", default=",".join(METRIC))
     ap.add_argument("--limit", type=int, default=100, help="documents per task (0 = all)")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument(
+        "--fewshot",
+        type=int,
+        default=None,
+        help="few-shot examples per prompt (long prompts, EdgeFlow Table 3 style; default: "
+        "the task's)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", required=True, help="results file (resumed if it exists)")
     ap.add_argument("--table-only", action="store_true", help="print the table of --json")
@@ -134,6 +144,8 @@ def main() -> int:
     limit = args.limit or None
     if state and state.get("limit") != limit:
         raise SystemExit(f"plan_accuracy: {out_path} was run with limit {state.get('limit')}")
+    if state and state.get("fewshot") != args.fewshot:
+        raise SystemExit(f"plan_accuracy: {out_path} was run with fewshot {state.get('fewshot')}")
 
     if not args.table_only:
         socllm.set_num_threads(args.threads)
@@ -141,7 +153,7 @@ def main() -> int:
         model = socllm.load(args.model, calib=args.calib, progress=False)
         todo = [(p, t) for p in plans for t in tasks if f"{p}/{t}" not in results]
         for i, (plan, task) in enumerate(todo, 1):
-            r = evaluate_pair(model, plan, task, limit, args.batch_size)
+            r = evaluate_pair(model, plan, task, limit, args.batch_size, args.fewshot)
             results[f"{plan}/{task}"] = r
             print(
                 f"[{i}/{len(todo)}] {plan:<16} {task:<14} {r['metric']} "
@@ -152,6 +164,7 @@ def main() -> int:
                 "model": args.model,
                 "calib": args.calib,
                 "limit": limit,
+                "fewshot": args.fewshot,
                 "metrics": METRIC,
                 "results": results,
             }

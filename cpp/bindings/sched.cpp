@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "socllm/block.h"
+#include "socllm/head_pipeline.h"
 #include "socllm/plan.h"
 #include "socllm/simulate.h"
 #include "socllm/simulator.h"
@@ -95,13 +96,18 @@ void init_sched(py::module_& s) {
   py::class_<PrefillTimeline>(s, "PrefillTimeline", "A simulated prefill (simulate.h).")
       .def_readonly("graph", &PrefillTimeline::graph)
       .def_readonly("timeline", &PrefillTimeline::timeline)
+      .def_property_readonly(
+          "head_plans", [](const PrefillTimeline& t) { return json_to_py(t.head_plans); },
+          "One dict per head pipeline planned: chunk, layer, plan, problem (head_pipeline.h).")
       .def("summary", [](const PrefillTimeline& t) { return json_to_py(t.summary()); });
 
   s.def(
       "simulate_prefill",
       [](const py::object& config, const py::handle& plan, const py::object& profile,
          int64_t prompt_len, int64_t chunk_len, const std::string& policy, bool runtime_graph_build,
-         double shadow_channels, int64_t optimal_max_tasks) {
+         double shadow_channels, int64_t optimal_max_tasks, const std::string& head_policy,
+         const std::string& attention_cpu_core, int64_t max_fused_heads,
+         const std::vector<double>& head_ratios, const std::vector<int64_t>& head_buckets) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         const auto prof = py_to_json(profile);
@@ -112,28 +118,90 @@ void init_sched(py::module_& s) {
         o.runtime_graph_build = runtime_graph_build;
         o.shadow_channels = shadow_channels;
         o.optimal_max_tasks = optimal_max_tasks;
+        o.head_policy = head_policy;
+        o.attention.cpu_core = attention_cpu_core;
+        o.attention.max_fused_heads = max_fused_heads;
+        o.attention.head_ratios = head_ratios;
+        o.attention.head_buckets = head_buckets;
         py::gil_scoped_release nogil;
         return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
       },
       py::arg("config"), py::arg("plan"), py::arg("profile"), py::arg("prompt_len"),
       py::arg("chunk_len"), py::arg("policy") = "npu-stall-first",
       py::arg("runtime_graph_build") = false, py::arg("shadow_channels") = kDefaultShadowChannels,
-      py::arg("optimal_max_tasks") = 24);
+      py::arg("optimal_max_tasks") = 24, py::arg("head_policy") = "greedy",
+      py::arg("attention_cpu_core") = "auto", py::arg("max_fused_heads") = 4,
+      py::arg("head_ratios") = std::vector<double>{},
+      py::arg("head_buckets") = std::vector<int64_t>{},
+      "A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the "
+      "head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).");
 
   s.def(
       "simulate_graph",
       [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
-         int64_t optimal_max_tasks) {
+         int64_t optimal_max_tasks, const std::string& head_policy) {
         const auto prof = py_to_json(profile);
         const auto dev =
             soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
         py::gil_scoped_release nogil;
-        return simulate_graph(g, dev, policy, optimal_max_tasks);
+        return simulate_graph(g, dev, policy, optimal_max_tasks, head_policy);
       },
       py::arg("graph"), py::arg("profile"), py::arg("policy") = "npu-stall-first",
-      py::arg("optimal_max_tasks") = 24, "Times a task graph (meta must give prompt_len).");
+      py::arg("optimal_max_tasks") = 24, py::arg("head_policy") = "greedy",
+      "Times a task graph (meta must give prompt_len); head-wise attention planned under "
+      "head_policy unless the graph was planned before.");
 
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
+
+  // head_pipeline.h
+  s.def(
+      "head_policies",
+      [] {
+        py::list l;
+        for (const auto& p : sched::head_policies()) {
+          py::dict d;
+          d["name"] = p.name;
+          d["description"] = p.description;
+          l.append(d);
+        }
+        return l;
+      },
+      "The head-pipeline policies (head_pipeline.h): name, description.");
+  s.def(
+      "plan_head_pipeline",
+      [](const py::object& problem, const std::string& policy, int64_t optimal_max_nodes) {
+        const auto p = sched::HeadPipelineProblem::from_json(py_to_json(problem));
+        const auto hp = sched::head_policy_from_name(policy);
+        sched::HeadPipelineOptions o;
+        o.optimal_max_nodes = optimal_max_nodes;
+        sched::HeadPipelinePlan r;
+        {
+          py::gil_scoped_release nogil;
+          r = sched::HeadPipelinePlanner(o).plan(p, hp);
+        }
+        return json_to_py(r.to_json());
+      },
+      py::arg("problem"), py::arg("policy") = "greedy", py::arg("optimal_max_nodes") = 50'000'000,
+      "Plans one head pipeline: problem {topk_us, qkv_us, launches, launch_us, sync_us, "
+      "shared_cpu} -> {policy, launch_order, head_order, latency_us, orders_evaluated, "
+      "planner_ns}.");
+  s.def(
+      "pipeline_latency_us",
+      [](const py::object& problem, const std::vector<int64_t>& launch_order,
+         const std::vector<int64_t>& head_order, bool sequential) {
+        return sched::pipeline_latency_us(
+            sched::HeadPipelineProblem::from_json(py_to_json(problem)), launch_order, head_order,
+            sequential);
+      },
+      py::arg("problem"), py::arg("launch_order"), py::arg("head_order"),
+      py::arg("sequential") = false, "Latency (µs) of one order under Algorithm 1's model.");
+  s.def(
+      "fuse_launches",
+      [](const std::vector<int64_t>& buckets, int64_t max_fused_heads) {
+        return sched::fuse_launches(buckets, max_fused_heads);
+      },
+      py::arg("bucket_of_head"), py::arg("max_fused_heads"),
+      "Heads sharing a bucket id fused into launches of at most max_fused_heads (0: no limit).");
   s.def(
       "to_trace_json",
       [](const sched::TaskGraph& g, const sched::Timeline& t) {

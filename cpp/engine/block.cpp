@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "socllm/core.h"
+#include "socllm/head_pipeline.h"
 
 namespace socllm {
 
@@ -213,13 +214,199 @@ std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant:
   return loads;
 }
 
-BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan)
+std::string AttentionTimingOptions::resolved_core(const Plan& plan) const {
+  if (cpu_core != "auto") return cpu_core;
+  return plan.attention.is_fp32() ? std::string() : std::string("mid");
+}
+
+void AttentionTimingOptions::validate(const ModelConfig& c) const {
+  const std::string f = "[AttentionTimingOptions] ";
+  const int64_t n = c.n_layers * c.n_heads;
+  if (max_fused_heads < 0)
+    throw InvalidArgument(f + "max_fused_heads must be >= 0, got " +
+                          std::to_string(max_fused_heads));
+  if (!head_ratios.empty() && static_cast<int64_t>(head_ratios.size()) != n)
+    throw InvalidArgument(f + "head_ratios has " + std::to_string(head_ratios.size()) +
+                          " entries, n_layers x n_heads = " + std::to_string(n));
+  for (size_t i = 0; i < head_ratios.size(); ++i)
+    if (!(head_ratios[i] > 0 && head_ratios[i] <= 1))
+      throw InvalidArgument(f + "head_ratios[" + std::to_string(i) +
+                            "] = " + std::to_string(head_ratios[i]) + " (needs (0, 1])");
+  if (!head_buckets.empty() && static_cast<int64_t>(head_buckets.size()) != n)
+    throw InvalidArgument(f + "head_buckets has " + std::to_string(head_buckets.size()) +
+                          " entries, n_layers x n_heads = " + std::to_string(n));
+  for (size_t i = 0; i < head_buckets.size(); ++i)
+    if (head_buckets[i] < 0)
+      throw InvalidArgument(f + "head_buckets[" + std::to_string(i) +
+                            "] = " + std::to_string(head_buckets[i]) + " (needs >= 0)");
+  if (cpu_core != "auto" && !cpu_core.empty() && cpu_core != "mid" && cpu_core != "prime" &&
+      cpu_core != "small")
+    throw InvalidArgument(f + "cpu_core '" + cpu_core + "' (auto, mid, prime, small or '')");
+}
+
+BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan,
+                                     AttentionTimingOptions attention)
     : c_(std::move(config)),
       plan_(std::move(plan)),
-      prev_attention_(static_cast<size_t>(c_.n_layers), -1),
+      attn_(std::move(attention)),
+      prev_attention_(static_cast<size_t>(c_.n_layers)),
       builds_(static_cast<size_t>(c_.n_layers), -1) {
   c_.validate();
   plan_.validate_placement();
+  attn_.validate(c_);
+  core_ = attn_.resolved_core(plan_);
+}
+
+namespace {
+
+// (query row, key) pairs of `rows` causal rows ending at key kv_len.
+int64_t causal_pairs(int64_t rows, int64_t kv_len) { return rows * kv_len - rows * (rows - 1) / 2; }
+
+// Pairs kept by a head at `ratio`: per row, quant::keys_kept of its visible keys.
+int64_t kept_pairs(int64_t rows, int64_t kv_len, double ratio, int64_t min_keys) {
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) n += quant::keys_kept(kv_len - rows + r + 1, ratio, min_keys);
+  return n;
+}
+
+// Block-sparse: per query block, the key blocks it keeps (keys_kept over its visible blocks),
+// times the rows of the block, at most the keys they see.
+int64_t kept_block_pairs(int64_t rows, int64_t kv_len, int64_t block, double ratio) {
+  const int64_t past = kv_len - rows;
+  int64_t n = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r1 = std::min(rows, r0 + block);
+    const int64_t visible_blocks = (past + r1 + block - 1) / block;
+    const int64_t kept = quant::keys_kept(visible_blocks, ratio, 1) * block;
+    for (int64_t r = r0; r < r1; ++r) n += std::min(past + r + 1, kept);
+  }
+  return n;
+}
+
+soc::OpDesc attn_op(soc::OpKind kind, const char* name, soc::DType dt, int64_t heads,
+                    int64_t head_dim, int64_t elements, const std::string& core) {
+  soc::OpDesc o;
+  o.kind = kind;
+  o.name = name;
+  o.op_class = op_class_name(OpClass::Attention);
+  o.dtype = dt;
+  o.n = heads;
+  o.k = head_dim;
+  o.elements = elements;
+  o.core = core;
+  return o;
+}
+
+}  // namespace
+
+std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& prefix,
+                                                            int64_t chunk, int64_t layer,
+                                                            int64_t rows, int64_t kv_len,
+                                                            const std::vector<int64_t>& deps) {
+  using soc::DType;
+  using soc::OpKind;
+  const auto& a = plan_.attention;
+  const int64_t H = c_.n_heads, d = c_.head_dim;
+  const soc::Processor P = plan_.at(OpClass::Attention).processor;
+  const std::string core = P == soc::Processor::Cpu ? core_ : std::string();
+  const int64_t dense = rows * kv_len, causal = causal_pairs(rows, kv_len);
+  auto ratio = [&](int64_t h) {
+    return attn_.head_ratios.empty() ? a.keep
+                                     : attn_.head_ratios[static_cast<size_t>(layer * H + h)];
+  };
+  auto task = [&](const std::string& name, sched::TaskKind kind, soc::Processor p,
+                  std::vector<soc::OpDesc> ops, std::vector<int64_t> heads, int64_t bytes,
+                  std::vector<int64_t> on) {
+    sched::Task t;
+    t.name = prefix + name;
+    t.kind = kind;
+    t.processor = p;
+    t.chunk = chunk;
+    t.layer = layer;
+    t.ops = std::move(ops);
+    t.heads = std::move(heads);
+    t.working_bytes = bytes;
+    t.deps = std::move(on);
+    const int64_t build = builds_[static_cast<size_t>(layer)];
+    if (build >= 0 && p == soc::Processor::Npu &&
+        std::find(t.deps.begin(), t.deps.end(), build) == t.deps.end())
+      t.deps.push_back(build);
+    return graph_.add(std::move(t));
+  };
+  if (a.kind == quant::AttentionKind::NpuInt8) {
+    // NPU-Full (seed 000 §5 baseline 4): one graph, softmax and mask as NPU element-wise ops.
+    std::vector<soc::OpDesc> ops = {
+        attn_op(OpKind::NpuLaunch, "launch", DType::Int8, 0, 0, 0, ""),
+        attn_op(OpKind::AttnMatMul, "qk", DType::Int8, H, d, dense, ""),
+        attn_op(OpKind::Elementwise, "mask", DType::Fp16, 0, 0, H * dense, ""),
+        attn_op(OpKind::Elementwise, "softmax", DType::Fp16, 0, 0, H * dense, ""),
+        attn_op(OpKind::AttnMatMul, "pv", DType::Int8, H, d, dense, "")};
+    return {task("attention", sched::TaskKind::Attention, plan_.at(OpClass::Attention).processor,
+                 std::move(ops), {}, 2 * H * dense, deps)};
+  }
+  std::vector<int64_t> finals;
+  if (a.kind == quant::AttentionKind::ShadowAttn) {
+    std::vector<int64_t> buckets(static_cast<size_t>(H), 0);
+    if (!attn_.head_buckets.empty())
+      buckets.assign(attn_.head_buckets.begin() + layer * H,
+                     attn_.head_buckets.begin() + (layer + 1) * H);
+    const auto launches = sched::fuse_launches(buckets, attn_.max_fused_heads);
+    std::vector<int64_t> est_of(static_cast<size_t>(H), -1);
+    for (size_t l = 0; l < launches.size(); ++l) {
+      const auto& hs = launches[l];
+      const auto nh = static_cast<int64_t>(hs.size());
+      std::vector<soc::OpDesc> ops = {
+          attn_op(OpKind::NpuLaunch, "launch", DType::Int8, 0, 0, 0, ""),
+          attn_op(OpKind::AttnMatMul, "qk_estimate", DType::Int8, nh, d, dense, "")};
+      const int64_t id = task("estimate.g" + std::to_string(l), sched::TaskKind::Estimate,
+                              soc::Processor::Npu, std::move(ops), hs, 4 * nh * dense, deps);
+      for (int64_t h : hs) est_of[static_cast<size_t>(h)] = id;
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t est = est_of[static_cast<size_t>(h)];
+      const std::string hn = ".h" + std::to_string(h);
+      const int64_t tk = task("topk" + hn, sched::TaskKind::TopK, P,
+                              {attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, causal, core)}, {h},
+                              4 * dense, {est});
+      const int64_t kept = kept_pairs(rows, kv_len, ratio(h), a.min_keys);
+      finals.push_back(task(
+          "sparse_attention" + hn, sched::TaskKind::SparseAttention, P,
+          {attn_op(OpKind::SparseAttention, "sparse_attention", DType::Fp32, 1, d, kept, core)},
+          {h}, 4 * (kept + 2 * rows * d), {est, tk}));  // Eq. 4
+    }
+    return finals;
+  }
+  // sparse / block-sparse: every stage on the attention's processor, head after head.
+  const bool block = a.kind == quant::AttentionKind::BlockSparse;
+  const int64_t B = a.block;
+  const int64_t mb = (rows + B - 1) / B, kb = (kv_len + B - 1) / B;
+  const int64_t block_pairs = mb * kb - mb * (mb - 1) / 2;
+  std::vector<int64_t> on = deps;
+  for (int64_t h = 0; h < H; ++h) {
+    const std::string hn = ".h" + std::to_string(h);
+    std::vector<soc::OpDesc> est_ops;
+    if (block) {
+      soc::OpDesc pool =
+          attn_op(OpKind::Elementwise, "pool", DType::Fp32, 0, 0, (rows + kv_len) * d, core);
+      est_ops.push_back(pool);
+    }
+    est_ops.push_back(attn_op(OpKind::AttnMatMul, "qk_estimate", DType::Fp32, 1, d,
+                              block ? block_pairs : causal, core));
+    const int64_t est = task("estimate.h" + std::to_string(h), sched::TaskKind::Estimate, P,
+                             std::move(est_ops), {h}, 4 * (block ? block_pairs : causal), on);
+    const int64_t tk =
+        task("topk" + hn, sched::TaskKind::TopK, P,
+             {attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, block ? block_pairs : causal, core)},
+             {h}, 4 * (block ? block_pairs : causal), {est});
+    const int64_t kept = block ? kept_block_pairs(rows, kv_len, B, ratio(h))
+                               : kept_pairs(rows, kv_len, ratio(h), a.min_keys);
+    const int64_t sa =
+        task("sparse_attention" + hn, sched::TaskKind::SparseAttention, P,
+             {attn_op(OpKind::SparseAttention, "sparse_attention", DType::Fp32, 1, d, kept, core)},
+             {h}, 4 * (kept + 2 * rows * d), {est, tk});
+    on = {sa};
+  }
+  return on;
 }
 
 void BlockGraphBuilder::add_graph_builds(int64_t rows, double build_ms, double optimize_ms) {
@@ -252,17 +439,34 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
   const std::string cp = "c" + std::to_string(chunk) + ".";
   int64_t prev = -1;            // chunks depend on each other only through attention (Eq. 2)
   int64_t pending_shadow = -1;  // shadow task the next task also waits for (Eq. 1 merge)
+  std::vector<int64_t> pending_attention;  // head-wise attention tasks the next task waits for
   const auto block = decoder_block();
+  // Non-fp32 attention expands into head-wise tasks (add_attention_tasks).
+  const bool expand = !plan_.attention.is_fp32();
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     const std::string lp = cp + "L" + std::to_string(l) + ".";
     size_t i = 0;
     while (i < block.size()) {
+      if (expand && block[i].op == BlockOp::Attention) {
+        std::vector<int64_t> deps;
+        if (prev >= 0) deps.push_back(prev);
+        if (pending_shadow >= 0) deps.push_back(pending_shadow);
+        for (int64_t p : prev_attention_[static_cast<size_t>(l)])  // Eq. 2: KV of earlier chunks
+          if (std::find(deps.begin(), deps.end(), p) == deps.end()) deps.push_back(p);
+        pending_attention = add_attention_tasks(lp + "attention.", chunk, l, rows, kv_len, deps);
+        prev_attention_[static_cast<size_t>(l)] = pending_attention;
+        prev = -1;
+        pending_shadow = -1;
+        ++i;
+        continue;
+      }
       // One task: consecutive ops of one subgraph placed on one processor.
       const auto sub = block[i].subgraph;
       const auto proc = plan_.at(block[i].op_class).processor;
       size_t j = i;
       while (j < block.size() && block[j].subgraph == sub &&
-             plan_.at(block[j].op_class).processor == proc)
+             plan_.at(block[j].op_class).processor == proc &&
+             !(expand && block[j].op == BlockOp::Attention))
         ++j;
       const bool whole = (i == 0 || block[i - 1].subgraph != sub) &&
                          (j == block.size() || block[j].subgraph != sub);
@@ -278,6 +482,8 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
       int64_t act_in = 0, act_out = 0;
       for (size_t k = i; k < j; ++k) {
         t.ops.push_back(describe_op(c_, plan_, block[k].op, rows, kv_len));
+        if (block[k].op == BlockOp::Attention && proc == soc::Processor::Cpu)
+          t.ops.back().core = core_;  // the attention's CPU budget (fp32: "" unless asked)
         has_attention = has_attention || block[k].op == BlockOp::Attention;
         if (block[k].site) {
           site = block[k].site;
@@ -290,18 +496,21 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
       t.working_bytes = 2 * (act_in + act_out + rows * c_.d_model);
       if (prev >= 0) t.deps.push_back(prev);  // Eq. 3: intra-chunk order
       if (pending_shadow >= 0) t.deps.push_back(pending_shadow);
-      const int64_t prev_attn = prev_attention_[static_cast<size_t>(l)];
-      if (has_attention && prev_attn >= 0 &&
-          std::find(t.deps.begin(), t.deps.end(), prev_attn) == t.deps.end())
-        t.deps.push_back(prev_attn);  // Eq. 2: KV of earlier chunks
+      t.deps.insert(t.deps.end(), pending_attention.begin(), pending_attention.end());
+      // What produced this task's input (a shadow part beside it reads the same input).
+      std::vector<int64_t> input_tasks = pending_attention;
+      if (prev >= 0) input_tasks = {prev};
+      pending_attention.clear();
+      if (has_attention)
+        for (int64_t p : prev_attention_[static_cast<size_t>(l)])  // Eq. 2: KV of earlier chunks
+          if (std::find(t.deps.begin(), t.deps.end(), p) == t.deps.end()) t.deps.push_back(p);
       const int64_t build = builds_[static_cast<size_t>(l)];
       if (build >= 0 && t.processor == soc::Processor::Npu &&
           std::find(t.deps.begin(), t.deps.end(), build) == t.deps.end())
         t.deps.push_back(build);
-      const int64_t prev_before = prev;
       prev = graph_.add(std::move(t));
       pending_shadow = -1;
-      if (has_attention) prev_attention_[static_cast<size_t>(l)] = prev;
+      if (has_attention) prev_attention_[static_cast<size_t>(l)] = {prev};
       // The shadow part of this task's linear reads the same input and runs beside it; the next
       // task adds its result (Eq. 1).
       if (shadowed && site) {
@@ -328,7 +537,7 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
           o.bytes = static_cast<int64_t>(sl.cold_fetch_bytes);
           sh.ops = {o};
           sh.working_bytes = 4 * (o.m * o.k + o.m * o.n) + o.bytes;
-          if (prev_before >= 0) sh.deps.push_back(prev_before);
+          sh.deps = input_tasks;
           pending_shadow = graph_.add(std::move(sh));
         }
       }
@@ -412,7 +621,7 @@ sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int6
   std::vector<ShadowLoad> expected = opts.expected;
   if (plan.linear.shadow && expected.empty())
     expected = expected_shadow_loads(c, *plan.linear.shadow);
-  BlockGraphBuilder b(c, plan);
+  BlockGraphBuilder b(c, plan, opts.attention);
   if (opts.build_ms > 0 || opts.optimize_ms > 0)
     b.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
   for (int64_t ch = 0; ch < chunks; ++ch) {

@@ -16,14 +16,20 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
 }
 
 PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile& device,
-                               const std::string& policy, int64_t optimal_max_tasks) {
+                               const std::string& policy, int64_t optimal_max_tasks,
+                               const std::string& head_policy) {
   if (!graph.meta.contains("prompt_len"))
     throw InvalidArgument("[simulate] the task graph's meta has no prompt_len");
   sched::SimOptions o;
   o.policy = sched::policy_from_name(policy);
   o.optimal_max_tasks = optimal_max_tasks;
+  const sched::HeadPolicy hp = sched::head_policy_from_name(head_policy);
   const soc::CostModel cost(device);
   PrefillTimeline t;
+  if (!graph.meta.contains("head_policy")) {
+    t.head_plans = sched::apply_head_pipeline(graph, cost, hp);
+    if (!t.head_plans.empty()) graph.meta["head_policy"] = head_policy;
+  }
   t.timeline = sched::simulate(graph, cost, o);
   t.graph = std::move(graph);
   return t;
@@ -33,6 +39,7 @@ PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
                                  const soc::DeviceProfile& device, int64_t prompt_len,
                                  int64_t chunk_len, const PrefillSimOptions& opts) {
   PrefillGraphOptions g;
+  g.attention = opts.attention;
   if (opts.runtime_graph_build)
     std::tie(g.build_ms, g.optimize_ms) = runtime_graph_build_ms(c, device);
   if (plan.linear.shadow) {
@@ -42,7 +49,7 @@ PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
     g.expected = expected_shadow_loads(c, *plan.linear.shadow, opts.shadow_channels);
   }
   return simulate_graph(prefill_task_graph(c, plan, prompt_len, chunk_len, g), device, opts.policy,
-                        opts.optimal_max_tasks);
+                        opts.optimal_max_tasks, opts.head_policy);
 }
 
 nlohmann::json PrefillTimeline::summary() const {
@@ -81,6 +88,12 @@ nlohmann::json PrefillTimeline::summary() const {
       {"processors", s["processors"]},
       {"scheduler_decisions", s["decisions"]},
       {"scheduler_us_per_decision", s["decision_us_mean"]}});
+  if (!head_plans.empty()) {
+    double ns = 0;
+    for (const auto& hp : head_plans) ns += hp["plan"]["planner_ns"].get<double>();
+    out["head_pipelines"] = head_plans.size();
+    out["head_planner_ns_mean"] = ns / static_cast<double>(head_plans.size());
+  }
   return out;
 }
 

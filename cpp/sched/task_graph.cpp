@@ -9,8 +9,9 @@ namespace socllm::sched {
 
 namespace {
 constexpr std::array<const char*, kNumTaskKinds> kTaskKindNames = {
-    "attn_in", "attention", "o_proj",      "mlp_in", "mlp_act",
-    "down",    "shadow",    "graph_build", "embed",  "lm_head"};
+    "attn_in",  "attention", "o_proj",          "mlp_in", "mlp_act",
+    "down",     "shadow",    "graph_build",     "embed",  "lm_head",
+    "estimate", "topk",      "sparse_attention"};
 }  // namespace
 
 const char* task_kind_name(TaskKind k) {
@@ -36,6 +37,15 @@ const Task& TaskGraph::at(int64_t id) const {
     throw InvalidArgument("[TaskGraph] task id " + std::to_string(id) + " out of range (" +
                           std::to_string(size()) + " tasks)");
   return tasks_[static_cast<size_t>(id)];
+}
+
+void TaskGraph::add_dep(int64_t task, int64_t dep) {
+  at(task);
+  at(dep);
+  if (task == dep)
+    throw InvalidArgument("[TaskGraph] task " + std::to_string(task) + " cannot depend on itself");
+  auto& d = tasks_[static_cast<size_t>(task)].deps;
+  if (std::find(d.begin(), d.end(), dep) == d.end()) d.push_back(dep);
 }
 
 std::vector<std::vector<int64_t>> TaskGraph::successors() const {
@@ -132,6 +142,7 @@ nlohmann::json TaskGraph::to_json() const {
                    {"deps", t.deps},
                    {"working_bytes", t.working_bytes},
                    {"ops", ops}});
+    if (!t.heads.empty()) arr.back()["heads"] = t.heads;
   }
   return {
       {"format", "socllm-task-graph"}, {"version", kJsonVersion}, {"meta", meta}, {"tasks", arr}};
@@ -156,6 +167,7 @@ TaskGraph TaskGraph::from_json(const nlohmann::json& j) {
       t.layer = jt.value("layer", int64_t{-1});
       t.deps = jt.value("deps", std::vector<int64_t>{});
       t.working_bytes = jt.value("working_bytes", int64_t{0});
+      t.heads = jt.value("heads", std::vector<int64_t>{});
       for (const auto& jo : jt.value("ops", nlohmann::json::array()))
         t.ops.push_back(soc::OpDesc::from_json(jo));
       if (jt.contains("id") && jt["id"].get<int64_t>() != i)

@@ -9,8 +9,9 @@ namespace socllm::soc {
 namespace {
 constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "gpu"};
 constexpr std::array<const char*, 3> kDTypeNames = {"int8", "fp16", "fp32"};
-constexpr std::array<const char*, 6> kOpNames = {"matmul",         "attention", "elementwise",
-                                                 "outlier_matmul", "fixed",     "memory_copy"};
+constexpr std::array<const char*, 10> kOpNames = {
+    "matmul",      "attention",   "elementwise", "outlier_matmul",   "fixed",
+    "memory_copy", "attn_matmul", "topk",        "sparse_attention", "npu_launch"};
 
 template <size_t N, typename E>
 E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
@@ -33,7 +34,7 @@ const char* dtype_name(DType d) { return kDTypeNames.at(static_cast<size_t>(d));
 DType dtype_from_name(const std::string& s) { return from_name<3, DType>(kDTypeNames, s, "dtype"); }
 const char* op_kind_name(OpKind k) { return kOpNames.at(static_cast<size_t>(k)); }
 OpKind op_kind_from_name(const std::string& s) {
-  return from_name<6, OpKind>(kOpNames, s, "op kind");
+  return from_name<10, OpKind>(kOpNames, s, "op kind");
 }
 
 double OpDesc::flops() const {
@@ -44,6 +45,8 @@ double OpDesc::flops() const {
     case OpKind::OutlierMatMul: return 2.0 * m_ * k_ * n_;
     case OpKind::Attention:  // QK^T and PV over `elements` keys for n heads of k dims
       return 4.0 * m_ * static_cast<double>(elements) * k_ * n_;
+    case OpKind::AttnMatMul: return 2.0 * static_cast<double>(elements) * k_ * n_;
+    case OpKind::SparseAttention: return 4.0 * static_cast<double>(elements) * k_ * n_;
     case OpKind::Elementwise: return static_cast<double>(elements);
     default: return 0.0;
   }
@@ -62,6 +65,7 @@ nlohmann::json OpDesc::to_json() const {
   if (fixed_us != 0) j["fixed_us"] = fixed_us;
   if (weight_bytes) j["weight_bytes"] = weight_bytes;
   if (activation_bytes) j["activation_bytes"] = activation_bytes;
+  if (!core.empty()) j["core"] = core;
   return j;
 }
 
@@ -80,6 +84,7 @@ OpDesc OpDesc::from_json(const nlohmann::json& j) {
   o.op_class = j.value("op_class", std::string());
   o.weight_bytes = j.value("weight_bytes", int64_t{0});
   o.activation_bytes = j.value("activation_bytes", int64_t{0});
+  o.core = j.value("core", std::string());
   for (int64_t v : {o.m, o.k, o.n, o.elements, o.bytes, o.weight_bytes, o.activation_bytes})
     if (v < 0) throw InvalidArgument("[OpDesc] negative size in " + json_text(j));
   if (o.groups < 1 || o.fixed_us < 0 || !std::isfinite(o.fixed_us))
@@ -197,10 +202,45 @@ double CostModel::latency_us(const OpDesc& op, Processor on) const {
       return us;
     }
     case OpKind::Attention:  // compute-bound in prefill; no weights
+      if (on == Processor::Cpu && !op.core.empty()) return attention_us(op, on);
       return rate_us(op.flops(), std::string(dtype_name(op.dtype)) + "_compute_gops", 1e3);
     case OpKind::MatMul: return matmul_us(op, on);
+    case OpKind::AttnMatMul:
+    case OpKind::TopK:
+    case OpKind::SparseAttention:
+    case OpKind::NpuLaunch: return attention_us(op, on);
   }
   return 0.0;
+}
+
+// Head-wise attention ops (seed 000). Rates live under the processor's cost model, or for a CPU
+// core class (the attention's CPU budget, seed 000 §4: one mid core) under /cost_model/cpu_core.
+double CostModel::attention_us(const OpDesc& op, Processor on) const {
+  const std::string pn = processor_name(on);
+  const std::string base = on == Processor::Cpu && !op.core.empty()
+                               ? "/cost_model/cpu_core/" + op.core + "/"
+                               : "/cost_model/" + pn + "/";
+  const std::string d = dtype_name(op.dtype);
+  const std::string what = std::string(op_kind_name(op.kind)) + " " + d + " on " + pn +
+                           (op.core.empty() ? "" : " (" + op.core + " core)");
+  const double n = static_cast<double>(op.n), k = static_cast<double>(op.k);
+  switch (op.kind) {
+    case OpKind::NpuLaunch: return p_.number(base + "launch_us", what);
+    case OpKind::AttnMatMul:
+      return op.flops() / (p_.number(base + d + "_attn_matmul_gops", what) * 1e3);
+    case OpKind::TopK:
+      return static_cast<double>(op.elements) * n / (p_.number(base + "topk_gscores", what) * 1e3);
+    case OpKind::SparseAttention:
+      return op.flops() / (p_.number(base + d + "_sparse_attention_gops", what) * 1e3);
+    case OpKind::Attention: {
+      // Dense causal attention of m rows ending at key `elements`: a CPU kernel skips masked
+      // pairs, so it computes m·kv - m(m-1)/2 of them (QK and PV: 4 ops per pair and dim).
+      const double m = static_cast<double>(op.m), kv = static_cast<double>(op.elements);
+      const double pairs = op.m <= op.elements ? m * kv - m * (m - 1) / 2 : m * kv;
+      return 4.0 * pairs * k * n / (p_.number(base + d + "_attention_gops", what) * 1e3);
+    }
+    default: return 0.0;
+  }
 }
 
 double CostModel::latency_us(const std::vector<OpDesc>& ops, Processor on) const {

@@ -119,6 +119,12 @@ class Timeline:
         return Timeline(res, profile, self.optimal_max_tasks, dict(self.extra))
 
     @property
+    def head_plans(self) -> list[dict]:
+        """The head pipelines planned for this timeline (seed 000 §3.4): per chunk and layer the
+        ``plan`` (launch and head order, latency, planner time) and its ``problem``."""
+        return self.result.head_plans
+
+    @property
     def tasks(self) -> list[dict]:
         return self.graph.to_json()["tasks"]
 
@@ -186,13 +192,27 @@ def simulate(
     runtime_graph_build: bool = False,
     shadow_channels: float = _core.DEFAULT_SHADOW_CHANNELS,
     optimal_max_tasks: int = 24,
+    head_policy: str = "greedy",
+    attention_cpu_core: str = "auto",
+    max_fused_heads: int = 4,
+    head_ratios: Sequence[float] | None = None,
+    head_buckets: Sequence[int] | None = None,
 ) -> Timeline:
     """Prefill timeline of a config (a name of ``socllm.configs``, a dict, or a loaded model's
     config) on a device: one call into C++ (module doc).
 
     ``chunk``: prefill chunk length (None or 0: the whole prompt as one graph);
     ``runtime_graph_build``: build and optimize the NPU graph at run time, as naive NPU
-    execution must for every new prompt length (seed 001 §2.2)."""
+    execution must for every new prompt length (seed 001 §2.2).
+
+    Head-wise attention (plans whose attention is not fp32, seed 000; cpp/include/socllm/block.h
+    AttentionTimingOptions and head_pipeline.h): ``head_policy`` (sequential, pipelined, greedy =
+    Algorithm 1, optimal) orders each layer's NPU launches and CPU heads;
+    ``attention_cpu_core`` the core class the attention's CPU work is timed on ("auto": one mid
+    core for non-fp32 attention, the whole CPU for fp32; "mid" times seed 000's C/G-Full);
+    ``max_fused_heads`` heads per fused NPU launch at most (0: no limit, 1: no fusion);
+    ``head_ratios`` / ``head_buckets``: ``[n_layers * n_heads]`` keep ratios and scale-bucket
+    ids per head (e.g. from a calibration; None: the plan's keep, one bucket per layer)."""
     p = _plan(plan, processor)
     profile = _profile(device)
     res = _core.sim.simulate_prefill(
@@ -205,6 +225,11 @@ def simulate(
         runtime_graph_build,
         shadow_channels,
         optimal_max_tasks,
+        head_policy,
+        attention_cpu_core,
+        max_fused_heads,
+        [float(x) for x in head_ratios] if head_ratios is not None else [],
+        [int(x) for x in head_buckets] if head_buckets is not None else [],
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 

@@ -103,6 +103,43 @@ double cold_fetch_bytes(const ModelConfig& c, LinearSite site, double channels, 
 std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant::ShadowOptions& o,
                                               double channels = kDefaultShadowChannels);
 
+// How a chunk's attention becomes tasks when the plan's attention is not fp32 (seed 000): the
+// attention op of a layer expands into head-wise tasks (the rope stays one task before them):
+//   shadow-attn   per fused launch an NPU Estimate task (launch + INT8 Q·Kᵀ of the dense
+//                 rows x kv scores of its heads: a static graph computes masked pairs too); per
+//                 head a TopK task over its causal scores and a SparseAttention task over the
+//                 keys it keeps, with Eq. 4's dependencies (ζnpu <- ζtopk; ζnpu, ζtopk <- ζqkv);
+//                 the order of launches and heads is the scheduler's (head_pipeline.h);
+//   sparse        per head, on the attention's processor: fp32 Q·Kᵀ estimation over the causal
+//                 pairs, top-k, sparse attention, chained in head order (one core, no overlap);
+//   block-sparse  the same with Q and K mean-pooled over `block` rows first (an element-wise
+//                 pass over the head's Q and K) and block top-k over the pooled causal pairs;
+//   npu-int8      one NPU task: a launch, INT8 Q·Kᵀ, mask and softmax as NPU element-wise ops,
+//                 INT8 P·V.
+// Keys kept per row follow quant::keys_kept with the head's ratio (the plan's keep when no
+// per-head ratios are given). The attention's CPU work is timed on one core class.
+struct AttentionTimingOptions {
+  // Core class of /cost_model/cpu_core the attention's CPU ops are timed on ("mid", "prime",
+  // "small"; "" = the whole CPU's /cost_model/cpu rates). "auto": "mid" (seed 000 §4-5: one mid
+  // core is the CPU budget of every baseline) for non-fp32 attention, "" for fp32 (today's
+  // whole-CPU attention task; pass "mid" to time seed 000's C/G-Full).
+  std::string cpu_core = "auto";
+  // Heads fused into one NPU launch at most (seed 000 §3.4 measures fused graphs of 1, 2 and 4
+  // heads; 0: no limit, 1: no fusion).
+  int64_t max_fused_heads = 4;
+  // [n_layers * n_heads] keep ratios per query head in (0, 1] (e.g. Eq. 3's from calibration);
+  // empty: the plan's keep for every head.
+  std::vector<double> head_ratios;
+  // [n_layers * n_heads] scale-bucket id of each head (heads of a layer sharing an id may fuse);
+  // empty: every head of a layer in one bucket (the upper bound of fusion; our assumption for
+  // shape-only configs, since which bucket a head's input falls in is only known at run time).
+  std::vector<int64_t> head_buckets;
+  // The core class the options resolve to for `plan` ("auto" as above).
+  std::string resolved_core(const Plan& plan) const;
+  // InvalidArgument naming the field: sizes, ratios outside (0, 1], negative buckets or limits.
+  void validate(const ModelConfig& c) const;
+};
+
 // Builds a prefill task graph chunk by chunk with llm.npu's dependencies (seed 001 §3.4): within
 // a chunk each task waits for the previous one (Eq. 3); the task holding a chunk's attention
 // waits for the same layer's attention of the previous chunk, whose KV it reads (Eq. 2). A
@@ -110,7 +147,7 @@ std::vector<ShadowLoad> expected_shadow_loads(const ModelConfig& c, const quant:
 // (Eq. 1's merge).
 class BlockGraphBuilder {
  public:
-  BlockGraphBuilder(ModelConfig config, Plan plan);
+  BlockGraphBuilder(ModelConfig config, Plan plan, AttentionTimingOptions attention = {});
   // Static graphs built at run time before the first chunk (naive NPU execution builds and
   // optimizes one graph per prompt shape, seed 001 §2.2): one NPU task per layer.
   void add_graph_builds(int64_t rows, double build_ms, double optimize_ms);
@@ -123,12 +160,19 @@ class BlockGraphBuilder {
   sched::TaskGraph take() { return std::move(graph_); }
 
  private:
+  // The head-wise tasks of one layer's attention; returns the tasks the next one waits for.
+  std::vector<int64_t> add_attention_tasks(const std::string& prefix, int64_t chunk, int64_t layer,
+                                           int64_t rows, int64_t kv_len,
+                                           const std::vector<int64_t>& deps);
   ModelConfig c_;
   Plan plan_;
+  AttentionTimingOptions attn_;
+  std::string core_;  // attn_.resolved_core(plan_)
   sched::TaskGraph graph_;
-  std::vector<int64_t> prev_attention_;  // per layer: attention task of the previous chunk
-  std::vector<int64_t> builds_;          // per layer: graph-build task, if any
-  std::vector<int64_t> last_;            // the tasks the latest chunk ends with
+  // per layer: the attention task(s) of the previous chunk (Eq. 2)
+  std::vector<std::vector<int64_t>> prev_attention_;
+  std::vector<int64_t> builds_;  // per layer: graph-build task, if any
+  std::vector<int64_t> last_;    // the tasks the latest chunk ends with
 };
 
 struct PrefillGraphOptions {
@@ -137,6 +181,7 @@ struct PrefillGraphOptions {
   // Shadow loads per chunk (what an engine measured); empty: `expected` for every chunk.
   std::vector<std::vector<ShadowLoad>> shadow_per_chunk;
   std::vector<ShadowLoad> expected;  // empty: expected_shadow_loads(config, plan options)
+  AttentionTimingOptions attention;  // head-wise attention (seed 000)
 };
 
 // The prefill graph of a prompt from a config alone: chunks of prefill_graph_rows(prompt_len,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "socllm/block.h"
+#include "socllm/head_pipeline.h"
 #include "socllm/simulator.h"
 #include "socllm/soc.h"
 
@@ -21,12 +22,20 @@ struct PrefillSimOptions {
   bool runtime_graph_build = false;
   double shadow_channels = kDefaultShadowChannels;  // expected loads of shape-only configs
   int64_t optimal_max_tasks = 24;
+  // Head-wise attention (plans whose attention is not fp32, seed 000): how the attention
+  // expands (block.h) and the head pipeline's policy (head_pipeline.h: sequential, pipelined,
+  // greedy = Algorithm 1, optimal).
+  AttentionTimingOptions attention;
+  std::string head_policy = "greedy";
 };
 
 // A simulated prefill: the graph, its schedule, and summary() numbers.
 struct PrefillTimeline {
   sched::TaskGraph graph;
   sched::Timeline timeline;
+  // One entry per NPU-CPU head pipeline planned (apply_head_pipeline): chunk, layer, plan,
+  // problem. Empty when the graph has none or was planned before (meta "head_policy").
+  nlohmann::json head_plans = nlohmann::json::array();
   // graph meta (config, plan, prompt_len, chunk_len, resident_bytes) + policy, device,
   // prefill_ms, prefill_tokens_per_s, ttft_ms (the first token comes with the prefill's last
   // task, the LM head), energy_mj, graph_build_ms, peak_memory_bytes (resident + the peak of
@@ -38,9 +47,12 @@ struct PrefillTimeline {
 // Run-time (build, optimize) ms of a whole model's NPU graph on a device (see the option above).
 std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c, const soc::DeviceProfile& p);
 
-// Times `graph` (whose meta gives prompt_len) under a policy on a device.
+// Times `graph` (whose meta gives prompt_len) under a policy on a device. Head-wise attention
+// groups are first planned under `head_policy` and the plan written into the graph (meta
+// "head_policy" records it; a graph planned before keeps its plan).
 PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile& device,
-                               const std::string& policy, int64_t optimal_max_tasks = 24);
+                               const std::string& policy, int64_t optimal_max_tasks = 24,
+                               const std::string& head_policy = "greedy");
 
 // The prefill of prompt_len tokens (chunks of chunk_len, 0: whole prompt) of a config.
 PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,

@@ -38,7 +38,13 @@ enum class OpKind : int {
   Elementwise,    // norms, activations, residual adds, (de)quantization: `elements` values
   OutlierMatMul,  // shadow outlier part on the CPU: [m, k channels] x [k, n] + cold fetches
   Fixed,          // a fixed duration (graph build / optimize), `fixed_us`
-  MemoryCopy      // `bytes` moved through DRAM
+  MemoryCopy,     // `bytes` moved through DRAM
+  // Head-wise attention pieces (seed 000 §3.2-3.4). `n` heads of `k` dims; `elements` = the
+  // (query row, key) pairs per head the op touches (the builder counts causal or dense pairs).
+  AttnMatMul,       // Q·Kᵀ (or P·V) scores of `elements` pairs: 2·elements·k·n ops
+  TopK,             // per-row top-k over `elements` scores per head (CPU; memory-bound)
+  SparseAttention,  // softmax and P·V over `elements` kept pairs, Q·K recomputed: 4·elements·k·n
+  NpuLaunch         // one NPU graph launch round trip (seed 000 §3.4 fused launch), no shape
 };
 const char* op_kind_name(OpKind k);
 OpKind op_kind_from_name(const std::string& s);
@@ -57,6 +63,9 @@ struct OpDesc {
   double fixed_us = 0;
   int64_t weight_bytes = 0;      // constants the op reads (weights, norm gains), as stored
   int64_t activation_bytes = 0;  // activations it reads and writes, at its format
+  // CPU core class the op is timed on ("mid", "prime", "small": /cost_model/cpu_core/<core>);
+  // empty: the whole CPU (/cost_model/cpu). Attention ops only (seed 000's CPU budget, §4).
+  std::string core;
   // Multiply-accumulates x 2 (Attention: QK^T and PV).
   double flops() const;
   nlohmann::json to_json() const;
@@ -89,7 +98,10 @@ class DeviceProfile {
 //     matmuls run as one padded sub-matmul per group plus a float reduction (seed 001 §2.3);
 //   NPU element-wise ops: their own slow rate (seed 004 Fig. 5b);
 //   attention: flops / compute rate; outlier matmul: fp32 flops + columns from DRAM / flash;
-//   element-wise ops on CPU/GPU and copies: bytes / DRAM bandwidth.
+//   element-wise ops on CPU/GPU and copies: bytes / DRAM bandwidth;
+//   head-wise attention (seed 000): NPU INT8 Q·Kᵀ at the fused-launch rate plus one launch per
+//   graph (§3.4: 2/3/4 ms for 1/2/4 heads); on a CPU core class (OpDesc::core) the rates under
+//   /cost_model/cpu_core/<core> (dense attention counts causal pairs only, §2 Fig. 4a split).
 class CostModel {
  public:
   explicit CostModel(DeviceProfile profile);
@@ -103,6 +115,7 @@ class CostModel {
 
  private:
   double matmul_us(const OpDesc& op, Processor on) const;
+  double attention_us(const OpDesc& op, Processor on) const;
   DeviceProfile p_;
 };
 

@@ -8,6 +8,7 @@
 // JSON (to_json / from_json, stable; docs/ARCHITECTURE.md):
 //   {"format": "socllm-task-graph", "version": 1, "meta": {...request...},
 //    "tasks": [{"id", "name", "kind", "processor", "chunk", "layer", "deps", "working_bytes",
+//               "heads" (head-wise attention tasks only),
 //               "ops": [{"op", "dtype", "name", "op_class", "m", "k", "n", "elements", "bytes",
 //                        "groups", "weight_bytes", "activation_bytes", "fixed_us"}]}]}
 // Zero-valued op fields are omitted.
@@ -35,9 +36,13 @@ enum class TaskKind : int {
   GraphBuild,  // building / optimizing a static graph at run time (seed 001 §2.2)
   Embed,       // token embedding lookup
   LmHead,      // final norm + LM head of the last chunk
+  // Head-wise sparse attention (seed 000 §3.4, Eq. 4): per head (or fused launch of heads)
+  Estimate,         // ζnpu: the Q·Kᵀ estimation of the heads in `heads` (one launch)
+  TopK,             // ζtopk: top-k of one head's estimated scores
+  SparseAttention,  // ζqkv: attention of one head over its selected keys
   Other
 };
-constexpr int kNumTaskKinds = 10;
+constexpr int kNumTaskKinds = 13;
 const char* task_kind_name(TaskKind k);
 TaskKind task_kind_from_name(const std::string& s);
 
@@ -52,6 +57,9 @@ struct Task {
   std::vector<int64_t> deps;     // ids of tasks that must finish first
   // Bytes the task keeps alive while it runs (activations, fetched weights), for peak memory.
   int64_t working_bytes = 0;
+  // Query heads of a head-wise attention task (Estimate: the heads fused in its launch); empty
+  // for every other task.
+  std::vector<int64_t> heads;
 };
 
 class TaskGraph {
@@ -60,6 +68,9 @@ class TaskGraph {
   int64_t add(Task t);
   const std::vector<Task>& tasks() const { return tasks_; }
   const Task& at(int64_t id) const;
+  // Makes `task` wait for `dep` (nothing if it already does); InvalidArgument on bad ids or
+  // dep == task. Cycles are found by validate().
+  void add_dep(int64_t task, int64_t dep);
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   bool empty() const { return tasks_.empty(); }
   // InvalidArgument naming the task if a dependency is out of range, on itself, repeated, or

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'policies', 'policy_name', 'simulate', 'simulate_durations', 'simulate_graph', 'simulate_prefill', 'task_durations_us', 'to_trace_json']
+__all__: list[str] = ['CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_durations', 'simulate_graph', 'simulate_prefill', 'task_durations_us', 'to_trace_json']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
@@ -92,8 +92,29 @@ class PrefillTimeline:
     def graph(self) -> TaskGraph:
         ...
     @property
+    def head_plans(self) -> typing.Any:
+        """
+        One dict per head pipeline planned: chunk, layer, plan, problem (head_pipeline.h).
+        """
+    @property
     def timeline(self) -> Timeline:
         ...
+def fuse_launches(bucket_of_head: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_fused_heads: typing.SupportsInt | typing.SupportsIndex) -> list[list[int]]:
+    """
+    Heads sharing a bucket id fused into launches of at most max_fused_heads (0: no limit).
+    """
+def head_policies() -> list:
+    """
+    The head-pipeline policies (head_pipeline.h): name, description.
+    """
+def pipeline_latency_us(problem: typing.Any, launch_order: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], head_order: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], sequential: bool = False) -> float:
+    """
+    Latency (µs) of one order under Algorithm 1's model.
+    """
+def plan_head_pipeline(problem: typing.Any, policy: str = 'greedy', optimal_max_nodes: typing.SupportsInt | typing.SupportsIndex = 50000000) -> typing.Any:
+    """
+    Plans one head pipeline: problem {topk_us, qkv_us, launches, launch_us, sync_us, shared_cpu} -> {policy, launch_order, head_order, latency_us, orders_evaluated, planner_ns}.
+    """
 def policies() -> list:
     """
     The scheduling policies (simulator.h): name, alias (earlier short name), description.
@@ -108,12 +129,14 @@ def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[
     """
     Simulation with given task durations and one cross-processor sync cost (hand examples).
     """
-def simulate_graph(graph: TaskGraph, profile: typing.Any, policy: str = 'npu-stall-first', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24) -> PrefillTimeline:
+def simulate_graph(graph: TaskGraph, profile: typing.Any, policy: str = 'npu-stall-first', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy') -> PrefillTimeline:
     """
-    Times a task graph (meta must give prompt_len).
+    Times a task graph (meta must give prompt_len); head-wise attention planned under head_policy unless the graph was planned before.
     """
-def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24) -> PrefillTimeline:
-    ...
+def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> PrefillTimeline:
+    """
+    A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).
+    """
 def task_durations_us(graph: TaskGraph, cost: CostModel) -> list[float]:
     ...
 def to_trace_json(graph: TaskGraph, timeline: Timeline) -> typing.Any:

@@ -57,7 +57,9 @@ GROUPS = {
     "buckets": {f"buckets={b}": A + f"shadow-attn:keep=0.2,buckets={b}" for b in (3, 5, 15)},
     "step": {f"step={s}": A + f"shadow-attn:keep=0.2,step={s}" for s in (0.005, 0.05, 5.0)},
 }
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+FILLER = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+)
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -174,7 +176,9 @@ def main(argv=None) -> int:
     if pk:
         print(f"\npasskey retrieval ({a.passkey_trials} trials per length), accuracy %")
         for name, hits in pk.items():
-            print(f"{name:28s} " + "  ".join(f"{n}: {100 * np.mean(v):5.1f}" for n, v in hits.items()))
+            print(
+                f"{name:28s} " + "  ".join(f"{n}: {100 * np.mean(v):5.1f}" for n, v in hits.items())
+            )
     return 0
 
 

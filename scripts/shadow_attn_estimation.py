@@ -127,8 +127,10 @@ def main(argv=None) -> int:
             "softmax_mass_pct": 100 * mass / rows,
             "output_rel_err": err / heads,
         }
-    print(f"\nEstimation quality, {a.windows} WikiText-2 held-out windows x {a.seqlen} tokens, "
-          f"{L} layers x {H} heads ({wall_s:.0f} s)")
+    print(
+        f"\nEstimation quality, {a.windows} WikiText-2 held-out windows x {a.seqlen} tokens, "
+        f"{L} layers x {H} heads ({wall_s:.0f} s)"
+    )
     print("recall % (fp32 top-k as truth) | softmax mass % | output rel. error")
     hdr = "estimator".ljust(11) + "".join(f"{int(r * 100):>22d}%" for r in RATIOS)
     print(hdr)

@@ -235,14 +235,19 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
   }
   std::vector<double> r(N, keep);
   if (positive.empty()) return r;
-  // the clamp: products above the clamp_quantile of the positive ones are set to it
-  const size_t q =
-      static_cast<size_t>(std::ceil(clamp_quantile * static_cast<double>(positive.size())) - 1);
-  std::nth_element(positive.begin(), positive.begin() + q, positive.end());
-  const double cap = positive[q];
-  for (double& x : c) x = std::min(x, cap);
+  // The clamp, two-sided: products are bounded to the [1 - q, q] quantiles of the positive ones
+  // (a head whose removal did not raise the loss gets the lower bound, not 0: keeping one key
+  // replaces its output by one value row, a larger change than the ablation that measured it).
+  const auto quantile = [&](double f) {
+    const size_t i =
+        static_cast<size_t>(std::max(0.0, std::ceil(f * static_cast<double>(positive.size())) - 1));
+    std::nth_element(positive.begin(), positive.begin() + i, positive.end());
+    return positive[i];
+  };
+  const double cap = quantile(clamp_quantile), floor = quantile(1.0 - clamp_quantile);
+  for (double& x : c) x = std::clamp(x, floor, cap);
   // Water filling: heads at 1 keep 1, the budget left is shared by the others in proportion to
-  // c; what heads with c > 0 cannot take (all at 1) goes evenly to the heads with c = 0.
+  // c (all c > 0 after the clamp).
   std::vector<bool> capped(N, false);
   const double total = keep * static_cast<double>(N);
   for (;;) {
@@ -256,12 +261,6 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
     }
     if (!changed) break;
   }
-  double used = 0;
-  size_t zeros = 0;
-  for (size_t i = 0; i < N; ++i) used += r[i], zeros += c[i] == 0;
-  if (zeros && total - used > 1e-12)
-    for (size_t i = 0; i < N; ++i)
-      if (c[i] == 0) r[i] = std::min(1.0, (total - used) / static_cast<double>(zeros));
   return r;
 }
 

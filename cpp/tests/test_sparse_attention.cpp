@@ -70,21 +70,22 @@ TEST(SparseAttention, BucketGridAndChoice) {
 TEST(SparseAttention, HeadRatiosFollowEq3) {
   // 2 layers x 2 heads; products c = h * l: {0.5*2, 1.5*2, 1*1, 0*1} = {1, 3, 1, 0}
   const std::vector<float> h{0.5f, 1.5f, 1.0f, -0.2f}, l{2.0f, 1.0f};
-  // clamp at the max (quantile 1): ratio = 0.25 * 4 * c / 5 = {0.2, 0.6, 0.2, 0}
-  auto r = q::head_keep_ratios(h, l, 2, 0.25, 1.0);
+  // clamp to [min, max] of the positive products: c = {1, 3, 1, 1} (the head whose removal
+  // helped gets the floor); ratio = 0.3 * 4 * c / 6 = {0.2, 0.6, 0.2, 0.2}
+  auto r = q::head_keep_ratios(h, l, 2, 0.3, 1.0);
   EXPECT_NEAR(r[0], 0.2, 1e-12);
   EXPECT_NEAR(r[1], 0.6, 1e-12);
   EXPECT_NEAR(r[2], 0.2, 1e-12);
-  EXPECT_NEAR(r[3], 0.0, 1e-12);
-  // clamp at the 2/3 quantile of the positive products {1, 1, 3}: c = {1, 1, 1, 0}
+  EXPECT_NEAR(r[3], 0.2, 1e-12);
+  // clamp at the 2/3 quantile of the positive products {1, 1, 3}: c = {1, 1, 1, 1}, uniform
   r = q::head_keep_ratios(h, l, 2, 0.3, 0.6);
-  EXPECT_NEAR(r[1], 0.4, 1e-12);
-  // keep 0.6: 0.6 * 4 * 3/5 = 1.44 > 1 -> head 1 at 1, the other 1.4 shared 1:1 -> 0.7 each
+  for (double x : r) EXPECT_NEAR(x, 0.3, 1e-12);
+  // keep 0.6: 0.6 * 4 * 3/6 = 1.2 > 1 -> head 1 at 1, the other 1.4 shared 1:1:1
   r = q::head_keep_ratios(h, l, 2, 0.6, 1.0);
   EXPECT_NEAR(r[1], 1.0, 1e-12);
-  EXPECT_NEAR(r[0], 0.7, 1e-12);
+  EXPECT_NEAR(r[0], 1.4 / 3, 1e-12);
   EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.6, 1e-12);
-  // keep 1: every head at 1, the zero-importance head included
+  // keep 1: every head at 1
   r = q::head_keep_ratios(h, l, 2, 1.0, 0.95);
   for (double x : r) EXPECT_NEAR(x, 1.0, 1e-12);
   expect_error<ShapeError>([&] { q::head_keep_ratios(h, l, 3, 0.2, 1.0); }, "3 heads");

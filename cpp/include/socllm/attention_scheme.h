@@ -57,8 +57,8 @@ struct AttentionScheme {
   double step = 0.5;               // shadow-attn bucket step σ (§5.2: 5e-1)
   std::string scales = "buckets";  // shadow-attn estimator scales: buckets | dynamic
   std::string ratios = "uniform";  // per-head keep ratios: calibrated | uniform
-  // Eq. 3's clamp of headImp·layerImp: products above this quantile of the positive ones are
-  // cut to it. The paper's example is absolute (1e-3, in its loss units); on SmolLM2 the
+  // Eq. 3's clamp of headImp·layerImp: products are bounded to the [1 - q, q] quantiles of
+  // the positive ones. The paper's example is absolute (1e-3, in its loss units); on SmolLM2 the
   // products are 1e-3..1 nats², so an absolute 1e-3 would clamp almost every head (uniform).
   double clamp_quantile = 0.95;
 
@@ -100,11 +100,12 @@ std::vector<std::pair<int, int>> bucket_offsets(int64_t n);
 // index. bq/bk: the buckets' scales.
 int64_t nearest_bucket(float lq, float lk, std::span<const float> bq, std::span<const float> bk);
 
-// Per-head keep ratios by seed 000 Eq. 3: c_i = max(headImp_i, 0) * max(layerImp_j, 0), cut at
-// the clamp_quantile of the positive c; ratio_i = keep * N * c_i / sum(c); ratios above 1 are
-// set to 1 and the excess shared among the rest in proportion to c (water filling) so that the
-// mean is keep (what no head with c > 0 can take goes to the c = 0 heads evenly). head_importance
-// [n_layers * n_heads], layer_importance [n_layers]. No positive c: uniform keep.
+// Per-head keep ratios by seed 000 Eq. 3: c_i = max(headImp_i, 0) * max(layerImp_j, 0),
+// clamped to the [1 - clamp_quantile, clamp_quantile] quantiles of the positive c (a head whose
+// removal did not hurt gets the lower bound, not 0); ratio_i = keep * N * c_i / sum(c); ratios
+// above 1 are set to 1 and the excess shared among the rest in proportion to c (water filling)
+// so that the mean is keep. head_importance [n_layers * n_heads], layer_importance [n_layers].
+// No positive c: uniform keep.
 std::vector<double> head_keep_ratios(std::span<const float> head_importance,
                                      std::span<const float> layer_importance, int64_t n_heads,
                                      double keep, double clamp_quantile);

@@ -18,7 +18,8 @@ the key's digits appear in the first 8 new tokens.
 
 Results are written to --json after every plan (atomically) and a rerun resumes.
 
-    python scripts/shadow_attn_accuracy.py --calib CALIB.h5 --json docs/results/shadow_attn_accuracy.json
+    python scripts/shadow_attn_accuracy.py --calib CALIB.h5 \\
+        --json docs/results/shadow_attn_accuracy.json
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
             if name in res:
                 continue
             t0 = time.perf_counter()
-            rows = [score_window(m, w, plans[name], r[3]) for w, r in zip(windows, refs)]
+            rows = [score_window(m, w, plans[name], r[3]) for w, r in zip(windows, refs, strict=True)]
             res[name] = {
                 "plan": plans[name],
                 "nll": [r[0] for r in rows],

@@ -143,7 +143,8 @@ def main(argv=None) -> int:
             if name in res:
                 continue
             t0 = time.perf_counter()
-            rows = [score_window(m, w, plans[name], r[3]) for w, r in zip(windows, refs, strict=True)]
+            pairs = zip(windows, refs, strict=True)
+            rows = [score_window(m, w, plans[name], r[3]) for w, r in pairs]
             res[name] = {
                 "plan": plans[name],
                 "nll": [r[0] for r in rows],

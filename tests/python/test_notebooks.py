@@ -9,7 +9,9 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.slow  # the slow tier (--runslow): about a minute for the three notebooks
+# The slow tier (--runslow): about two minutes for the notebooks; 04 makes a small calibration on
+# its first run (about a minute more, then kept in the socllm cache; SOCLLM_ATTN_CALIB skips it).
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, smollm):
     nbformat = pytest.importorskip("nbformat")

@@ -204,7 +204,7 @@ def shadow_breakdown(q, k, v, keep: float, spec: str, repeats: int) -> dict:
             for r0, rows in blocks:
                 keys = r0 + rows
                 t0 = time.perf_counter()
-                S = ops.gemm_s8s8s32(q8[h][r0:keys], kt[:keys].T)  # [rows, keys] int32
+                S = ops.gemm_s8s8s32(q8[h][r0 : r0 + rows], kt[:keys].T)  # [rows, keys] int32
                 t1 = time.perf_counter()
                 for i in range(rows):
                     vis = r0 + i + 1

@@ -254,7 +254,18 @@ BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan,
   c_.validate();
   plan_.validate_placement();
   attn_.validate(c_);
+  option_buckets_ = attn_.head_buckets;
   core_ = attn_.resolved_core(plan_);
+}
+
+void BlockGraphBuilder::set_head_buckets(std::span<const int64_t> buckets) {
+  if (static_cast<int64_t>(buckets.size()) != c_.n_layers * c_.n_heads)
+    throw ShapeError("[BlockGraphBuilder] set_head_buckets: " + std::to_string(buckets.size()) +
+                     " entries for " + std::to_string(c_.n_layers) + " layers x " +
+                     std::to_string(c_.n_heads) + " heads");
+  const bool all_chosen = std::ranges::all_of(buckets, [](int64_t b) { return b >= 0; });
+  attn_.head_buckets =
+      all_chosen ? std::vector<int64_t>(buckets.begin(), buckets.end()) : option_buckets_;
 }
 
 namespace {

@@ -427,10 +427,16 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
             }
             if (attn && s.plan_attention) {
-              quant::prefill_attention(plan.attention, (*attn)[static_cast<size_t>(l)],
-                                       qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd,
-                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
-                                       att.data() + s.row0 * qd, qd);
+              quant::AttentionTrace trace;
+              trace.record_keys = false;
+              const bool want_buckets = hooks && hooks->head_buckets;
+              quant::prefill_attention(
+                  plan.attention, (*attn)[static_cast<size_t>(l)], qkv.data() + s.row0 * qkv_w,
+                  qkv_w, K, Vc, kvd, {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
+                  att.data() + s.row0 * qd, qd, want_buckets ? &trace : nullptr);
+              if (want_buckets)
+                std::copy(trace.bucket.begin(), trace.bucket.end(),
+                          hooks->head_buckets->begin() + l * c.n_heads);
             } else {
               k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
                                   c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
@@ -514,6 +520,10 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
   TensorF32 out({total, d});
   int64_t out_row = 0;
   std::vector<quant::ShadowStats> stats;
+  // shadow-attn's bucket per head in each recorded chunk (which heads share an NPU launch)
+  std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
+  RunHooks bucket_hooks;
+  bucket_hooks.head_buckets = &buckets;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const auto& seq = seqs[si];
     const int64_t T = static_cast<int64_t>(seq.size());
@@ -535,10 +545,12 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       b.segments = {{0, valid}};
       if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
       // The attention graph is fixed by the KV length it sees: chunk index = past / C.
-      run_blocks(b, x.data(), plan, prep, past / C, nullptr, record ? &stats : nullptr);
+      run_blocks(b, x.data(), plan, prep, past / C, nullptr, record ? &stats : nullptr,
+                 record ? &bucket_hooks : nullptr);
       if (record) {
         const auto loads = prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
                                                       : std::vector<ShadowLoad>{};
+        record->set_head_buckets(buckets);
         record->add_chunk(past / C, C, past + C, loads);
       }
       k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
@@ -626,8 +638,13 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
       b.pos[static_cast<size_t>(s.row0 + t)] = s.cache->length() + t;
   }
   std::vector<quant::ShadowStats> stats;
+  std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
+  RunHooks bucket_hooks;
+  bucket_hooks.head_buckets = &buckets;
   if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
-  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr);
+  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr,
+             record ? &bucket_hooks : nullptr);
+  if (record) record->set_head_buckets(buckets);
   if (record)  // one chunk of the whole prompt
     record->add_chunk(
         0, N, N,
@@ -654,7 +671,15 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
                           std::to_string(c.context_length));
   KVCache cache = new_cache(T);
   std::optional<BlockGraphBuilder> record;
-  if (return_graph) record.emplace(c, plan);
+  if (return_graph) {
+    // the head-wise timing uses the keep ratios this engine runs (Eq. 3's from calibration)
+    AttentionTimingOptions timing;
+    if (const auto attn = prepare_attention(plan); attn && plan.attention.is_sparse())
+      for (const auto& layer : *attn)
+        timing.head_ratios.insert(timing.head_ratios.end(), layer.head_ratio.begin(),
+                                  layer.head_ratio.end());
+    record.emplace(c, plan, std::move(timing));
+  }
   TensorF32 h = forward({&cache}, {tokens}, plan, record ? &*record : nullptr);
   Prefill out;
   const int64_t d = h.dim(1);

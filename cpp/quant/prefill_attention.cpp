@@ -144,7 +144,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
     trace->bucket.assign(static_cast<size_t>(H), -1);
     trace->input_q.assign(static_cast<size_t>(H), 0.0f);
     trace->input_k.assign(static_cast<size_t>(H), 0.0f);
-    trace->keys.assign(static_cast<size_t>(H * T), {});
+    trace->keys.assign(static_cast<size_t>(trace->record_keys ? H * T : 0), {});
   }
 
   // shadow-attn: per head the bucket nearest to the input's <λQ, λK> (§3.3), K in that bucket.
@@ -222,7 +222,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
       std::vector<int32_t> idx(static_cast<size_t>(keys)), ibuf;
       gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh.data());
       auto emit = [&](int64_t i, int64_t n) {
-        if (trace)
+        if (trace && trace->record_keys)
           trace->keys[static_cast<size_t>(h * T + r0 + i)].assign(idx.begin(), idx.begin() + n);
       };
       if (s.kind == AttentionKind::Sparse) {

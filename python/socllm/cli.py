@@ -203,7 +203,8 @@ def cmd_calibrate(args) -> int:
         **cal.provenance,
     }
     if args.json != "-":
-        print(f"wrote {args.out}: {cal.tokens} tokens observed ({summary['seconds']} s)")
+        seen = f", {cal.tokens} tokens observed for act-scales" if cal.tokens else ""
+        print(f"wrote {args.out}: steps {args.steps}{seen} ({summary['seconds']} s)")
     _emit_json(summary, args.json)
     return 0
 

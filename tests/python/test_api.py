@@ -201,5 +201,5 @@ def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
     r = _cli(*args, "--plan", "shadow-outlier", "--calib", str(cal), "--json", "-", "--quiet")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["results"][0]["perplexity"] > 1
-    r = _cli("calibrate", "--steps", "head-importance", "--out", str(cal), "--quiet")
-    assert r.returncode != 0 and "unknown step" in r.stderr
+    r = _cli("calibrate", "--steps", "head-importances", "--out", str(cal), "--quiet")
+    assert r.returncode != 0 and "unknown step" in r.stderr and "head-importances" in r.stderr

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import socllm
 from socllm import _core
+from socllm import head_pipeline as hp
 from socllm.calibrate import load_calibration, save_calibration
 from socllm.calibration_steps import run_steps
 
@@ -220,6 +221,33 @@ def test_capture_and_calibration_steps_round_trip(smollm, text_ids, tmp_path):
         npu = smollm.attention_constants("fp32:attention=npu-int8")[4]
         assert npu["static_q"] == pytest.approx(qa[:, 4].max() / 127, rel=1e-6)
         smollm.logits(text_ids[:50], "fp32:attention=shadow-attn")  # runs end to end
+        # the graph a prefill records is timed with what the engine ran: Eq. 3's ratio of each
+        # head (its sparse-attention pairs) and the bucket each head's input chose (launches)
+        ids = text_ids[:48]
+        plan = "fp32:attention=shadow-attn,keep=0.2"
+        scaled = back.stats.array("q_absmax")
+        scaled[:, 7, :3] *= 8  # layer 7's heads 0-2 now choose another bucket than the rest
+        back.stats.set_array("q_absmax", None, scaled)
+        smollm.set_calibration(back.stats)
+        consts = smollm.attention_constants(plan)
+        _, graph = smollm.prefill(ids, plan, return_graph=True)
+        tasks = graph.to_json()["tasks"]
+        caps = smollm.capture(ids, [0, 7], what=("q", "k", "v"))
+        for layer, cap in zip((0, 7), caps, strict=True):
+            c = consts[layer]
+            chosen = ops.prefill_attention(
+                cap["q"], cap["k"], cap["v"], "shadow-attn:keep=0.2", head_ratio=c["head_ratio"],
+                bucket_q=c["bucket_q"], bucket_k=c["bucket_k"], trace=True,
+            )["bucket"]  # fmt: skip
+            est = [t for t in tasks if t["layer"] == layer and t["kind"] == "estimate"]
+            launches = [t["heads"] for t in est]
+            assert launches == hp.fuse_launches(chosen, 4)
+            assert layer != 7 or len(set(chosen[:3]) | {chosen[3]}) == 2
+            for t in tasks:
+                if t["layer"] == layer and t["kind"] == "sparse_attention":
+                    r = c["head_ratio"][t["heads"][0]]
+                    kept = sum(ops.keys_kept(v, r, 1) for v in range(1, len(ids) + 1))
+                    assert t["ops"][0]["elements"] == kept
     finally:
         smollm.set_calibration(None)
 

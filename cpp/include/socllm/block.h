@@ -157,6 +157,10 @@ class BlockGraphBuilder {
   void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
                  std::span<const ShadowLoad> shadow = {});
   void add_lm_head(int64_t rows);
+  // The scale bucket of each head ([n_layers * n_heads]) for the chunks added next, as an engine
+  // chose them from the chunk's input (seed 000 §3.3; heads sharing one may share a launch). Any
+  // entry < 0 (no bucket: static or dynamic scales) keeps the options' head_buckets instead.
+  void set_head_buckets(std::span<const int64_t> buckets);
   sched::TaskGraph take() { return std::move(graph_); }
 
  private:
@@ -167,7 +171,8 @@ class BlockGraphBuilder {
   ModelConfig c_;
   Plan plan_;
   AttentionTimingOptions attn_;
-  std::string core_;  // attn_.resolved_core(plan_)
+  std::vector<int64_t> option_buckets_;  // the options' head_buckets (set_head_buckets' default)
+  std::string core_;                     // attn_.resolved_core(plan_)
   sched::TaskGraph graph_;
   // per layer: the attention task(s) of the previous chunk (Eq. 2)
   std::vector<std::vector<int64_t>> prev_attention_;

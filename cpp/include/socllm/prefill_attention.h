@@ -27,6 +27,7 @@ struct AttentionTrace {
   std::vector<int32_t> bucket;             // [n_heads] bucket chosen (shadow-attn), else -1
   std::vector<float> input_q, input_k;     // [n_heads] the input's own λQ, λK (shadow-attn)
   std::vector<std::vector<int32_t>> keys;  // [n_heads * T] selected keys of each row, ascending
+  bool record_keys = true;  // false: only bucket and input scales (what a timed graph needs)
 };
 
 // Per-layer constants of a scheme for uniform ratios and no calibration (fp32, sparse and

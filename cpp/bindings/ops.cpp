@@ -173,6 +173,7 @@ void init_attention_ops(py::module_& ops) {
         d["bucket"] = tr.bucket;
         d["input_q"] = tr.input_q;
         d["input_k"] = tr.input_k;
+        d["rescored"] = tr.rescored;
         return py::object(d);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scheme"), py::arg("past") = 0,
@@ -181,7 +182,8 @@ void init_attention_ops(py::module_& ops) {
       py::arg("trace") = false,
       "One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; with "
       "trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse "
-      "kinds), bucket, input_q, input_k (shadow-attn). bucket_q/k: [H * buckets].");
+      "kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 "
+      "by certified shadow-attn). bucket_q/k: [H * buckets].");
 }
 
 }  // namespace

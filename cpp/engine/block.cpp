@@ -11,6 +11,9 @@ namespace socllm {
 
 namespace {
 
+// (query row, key) pairs of `rows` causal rows ending at key kv_len.
+int64_t causal_pairs(int64_t rows, int64_t kv_len) { return rows * kv_len - rows * (rows - 1) / 2; }
+
 using npu::SubgraphKind;
 
 constexpr std::array<BlockOpInfo, kNumBlockOps> kBlock = {{
@@ -239,6 +242,9 @@ void AttentionTimingOptions::validate(const ModelConfig& c) const {
     if (head_buckets[i] < 0)
       throw InvalidArgument(f + "head_buckets[" + std::to_string(i) +
                             "] = " + std::to_string(head_buckets[i]) + " (needs >= 0)");
+  if (!(rescore_share >= 0 && rescore_share <= 1))
+    throw InvalidArgument(f + "rescore_share must be in [0, 1], got " +
+                          std::to_string(rescore_share));
   if (cpu_core != "auto" && !cpu_core.empty() && cpu_core != "mid" && cpu_core != "prime" &&
       cpu_core != "small")
     throw InvalidArgument(f + "cpu_core '" + cpu_core + "' (auto, mid, prime, small or '')");
@@ -258,20 +264,23 @@ BlockGraphBuilder::BlockGraphBuilder(ModelConfig config, Plan plan,
   core_ = attn_.resolved_core(plan_);
 }
 
-void BlockGraphBuilder::set_head_buckets(std::span<const int64_t> buckets) {
+void BlockGraphBuilder::observe_attention(std::span<const int64_t> buckets, int64_t rescored_keys,
+                                          int64_t rows, int64_t kv_len) {
   if (static_cast<int64_t>(buckets.size()) != c_.n_layers * c_.n_heads)
-    throw ShapeError("[BlockGraphBuilder] set_head_buckets: " + std::to_string(buckets.size()) +
-                     " entries for " + std::to_string(c_.n_layers) + " layers x " +
+    throw ShapeError("[BlockGraphBuilder] observe_attention: " + std::to_string(buckets.size()) +
+                     " buckets for " + std::to_string(c_.n_layers) + " layers x " +
                      std::to_string(c_.n_heads) + " heads");
   const bool all_chosen = std::ranges::all_of(buckets, [](int64_t b) { return b >= 0; });
   attn_.head_buckets =
       all_chosen ? std::vector<int64_t>(buckets.begin(), buckets.end()) : option_buckets_;
+  if (plan_.attention.certified) {
+    const double pairs = static_cast<double>(c_.n_layers * c_.n_heads) *
+                         static_cast<double>(causal_pairs(rows, kv_len));
+    attn_.rescore_share = std::min(1.0, static_cast<double>(rescored_keys) / pairs);
+  }
 }
 
 namespace {
-
-// (query row, key) pairs of `rows` causal rows ending at key kv_len.
-int64_t causal_pairs(int64_t rows, int64_t kv_len) { return rows * kv_len - rows * (rows - 1) / 2; }
 
 // Pairs kept by a head at `ratio`: per row, quant::keys_kept of its visible keys.
 int64_t kept_pairs(int64_t rows, int64_t kv_len, double ratio, int64_t min_keys) {
@@ -376,9 +385,14 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
     for (int64_t h = 0; h < H; ++h) {
       const int64_t est = est_of[static_cast<size_t>(h)];
       const std::string hn = ".h" + std::to_string(h);
-      const int64_t tk = task("topk" + hn, sched::TaskKind::TopK, P,
-                              {attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, causal, core)}, {h},
-                              4 * dense, {est});
+      std::vector<soc::OpDesc> topk = {
+          attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, causal, core)};
+      if (a.certified)  // the uncertain band's keys, rescored in fp32 (attention_scheme.h)
+        topk.push_back(attn_op(OpKind::AttnMatMul, "rescore", DType::Fp32, 1, d,
+                               std::llround(attn_.rescore_share * static_cast<double>(causal)),
+                               core));
+      const int64_t tk =
+          task("topk" + hn, sched::TaskKind::TopK, P, std::move(topk), {h}, 4 * dense, {est});
       const int64_t kept = kept_pairs(rows, kv_len, ratio(h), a.min_keys);
       finals.push_back(task(
           "sparse_attention" + hn, sched::TaskKind::SparseAttention, P,

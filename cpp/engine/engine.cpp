@@ -429,14 +429,16 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
             if (attn && s.plan_attention) {
               quant::AttentionTrace trace;
               trace.record_keys = false;
-              const bool want_buckets = hooks && hooks->head_buckets;
-              quant::prefill_attention(
-                  plan.attention, (*attn)[static_cast<size_t>(l)], qkv.data() + s.row0 * qkv_w,
-                  qkv_w, K, Vc, kvd, {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
-                  att.data() + s.row0 * qd, qd, want_buckets ? &trace : nullptr);
-              if (want_buckets)
+              const bool observe = hooks && (hooks->head_buckets || hooks->rescored_keys);
+              quant::prefill_attention(plan.attention, (*attn)[static_cast<size_t>(l)],
+                                       qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd,
+                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
+                                       att.data() + s.row0 * qd, qd, observe ? &trace : nullptr);
+              if (observe && hooks->head_buckets)
                 std::copy(trace.bucket.begin(), trace.bucket.end(),
                           hooks->head_buckets->begin() + l * c.n_heads);
+              if (observe && hooks->rescored_keys)
+                for (int64_t r : trace.rescored) *hooks->rescored_keys += r;
             } else {
               k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
                                   c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
@@ -520,10 +522,11 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
   TensorF32 out({total, d});
   int64_t out_row = 0;
   std::vector<quant::ShadowStats> stats;
-  // shadow-attn's bucket per head in each recorded chunk (which heads share an NPU launch)
+  // what sparse attention chose in each recorded chunk (its head-wise timing)
   std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
-  RunHooks bucket_hooks;
-  bucket_hooks.head_buckets = &buckets;
+  int64_t rescored = 0;
+  RunHooks seen;
+  seen.head_buckets = &buckets, seen.rescored_keys = &rescored;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const auto& seq = seqs[si];
     const int64_t T = static_cast<int64_t>(seq.size());
@@ -545,12 +548,13 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       b.segments = {{0, valid}};
       if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
       // The attention graph is fixed by the KV length it sees: chunk index = past / C.
+      rescored = 0;
       run_blocks(b, x.data(), plan, prep, past / C, nullptr, record ? &stats : nullptr,
-                 record ? &bucket_hooks : nullptr);
+                 record ? &seen : nullptr);
       if (record) {
         const auto loads = prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
                                                       : std::vector<ShadowLoad>{};
-        record->set_head_buckets(buckets);
+        record->observe_attention(buckets, rescored, valid, past + valid);
         record->add_chunk(past / C, C, past + C, loads);
       }
       k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
@@ -639,12 +643,13 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   }
   std::vector<quant::ShadowStats> stats;
   std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
-  RunHooks bucket_hooks;
-  bucket_hooks.head_buckets = &buckets;
+  int64_t rescored = 0;
+  RunHooks seen;
+  seen.head_buckets = &buckets, seen.rescored_keys = &rescored;
   if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
   run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr,
-             record ? &bucket_hooks : nullptr);
-  if (record) record->set_head_buckets(buckets);
+             record ? &seen : nullptr);
+  if (record) record->observe_attention(buckets, rescored, N, N);
   if (record)  // one chunk of the whole prompt
     record->add_chunk(
         0, N, N,

@@ -32,7 +32,8 @@ std::vector<std::string> kind_options(AttentionKind k) {
     case AttentionKind::BlockSparse:
       return {"keep", "min_keys", "ratios", "clamp_quantile", "block"};
     case AttentionKind::ShadowAttn:
-      return {"keep", "min_keys", "ratios", "clamp_quantile", "buckets", "step", "scales"};
+      return {"keep",    "min_keys", "ratios", "clamp_quantile",
+              "buckets", "step",     "scales", "certified"};
   }
   return {};
 }
@@ -76,8 +77,9 @@ AttentionKind attention_kind_from_name(const std::string& s) {
 }
 
 const std::vector<std::string>& AttentionScheme::option_names() {
-  static const std::vector<std::string> kNames = {"keep",  "min_keys", "ratios", "clamp_quantile",
-                                                  "block", "buckets",  "step",   "scales"};
+  static const std::vector<std::string> kNames = {"keep",           "min_keys", "ratios",
+                                                  "clamp_quantile", "block",    "buckets",
+                                                  "step",           "scales",   "certified"};
   return kNames;
 }
 
@@ -95,6 +97,8 @@ void AttentionScheme::validate() const {
     throw InvalidArgument(k + "scales must be 'buckets' or 'dynamic', got '" + scales + "'");
   if (ratios != "calibrated" && ratios != "uniform")
     throw InvalidArgument(k + "ratios must be 'calibrated' or 'uniform', got '" + ratios + "'");
+  if (certified != 0 && certified != 1)
+    throw InvalidArgument(k + "certified must be 0 or 1, got " + num(certified));
   if (!(clamp_quantile > 0.0 && clamp_quantile <= 1.0))
     throw InvalidArgument(k + "clamp_quantile must be in (0, 1], got " + num(clamp_quantile));
 }
@@ -110,6 +114,7 @@ json AttentionScheme::to_json() const {
     else if (o == "buckets") j[o] = buckets;
     else if (o == "step") j[o] = step;
     else if (o == "scales") j[o] = scales;
+    else if (o == "certified") j[o] = certified;
   }
   return j;
 }
@@ -130,7 +135,8 @@ AttentionScheme AttentionScheme::from_json(const json& j) {
       throw InvalidArgument(who + " has no option '" + key + "' (its options: " + join(allowed) +
                             ")");
     const bool text = key == "ratios" || key == "scales";
-    const bool integer = key == "min_keys" || key == "block" || key == "buckets";
+    const bool integer =
+        key == "min_keys" || key == "block" || key == "buckets" || key == "certified";
     if (text ? !v.is_string() : !v.is_number() || (integer && !v.is_number_integer()))
       throw InvalidArgument(who + ": option '" + key + "' must be " +
                             (text      ? "a name"
@@ -145,6 +151,7 @@ AttentionScheme AttentionScheme::from_json(const json& j) {
     else if (key == "buckets") s.buckets = v.get<int64_t>();
     else if (key == "step") s.step = v.get<double>();
     else if (key == "scales") s.scales = v.get<std::string>();
+    else if (key == "certified") s.certified = v.get<int64_t>();
   }
   s.validate();
   return s;

@@ -30,7 +30,51 @@ void gather_head(const float* x, int64_t ld, int64_t rows, int64_t col0, int64_t
 struct HeadInputs {
   std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket (shadow-attn)
   float bq = 0;            // the Q scale used
+  float bk = 0;            // the K scale used
+  // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
+  double k8_norm_max = 0, k_residual_max = 0;
 };
+
+// Certified top-k (issue 13 item 7). With x = s·(x8 + e), the exact score divided by bq·bk is
+// q8·k8 + q8·e_k + e_q·k8 + e_q·e_k, so by Cauchy-Schwarz its distance from the INT8 score is at
+// most B = |q8|·E_k + |e_q|·K8 + |e_q|·E_k (E_k, K8: the maxima over keys; residuals include
+// clamping). A key of the fp32 top-k then has an INT8 score >= the k-th INT8 score - 2B: only
+// those keys are rescored in fp32. Returns the keys rescored (0: the INT8 top-k is already
+// certain, every candidate is in it).
+int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, const float* kg,
+                     int64_t ldkv, int64_t hd, const int32_t* s, int64_t visible, int64_t kept,
+                     int32_t* idx, std::vector<int32_t>& cand, std::vector<float>& cand_score,
+                     std::vector<int32_t>& pick, std::vector<float>& fbuf) {
+  double q8n = 0, eqn = 0;
+  for (int64_t d = 0; d < hd; ++d) {
+    const double e = static_cast<double>(q[d]) / hi.bq - q8[d];
+    q8n += static_cast<double>(q8[d]) * q8[d];
+    eqn += e * e;
+  }
+  q8n = std::sqrt(q8n), eqn = std::sqrt(eqn);
+  const double bound = q8n * hi.k_residual_max + eqn * hi.k8_norm_max + eqn * hi.k_residual_max;
+  int32_t kth = s[idx[0]];
+  for (int64_t t = 1; t < kept; ++t) kth = std::min(kth, s[idx[t]]);
+  // 1e-6 relative + 1 covers the float rounding of the residual norms
+  const double floor_score = static_cast<double>(kth) - 2.0 * bound * (1.0 + 1e-6) - 1.0;
+  cand.clear();
+  for (int64_t j = 0; j < visible; ++j)
+    if (static_cast<double>(s[j]) >= floor_score) cand.push_back(static_cast<int32_t>(j));
+  const auto n_cand = static_cast<int64_t>(cand.size());
+  if (n_cand == kept) return 0;
+  cand_score.resize(cand.size());
+  for (int64_t c = 0; c < n_cand; ++c) {
+    const float* kr = kg + static_cast<int64_t>(cand[c]) * ldkv;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kr[d];
+    cand_score[c] = dot;
+  }
+  pick.resize(cand.size());
+  k::topk_indices(cand_score.data(), n_cand, kept, pick.data(), fbuf);
+  for (int64_t t = 0; t < kept; ++t) idx[t] = cand[pick[t]];  // cand ascending: so is idx
+  return n_cand;
+}
 
 // Per-row keep: the row's causal keys and how many it keeps.
 int64_t row_keep(const AttentionScheme& s, double ratio, int64_t visible) {
@@ -145,6 +189,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
     trace->input_q.assign(static_cast<size_t>(H), 0.0f);
     trace->input_k.assign(static_cast<size_t>(H), 0.0f);
     trace->keys.assign(static_cast<size_t>(trace->record_keys ? H * T : 0), {});
+    trace->rescored.assign(static_cast<size_t>(H), 0);
   }
 
   // shadow-attn: per head the bucket nearest to the input's <λQ, λK> (§3.3), K in that bucket.
@@ -168,9 +213,20 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
       // an all-zero input has no scale: any positive one quantizes it to zeros
       bq = bq > 0 ? bq : 1.0f, bk = bk > 0 ? bk : 1.0f;
       HeadInputs& hi = heads[static_cast<size_t>(h)];
-      hi.bq = bq;
+      hi.bq = bq, hi.bk = bk;
       hi.k8.resize(static_cast<size_t>(L * hd));
       k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
+      if (s.certified)
+        for (int64_t j = 0; j < L; ++j) {
+          double n8 = 0, ne = 0;
+          for (int64_t d = 0; d < hd; ++d) {
+            const double q8 = hi.k8[static_cast<size_t>(j * hd + d)];
+            const double e = static_cast<double>(kk[j * ldkv + g * hd + d]) / bk - q8;
+            n8 += q8 * q8, ne += e * e;
+          }
+          hi.k8_norm_max = std::max(hi.k8_norm_max, std::sqrt(n8));
+          hi.k_residual_max = std::max(hi.k_residual_max, std::sqrt(ne));
+        }
       if (trace) {
         trace->bucket[h] = static_cast<int32_t>(bucket);
         trace->input_q[h] = lq;
@@ -246,13 +302,24 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         std::vector<int32_t> S(static_cast<size_t>(rows * keys));
         k::quantize_rows_s8(qh.data(), rows, hd, hd, hi.bq, q8.data(), hd);
         k::gemm_s8s8s32(q8.data(), hd, hi.k8.data(), hd, S.data(), keys, rows, keys, hd, isa);
+        std::vector<int32_t> cand, pick;
+        std::vector<float> cand_score;
+        int64_t rescored = 0;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t visible = sh.past + r0 + i + 1;
           const int64_t n = k::topk_indices(S.data() + i * keys, visible,
                                             row_keep(s, ratio, visible), idx.data(), ibuf);
+          if (s.certified)
+            rescored += certify_topk(qh.data() + i * hd, q8.data() + i * hd, hi, kg, ldkv, hd,
+                                     S.data() + i * keys, visible, n, idx.data(), cand, cand_score,
+                                     pick, fbuf);
           k::attend_selected(qh.data() + i * hd, kg, vg, ldkv, hd, idx.data(), n, inv_sqrt,
                              out + (r0 + i) * ldo + h * hd, p.data());
           emit(i, n);
+        }
+        if (trace && s.certified) {
+#pragma omp atomic
+          trace->rescored[static_cast<size_t>(h)] += rescored;
         }
       } else {
         // C/G-Block-Sparse: the query block's mean against the key blocks' means

@@ -197,6 +197,7 @@ def simulate(
     max_fused_heads: int = 4,
     head_ratios: Sequence[float] | None = None,
     head_buckets: Sequence[int] | None = None,
+    rescore_share: float = 1.0,
 ) -> Timeline:
     """Prefill timeline of a config (a name of ``socllm.configs``, a dict, or a loaded model's
     config) on a device: one call into C++ (module doc).
@@ -212,7 +213,9 @@ def simulate(
     core for non-fp32 attention, the whole CPU for fp32; "mid" times seed 000's C/G-Full);
     ``max_fused_heads`` heads per fused NPU launch at most (0: no limit, 1: no fusion);
     ``head_ratios`` / ``head_buckets``: ``[n_layers * n_heads]`` keep ratios and scale-bucket
-    ids per head (e.g. from a calibration; None: the plan's keep, one bucket per layer)."""
+    ids per head (e.g. from a calibration; None: the plan's keep, one bucket per layer);
+    ``rescore_share``: for certified shadow-attn, the share of causal pairs rescored in fp32 (1:
+    the bound's worst case; ``simulate_model`` uses what the engine rescored)."""
     p = _plan(plan, processor)
     profile = _profile(device)
     res = _core.sim.simulate_prefill(
@@ -230,6 +233,7 @@ def simulate(
         max_fused_heads,
         [float(x) for x in head_ratios] if head_ratios is not None else [],
         [int(x) for x in head_buckets] if head_buckets is not None else [],
+        float(rescore_share),
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 

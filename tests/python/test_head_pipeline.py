@@ -138,6 +138,10 @@ def test_options_change_the_timeline():
     assert ms(max_fused_heads=1) != base
     assert ms(head_policy="sequential") > base
     assert ms(head_ratios=[0.9] * (2 * c["n_heads"])) > base
+    # certified top-k: the rescored band is fp32 Q·Kᵀ work on the CPU
+    certified = SHADOW + ",certified=1"
+    assert ms(certified, rescore_share=0.0) == pytest.approx(base)
+    assert ms(certified, rescore_share=0.5) > base
     full = _core.Plan("w8a8").placed("attention", "cpu", "fp32")
     assert ms(full, attention_cpu_core="mid") > ms(full)  # one mid core vs the whole CPU
 

@@ -106,6 +106,31 @@ def test_shadow_attn_bucket_and_int8_estimate_match_numpy():
     np.testing.assert_allclose(r["out"], _np_attention(q, k, v, r["selected"]), atol=2e-6)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.3, 4.0])  # own, clamping (too fine), too coarse
+def test_certified_shadow_attn_selects_the_fp32_top_k(scale):
+    q, k, v = _inputs(T=96, hd=32, past=20, seed=5)
+    q[:, ::7] *= 6  # rows with large values: with scale 0.3 they clamp
+    H, T, hd = q.shape
+    g = H // k.shape[0]
+    bq = np.abs(q).max(axis=(1, 2)) / 127 * scale
+    bk = np.abs(k).max(axis=(1, 2))[np.arange(H) // g] / 127 * scale
+    kw = {"past": 20, "bucket_q": bq, "bucket_k": bk, "trace": True}
+    scheme = "shadow-attn:keep=0.2,ratios=uniform,buckets=1"
+    est = ops.prefill_attention(q, k, v, scheme, **kw)
+    cert = ops.prefill_attention(q, k, v, scheme + ",certified=1", **kw)
+    want = np.zeros_like(cert["selected"])
+    for h in range(H):
+        s = q[h].astype(np.float64) @ k[h // g].T.astype(np.float64)
+        for t in range(T):
+            vis = 20 + t + 1
+            want[h, t, _np_topk(s[t, :vis], ops.keys_kept(vis, 0.2))] = 1
+    np.testing.assert_array_equal(cert["selected"], want)
+    assert (est["selected"] != want).any()  # the plain INT8 estimate misses some keys
+    causal = T * 20 + T * (T + 1) // 2
+    assert all(want[h].sum() < r <= causal for h, r in enumerate(cert["rescored"]))
+    np.testing.assert_allclose(cert["out"], _np_attention(q, k, v, want, 20), atol=2e-6)
+
+
 def test_block_sparse_keeps_the_diagonal_and_the_best_pooled_blocks():
     q, k, v = _inputs(T=64, seed=4)
     H, T, hd = q.shape
@@ -226,28 +251,45 @@ def test_capture_and_calibration_steps_round_trip(smollm, text_ids, tmp_path):
         ids = text_ids[:48]
         plan = "fp32:attention=shadow-attn,keep=0.2"
         scaled = back.stats.array("q_absmax")
-        scaled[:, 7, :3] *= 8  # layer 7's heads 0-2 now choose another bucket than the rest
+        scaled[:, 0, :3] *= 8  # layer 0's heads 0-2 now choose another bucket than the rest
         back.stats.set_array("q_absmax", None, scaled)
         smollm.set_calibration(back.stats)
         consts = smollm.attention_constants(plan)
         _, graph = smollm.prefill(ids, plan, return_graph=True)
+        _, certified = smollm.prefill(ids, plan + ",certified=1", return_graph=True)
         tasks = graph.to_json()["tasks"]
-        caps = smollm.capture(ids, [0, 7], what=("q", "k", "v"))
-        for layer, cap in zip((0, 7), caps, strict=True):
-            c = consts[layer]
-            chosen = ops.prefill_attention(
-                cap["q"], cap["k"], cap["v"], "shadow-attn:keep=0.2", head_ratio=c["head_ratio"],
-                bucket_q=c["bucket_q"], bucket_k=c["bucket_k"], trace=True,
-            )["bucket"]  # fmt: skip
-            est = [t for t in tasks if t["layer"] == layer and t["kind"] == "estimate"]
-            launches = [t["heads"] for t in est]
-            assert launches == hp.fuse_launches(chosen, 4)
-            assert layer != 7 or len(set(chosen[:3]) | {chosen[3]}) == 2
+        caps = smollm.capture(ids, list(range(30)), what=("q", "k", "v"))
+        rescored = 0
+        for layer, (c, cap) in enumerate(zip(consts, caps, strict=True)):
+            chosen, rescore = (
+                ops.prefill_attention(
+                    cap["q"], cap["k"], cap["v"], f"shadow-attn:keep=0.2,certified={cert}",
+                    head_ratio=c["head_ratio"], bucket_q=c["bucket_q"], bucket_k=c["bucket_k"],
+                    trace=True,
+                )[key]
+                for cert, key in ((0, "bucket"), (1, "rescored"))
+            )  # fmt: skip
+            rescored += sum(rescore)
+            if layer == 0:  # later layers' inputs differ from fp32's under the sparse plan
+                est = [t for t in tasks if t["layer"] == 0 and t["kind"] == "estimate"]
+                assert [t["heads"] for t in est] == hp.fuse_launches(chosen, 4)
+                assert len(set(chosen[:3]) | {chosen[3]}) == 2
             for t in tasks:
                 if t["layer"] == layer and t["kind"] == "sparse_attention":
                     r = c["head_ratio"][t["heads"][0]]
                     kept = sum(ops.keys_kept(v, r, 1) for v in range(1, len(ids) + 1))
                     assert t["ops"][0]["elements"] == kept
+        # certified: the top-k tasks rescore the share of causal pairs the engine rescored, near
+        # the share on fp32's inputs (the plan's own inputs differ a little after layer 0)
+        causal = len(ids) * (len(ids) + 1) // 2
+        share = rescored / (30 * 9 * causal)
+        got = {t["ops"][1]["elements"] for t in certified.to_json()["tasks"] if t["kind"] == "topk"}
+        assert len(got) == 1 and 0 < got.pop() / causal == pytest.approx(share, rel=0.2)
+        assert all(
+            t["ops"][1]["name"] == "rescore"
+            for t in certified.to_json()["tasks"]
+            if t["kind"] == "topk"
+        )
     finally:
         smollm.set_calibration(None)
 

@@ -30,6 +30,10 @@
 //   buckets       λ grid <λ̄Q·σ^a, λ̄K·σ^b> per head (λ̄ the calibration mean, σ = step), the
 //                 lattice points (a, b) taken in the order of bucket_offsets(); scales="dynamic"
 //                 uses the input's own λ (the estimation-quality upper bound).
+//   certified     shadow-attn option (beyond the paper, issue 13 item 7): 1 = the INT8 selection
+//                 is made equal to the fp32 top-k (up to fp32 rounding) by rescoring in fp32 every
+//                 key whose INT8 score lies within 2B of the k-th, B the row's bound on the INT8
+//                 score error (prefill_attention.h); 0 (default) = the paper's estimate.
 // Decode (one new token on a non-empty cache) always runs full fp32 attention (seed 000 §4).
 #pragma once
 
@@ -57,6 +61,7 @@ struct AttentionScheme {
   double step = 0.5;               // shadow-attn bucket step σ (§5.2: 5e-1)
   std::string scales = "buckets";  // shadow-attn estimator scales: buckets | dynamic
   std::string ratios = "uniform";  // per-head keep ratios: calibrated | uniform
+  int64_t certified = 0;           // shadow-attn: 1 = fp32 rescoring of the uncertain band
   // Eq. 3's clamp of headImp·layerImp: products are bounded to the [1 - q, q] quantiles of
   // the positive ones. The paper's example is absolute (1e-3, in its loss units); on SmolLM2 the
   // products are 1e-3..1 nats², so an absolute 1e-3 would clamp almost every head (uniform).

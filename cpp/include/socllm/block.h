@@ -134,6 +134,10 @@ struct AttentionTimingOptions {
   // empty: every head of a layer in one bucket (the upper bound of fusion; our assumption for
   // shape-only configs, since which bucket a head's input falls in is only known at run time).
   std::vector<int64_t> head_buckets;
+  // Certified shadow-attn (attention_scheme.h): the share of a head's causal (query, key) pairs
+  // rescored in fp32, timed as an fp32 Q·Kᵀ on the top-k task's core. 1 (default for shape-only
+  // configs) is the bound's worst case; a recorded prefill uses what the engine rescored.
+  double rescore_share = 1.0;
   // The core class the options resolve to for `plan` ("auto" as above).
   std::string resolved_core(const Plan& plan) const;
   // InvalidArgument naming the field: sizes, ratios outside (0, 1], negative buckets or limits.
@@ -157,10 +161,13 @@ class BlockGraphBuilder {
   void add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
                  std::span<const ShadowLoad> shadow = {});
   void add_lm_head(int64_t rows);
-  // The scale bucket of each head ([n_layers * n_heads]) for the chunks added next, as an engine
-  // chose them from the chunk's input (seed 000 §3.3; heads sharing one may share a launch). Any
-  // entry < 0 (no bucket: static or dynamic scales) keeps the options' head_buckets instead.
-  void set_head_buckets(std::span<const int64_t> buckets);
+  // What an engine's sparse attention chose in the chunk added next (`rows` real rows whose
+  // attention ends at key kv_len): the scale bucket of each head ([n_layers * n_heads]; seed 000
+  // §3.3, heads sharing one may share a launch; any entry < 0, i.e. no buckets, keeps the
+  // options' head_buckets) and the keys certified shadow-attn rescored in fp32 over all layers
+  // and heads (sets rescore_share).
+  void observe_attention(std::span<const int64_t> buckets, int64_t rescored_keys, int64_t rows,
+                         int64_t kv_len);
   sched::TaskGraph take() { return std::move(graph_); }
 
  private:

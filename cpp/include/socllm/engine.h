@@ -186,9 +186,11 @@ class Engine {
     std::vector<std::vector<float>>* qkv_absmax = nullptr;       // per sequence [L * (H + 2 Hkv)]
     std::vector<std::vector<float>>* layer_inputs = nullptr;     // per layer [N * d]
     const std::vector<std::vector<float>>* head_mask = nullptr;  // per sequence [H], start_layer
-    // [n_layers * n_heads]: the scale bucket shadow-attn chose per head (-1: none), for the
-    // head-wise timing of a recorded prefill (heads sharing a bucket share an NPU launch)
+    // What sparse attention chose, for the head-wise timing of a recorded prefill: the scale
+    // bucket of each head [n_layers * n_heads] (-1: none; heads sharing one share an NPU launch)
+    // and the keys certified shadow-attn rescored in fp32 (added to).
     std::vector<int64_t>* head_buckets = nullptr;
+    int64_t* rescored_keys = nullptr;
   };
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
   // x[t, :] = embedding of tokens[t] (rows of d_model floats).

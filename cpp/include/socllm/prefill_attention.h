@@ -27,6 +27,7 @@ struct AttentionTrace {
   std::vector<int32_t> bucket;             // [n_heads] bucket chosen (shadow-attn), else -1
   std::vector<float> input_q, input_k;     // [n_heads] the input's own λQ, λK (shadow-attn)
   std::vector<std::vector<int32_t>> keys;  // [n_heads * T] selected keys of each row, ascending
+  std::vector<int64_t> rescored;           // [n_heads] keys rescored in fp32, all rows (certified)
   bool record_keys = true;  // false: only bucket and input scales (what a timed graph needs)
 };
 

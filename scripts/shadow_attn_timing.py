@@ -109,6 +109,12 @@ def main() -> int:
     ap.add_argument("--json", default="docs/results/shadow_attn_timing.json")
     ap.add_argument("--trace", default="docs/results/shadow_attn_kernel.trace.json")
     ap.add_argument("--png", default=None, help="Gantt chart of one shadowAttn kernel (optional)")
+    ap.add_argument(
+        "--estimation",
+        default="docs/results/shadow_attn_estimation.json",
+        help="scripts/shadow_attn_estimation.py's results: the certified band measured on "
+        "SmolLM2 at keep 0.2 times the certified kernel (skipped if missing)",
+    )
     args = ap.parse_args()
     profile = load_profile(DEVICE)
     cost = _core.sim.CostModel(_core.sim.DeviceProfile.from_json(profile, DEVICE))
@@ -145,6 +151,33 @@ def main() -> int:
         "vs_lossy_max": max(lossy),
         "paper": {"speedup_max": 6.9, "speedup_mean": 3.5, "vs_lossy_max": 4.0},
     }
+
+    # --- certified top-k (issue 13 item 7): the rescored band as fp32 Q·Kᵀ on the mid core ----
+    est_path = Path(args.estimation)
+    if est_path.exists():
+        share = json.loads(est_path.read_text())["table"]["certified"]["0.2"]
+        share = share["rescored_share_of_causal"]
+        print(f"\nCertified shadowAttn kernel, band {100 * share:.1f}% of causal pairs (ms)")
+        out["certified"] = {"rescore_share": share, "source": str(est_path), "kernel": {}}
+        cert_plan = variants("w8a8")["shadowAttn"] + ",certified=1"
+        for m in MODELS:
+            c = config(m, layers=1)
+            for L in LENGTHS:
+                tl = simulate(
+                    c, profile, cert_plan, L, chunk=None, attention_cpu_core="mid",
+                    rescore_share=share,
+                )  # fmt: skip
+                ms = kernel(tl, cost)[0]
+                row = out["kernel"][f"{m}@{L}"]
+                out["certified"]["kernel"][f"{m}@{L}"] = {
+                    "certified_ms": ms,
+                    "speedup_vs_cg_full": row["C/G-Full"] / ms,
+                    "vs_shadowattn": ms / row["shadowAttn"],
+                }
+                print(
+                    f"{m:<13}{L:>7} {ms:>10.1f}  vs C/G-Full {row['C/G-Full'] / ms:.2f}x,"
+                    f" {ms / row['shadowAttn']:.2f}x shadowAttn's time"
+                )
 
     # --- Fig. 11: end to end with llm.npu's NPU linears ----------------------------------------
     print("\nEnd to end (llm.npu shadow-outlier linears, chunks of 256, prefill), ms")

@@ -177,6 +177,18 @@ def test_bad_model_args(smollm):
         sl.resolve_task("no_such_task")
 
 
+def test_attention_plan_scores_through_the_backend(smollm):
+    # a sparse-attention plan reaches the engine: the score is the plan's own log-probability
+    plan = "fp32:attention=sparse,keep=0.1"
+    lm = SocllmLM(model=smollm, plan=plan, quiet=True)
+    ctx = " ".join(["The old lighthouse keeper climbed the stairs every evening."] * 6)
+    ((ll, _),) = lm.loglikelihood([_req("loglikelihood", ctx, " He lit the lamp.")])
+    ids, whole = smollm.tokenize(ctx), smollm.tokenize(ctx + " He lit the lamp.")
+    want = smollm.token_logprobs([whole], plan)[0][len(ids) - len(whole) :].sum()
+    assert ll == pytest.approx(float(want), rel=1e-5, abs=1e-4)
+    assert abs(ll - _hand_ll(smollm, ctx, " He lit the lamp.")) > 1e-3  # not fp32's
+
+
 def test_plan_options():
     assert build_plan("fp32", {}) == "fp32"
     assert build_plan("smoothquant", {"alpha": "0.5", "group_size": "64", "x": "abc"}) == {

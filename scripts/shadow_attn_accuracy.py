@@ -9,7 +9,8 @@ so only attention differs):
 
 * main (Table 6): C/G-Full (fp32), C/G-Sparse, C/G-Block-Sparse, NPU-Full (npu-int8), shadowAttn
   at the default keep 0.2;
-* ablation (Fig. 16): shadowAttn without buckets (buckets=1), with uniform per-head ratios;
+* ablation (Fig. 16): shadowAttn without buckets (buckets=1), with uniform per-head ratios, with
+  a tighter Eq. 3 clamp (quantiles 0.75, 0.6 instead of 0.95);
 * sensitivity (Fig. 13/14): keep 5-50%, bucket counts 1/3/5/9/15, steps 5e-3 to 5.
 
 Passkey retrieval (--passkey): a 5-digit key hidden at a random depth of 1-4K tokens of filler,
@@ -53,6 +54,9 @@ GROUPS = {
     "ablation": {
         "shadowAttn w/o buckets": A + "shadow-attn:keep=0.2,buckets=1",
         "shadowAttn uniform ratios": A + "shadow-attn:keep=0.2,ratios=uniform",
+        # Eq. 3's clamp (our quantile form): a tighter clamp moves the ratios toward uniform
+        "shadowAttn clamp 0.75": A + "shadow-attn:keep=0.2,clamp_quantile=0.75",
+        "shadowAttn clamp 0.6": A + "shadow-attn:keep=0.2,clamp_quantile=0.6",
     },
     "keep": {f"keep={k}": A + f"shadow-attn:keep={k}" for k in (0.05, 0.1, 0.3, 0.5)},
     "buckets": {f"buckets={b}": A + f"shadow-attn:keep=0.2,buckets={b}" for b in (3, 5, 15)},

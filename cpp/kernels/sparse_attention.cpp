@@ -1,6 +1,7 @@
 #include "socllm/sparse_attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,8 +12,61 @@ namespace socllm::kernels {
 
 namespace {
 
-// The k-th largest value by nth_element on a copy, then one pass in index order taking every
-// value above it and the first (k - above) equal to it: O(n), and ties go to earlier keys.
+// Order-preserving map to uint32: a < b (as T) iff key(a) < key(b). Floats: flip all bits of
+// negatives, set the sign bit of the rest (NaNs land beyond the infinities, deterministically).
+inline uint32_t order_key(int32_t x) { return static_cast<uint32_t>(x) ^ 0x80000000u; }
+inline uint32_t order_key(float x) {
+  const auto b = std::bit_cast<uint32_t>(x == 0.0f ? 0.0f : x);  // -0 ties with +0, as == says
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Rows shorter than this take nth_element (the histogram's fixed cost would dominate).
+constexpr int64_t kRadixMinN = 256;
+constexpr int kRadixBits = 11;  // 2048 bins: the histogram stays in L1
+
+// The k-th largest key by radix selection: a histogram of the keys' top bits within [lo, hi],
+// the bin holding the k-th from the top, then the same within that bin's keys, until a bin is a
+// single value. Returns it; `equal_left` = how many keys equal to it the top-k takes.
+uint32_t radix_kth_largest(const uint32_t* keys, int64_t n, int64_t k, uint32_t lo, uint32_t hi,
+                           int64_t& equal_left) {
+  thread_local std::vector<uint32_t> cand;
+  thread_local std::vector<int64_t> hist;
+  const uint32_t* cur = keys;
+  int64_t n_cur = n, need = k;
+  uint32_t base = lo, range = hi - lo;
+  while (range > 0) {
+    const int bits = 32 - std::countl_zero(range);
+    const int shift = std::max(0, bits - kRadixBits);
+    const auto nb = static_cast<size_t>(range >> shift) + 1;
+    hist.assign(nb, 0);
+    for (int64_t j = 0; j < n_cur; ++j) ++hist[(cur[j] - base) >> shift];
+    size_t b = nb;
+    int64_t above = 0;
+    while (above + hist[--b] < need) above += hist[b];
+    need -= above;
+    const uint32_t bin_lo = base + (static_cast<uint32_t>(b) << shift);
+    const uint32_t bin_span = shift == 0 ? 0 : (uint32_t{1} << shift) - 1;
+    const uint32_t bin_hi = std::min(hi, bin_lo + std::min(bin_span, ~bin_lo));
+    if (shift == 0) {
+      base = bin_lo;
+      break;
+    }
+    // keep the bin's keys (compacted in place after the first round)
+    std::vector<uint32_t>& dst = cand;
+    if (cur != cand.data()) dst.resize(static_cast<size_t>(hist[b]));
+    int64_t m = 0;
+    for (int64_t j = 0; j < n_cur; ++j)
+      if (cur[j] >= bin_lo && cur[j] <= bin_hi) dst[static_cast<size_t>(m++)] = cur[j];
+    cur = dst.data(), n_cur = m;
+    base = bin_lo, hi = bin_hi, range = bin_hi - bin_lo;
+  }
+  equal_left = need;
+  return base;
+}
+
+// The top k of n values, ascending indices; ties go to earlier keys. O(n): nth_element on a
+// copy for short rows, radix selection on order keys for long ones, then one pass in index
+// order taking every value above the k-th and the first (k - above) equal to it.
 template <class T>
 int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>& buf) {
   k = std::clamp<int64_t>(k, 0, n);
@@ -21,19 +75,44 @@ int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>
     for (int64_t j = 0; j < n; ++j) idx[j] = static_cast<int32_t>(j);
     return n;
   }
-  buf.assign(s, s + n);
-  std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<T>());
-  const T thr = buf[static_cast<size_t>(k - 1)];
-  int64_t above = 0;
-  for (int64_t j = 0; j < n; ++j) above += s[j] > thr;
-  int64_t equal_left = k - above, m = 0;
-  for (int64_t j = 0; j < n && m < k; ++j) {
-    if (s[j] > thr) {
-      idx[m++] = static_cast<int32_t>(j);
-    } else if (s[j] == thr && equal_left > 0) {
-      idx[m++] = static_cast<int32_t>(j);
-      --equal_left;
+  if (n < kRadixMinN) {
+    buf.assign(s, s + n);
+    std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<T>());
+    const T thr = buf[static_cast<size_t>(k - 1)];
+    int64_t above = 0;
+    for (int64_t j = 0; j < n; ++j) above += s[j] > thr;
+    int64_t equal_left = k - above, m = 0;
+    for (int64_t j = 0; j < n && m < k; ++j) {
+      if (s[j] > thr) {
+        idx[m++] = static_cast<int32_t>(j);
+      } else if (s[j] == thr && equal_left > 0) {
+        idx[m++] = static_cast<int32_t>(j);
+        --equal_left;
+      }
     }
+    return m;
+  }
+  thread_local std::vector<uint32_t> keys;
+  keys.resize(static_cast<size_t>(n));
+  uint32_t lo = ~0u, hi = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t key = order_key(s[j]);
+    keys[static_cast<size_t>(j)] = key;
+    lo = std::min(lo, key), hi = std::max(hi, key);
+  }
+  int64_t equal_left = 0;
+  const uint32_t thr = radix_kth_largest(keys.data(), n, k, lo, hi, equal_left);
+  // branch-free on the common path (a kept key is a coin flip at keep ratios like 0.2)
+  int64_t m = 0;
+  for (int64_t j = 0; j < n && m < k; ++j) {
+    const uint32_t key = keys[static_cast<size_t>(j)];
+    idx[m] = static_cast<int32_t>(j);
+    bool take = key > thr;
+    if (key == thr) {
+      take = equal_left > 0;
+      equal_left -= take;
+    }
+    m += take;
   }
   return m;
 }

@@ -2,6 +2,8 @@
 // hand-computed cases and a scalar reference written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -35,6 +37,48 @@ TEST(SparseAttention, TopkTiesGoToEarlierKeys) {
   EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + 3), (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(k::topk_indices(si.data(), 4, 9, idx.data(), ibuf), 4);  // k clamped to n
   EXPECT_EQ(k::topk_indices(si.data(), 4, 0, idx.data(), ibuf), 0);
+}
+
+// The top k by a full stable sort (descending value, ties by index), indices ascending.
+template <class T>
+std::vector<int32_t> reference_topk(const std::vector<T>& s, int64_t k) {
+  std::vector<int32_t> order(s.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+  order.resize(static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(s.size()))));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// Long rows take the radix selection: every length, k, tie density and extreme value agrees with
+// the sort, for int32 scores and for floats (signed zeros tie, as they compare equal).
+TEST(SparseAttention, TopkRadixPathEqualsStableSort) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> idx;
+  std::vector<float> fbuf;
+  std::vector<int32_t> ibuf;
+  for (int64_t n : {255, 256, 257, 1000, 4096}) {
+    idx.resize(static_cast<size_t>(n));
+    for (int distinct : {1, 3, 50, 1 << 30}) {
+      std::uniform_int_distribution<int32_t> pick(-distinct, distinct);
+      std::vector<int32_t> si(static_cast<size_t>(n));
+      std::vector<float> sf(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        si[j] = pick(rng);
+        sf[j] = distinct == 1 ? (j % 2 ? 0.0f : -0.0f) : static_cast<float>(si[j]) * 0.37f;
+      }
+      si[3] = INT32_MIN, si[5] = INT32_MAX;
+      if (distinct > 3) sf[4] = -INFINITY, sf[6] = INFINITY;
+      for (int64_t kk : {int64_t{1}, int64_t{2}, n / 5, n / 2, n - 1, n}) {
+        const int64_t mi = k::topk_indices(si.data(), n, kk, idx.data(), ibuf);
+        EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + mi), reference_topk(si, kk))
+            << "int32 n " << n << " k " << kk << " distinct " << distinct;
+        const int64_t mf = k::topk_indices(sf.data(), n, kk, idx.data(), fbuf);
+        EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + mf), reference_topk(sf, kk))
+            << "float n " << n << " k " << kk << " distinct " << distinct;
+      }
+    }
+  }
 }
 
 TEST(SparseAttention, KeysKeptPerRow) {

@@ -27,7 +27,7 @@ def test_bench_attention_quick(tmp_path):
     assert [row["tokens"] for row in d["rows"]] == [128, 256]
     for row in d["rows"]:
         v = row["variants"]
-        assert set(v) == {"fp32", "sparse", "shadow-attn", "block-sparse", "npu-int8"}
+        assert set(v) == {"fp32", "sparse", "shadow-attn", "certified", "block-sparse", "npu-int8"}
         assert v["fp32"]["speedup_vs_fp32"] == 1.0
         assert all(len(x["times_ms"]) == 2 and x["median_ms"] > 0 for x in v.values())
         b = row["shadow_attn_breakdown_1thread"]

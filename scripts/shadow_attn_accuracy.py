@@ -60,7 +60,7 @@ GROUPS = {
     },
     "keep": {f"keep={k}": A + f"shadow-attn:keep={k}" for k in (0.05, 0.1, 0.3, 0.5)},
     "buckets": {f"buckets={b}": A + f"shadow-attn:keep=0.2,buckets={b}" for b in (3, 5, 15)},
-    "step": {f"step={s}": A + f"shadow-attn:keep=0.2,step={s}" for s in (0.005, 0.05, 5.0)},
+    "step": {f"step={s}": A + f"shadow-attn:keep=0.2,step={s}" for s in (0.005, 0.05, 0.8, 5.0)},
 }
 FILLER = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +17,24 @@ int64_t TensorF32::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n = checked_mul(n, d, "[TensorF32] element count of " + shape_str(shape));
   return n;
+}
+
+KeyValueText split_key_values(const std::string& text, const std::string& who) {
+  KeyValueText out;
+  const size_t colon = text.find(':');
+  out.head = text.substr(0, colon);
+  if (colon == std::string::npos) return out;
+  const std::string rest = text.substr(colon + 1);
+  for (size_t start = 0; start <= rest.size();) {
+    const size_t comma = std::min(rest.find(',', start), rest.size());
+    const std::string kv = rest.substr(start, comma - start);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InvalidArgument(who + " expected key=value in '" + text + "', got '" + kv + "'");
+    out.items.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    start = comma + 1;
+  }
+  return out;
 }
 
 std::string json_text(const nlohmann::json& j, size_t max_chars) {

@@ -406,21 +406,9 @@ Plan Plan::parse(const std::string& text) {
     }
     return from_json(j);
   }
-  const size_t colon = text.find(':');
-  json j = {{"name", text.substr(0, colon)}};
-  if (colon != std::string::npos) {
-    std::string rest = text.substr(colon + 1);
-    size_t start = 0;
-    while (start <= rest.size()) {
-      const size_t comma = std::min(rest.find(',', start), rest.size());
-      const std::string kv = rest.substr(start, comma - start);
-      const size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw InvalidArgument("[Plan] expected key=value in '" + text + "', got '" + kv + "'");
-      j[kv.substr(0, eq)] = parse_scalar(kv.substr(0, eq), kv.substr(eq + 1));
-      start = comma + 1;
-    }
-  }
+  const auto kv = split_key_values(text, "[Plan]");
+  json j = {{"name", kv.head}};
+  for (const auto& [key, value] : kv.items) j[key] = parse_scalar(key, value);
   return from_json(j);
 }
 

@@ -149,15 +149,20 @@ int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx,
   return topk_impl(s, n, k, idx, buf);
 }
 
-void attend_selected(const float* q, const float* k, const float* v, int64_t ldkv, int64_t head_dim,
-                     const int32_t* idx, int64_t n, float scale, float* out, float* p) {
+void score_selected(const float* q, const float* k, int64_t ldkv, int64_t head_dim,
+                    const int32_t* idx, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = k + static_cast<int64_t>(idx[j]) * ldkv;
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < head_dim; ++c) dot += q[c] * kr[c];
-    p[j] = dot;
+    out[j] = dot;
   }
+}
+
+void attend_selected(const float* q, const float* k, const float* v, int64_t ldkv, int64_t head_dim,
+                     const int32_t* idx, int64_t n, float scale, float* out, float* p) {
+  score_selected(q, k, ldkv, head_dim, idx, n, p);
   softmax_gather_v(p, v, ldkv, head_dim, idx, n, scale, out);
 }
 

@@ -162,22 +162,9 @@ AttentionScheme AttentionScheme::parse(const std::string& text) {
 }
 
 json AttentionScheme::text_to_json(const std::string& text) {
-  const size_t colon = text.find(':');
-  json j = {{"kind", text.substr(0, colon)}};
-  if (colon != std::string::npos) {
-    const std::string rest = text.substr(colon + 1);
-    size_t start = 0;
-    while (start <= rest.size()) {
-      const size_t comma = std::min(rest.find(',', start), rest.size());
-      const std::string kv = rest.substr(start, comma - start);
-      const size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw InvalidArgument("[AttentionScheme] expected key=value in '" + text + "', got '" + kv +
-                              "'");
-      j[kv.substr(0, eq)] = text_value(kv.substr(eq + 1));
-      start = comma + 1;
-    }
-  }
+  const auto kv = split_key_values(text, "[AttentionScheme]");
+  json j = {{"kind", kv.head}};
+  for (const auto& [key, value] : kv.items) j[key] = text_value(value);
   return j;
 }
 

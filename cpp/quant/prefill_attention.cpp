@@ -63,13 +63,7 @@ int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, con
   const auto n_cand = static_cast<int64_t>(cand.size());
   if (n_cand == kept) return 0;
   cand_score.resize(cand.size());
-  for (int64_t c = 0; c < n_cand; ++c) {
-    const float* kr = kg + static_cast<int64_t>(cand[c]) * ldkv;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kr[d];
-    cand_score[c] = dot;
-  }
+  k::score_selected(q, kg, ldkv, hd, cand.data(), n_cand, cand_score.data());
   pick.resize(cand.size());
   k::topk_indices(cand_score.data(), n_cand, kept, pick.data(), fbuf);
   for (int64_t t = 0; t < kept; ++t) idx[t] = cand[pick[t]];  // cand ascending: so is idx

@@ -44,6 +44,18 @@ def _data_for(model, data: CalibrationData | None, corpus: str) -> CalibrationDa
     return CalibrationData(_core.Calibration.empty_for(model._model), provenance)
 
 
+def _with_provenance(data, step, samples, seqlen, seed, corpus) -> CalibrationData:
+    """Records a step's windows (``{step}_samples`` ...) in ``data.provenance``."""
+    for key, value in (
+        ("samples", samples),
+        ("seqlen", seqlen),
+        ("seed", seed),
+        ("corpus", corpus),
+    ):
+        data.provenance[f"{step}_{key}"] = value
+    return data
+
+
 def head_importance(model, windows: list[list[int]], progress: bool = True):
     """(head_importance [n_layers, n_heads], layer_importance [n_layers]) float32: the mean over
     windows of loss(ablated) - loss(fp32), in nats per token (Eq. 1, Eq. 2)."""
@@ -90,13 +102,7 @@ def calibrate_head_importance(
     h, layer = head_importance(model, windows, progress)
     data.stats.set_array("head_importance", None, h)
     data.stats.set_array("layer_importance", None, layer)
-    data.provenance.update(
-        head_importance_samples=samples,
-        head_importance_seqlen=seqlen,
-        head_importance_seed=seed,
-        head_importance_corpus=corpus,
-    )
-    return data
+    return _with_provenance(data, "head_importance", samples, seqlen, seed, corpus)
 
 
 def calibrate_qk_scales(
@@ -117,10 +123,4 @@ def calibrate_qk_scales(
         model._engine.observe_attention_scales([w], fresh)
     for name in ("q_absmax", "k_absmax", "v_absmax"):
         data.stats.set_array(name, None, fresh.array(name))
-    data.provenance.update(
-        qk_scales_samples=samples,
-        qk_scales_seqlen=seqlen,
-        qk_scales_seed=seed,
-        qk_scales_corpus=corpus,
-    )
-    return data
+    return _with_provenance(data, "qk_scales", samples, seqlen, seed, corpus)

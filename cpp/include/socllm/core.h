@@ -7,6 +7,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace socllm {
@@ -82,6 +83,14 @@ std::string shape_str(const std::vector<int64_t>& shape);
 // JSON for an error message: at most `max_chars`, bytes that are not UTF-8 replaced (values read
 // from files need not be UTF-8, and nlohmann's dump() throws on them).
 std::string json_text(const nlohmann::json& j, size_t max_chars = 200);
+
+// "head:key=value,key=value" (plan and attention-scheme text): the head and the key/value pairs
+// in order. InvalidArgument (prefixed with `who`) for an item without a key or '='.
+struct KeyValueText {
+  std::string head;
+  std::vector<std::pair<std::string, std::string>> items;
+};
+KeyValueText split_key_values(const std::string& text, const std::string& who);
 
 // Logging: spdlog underneath; levels "trace".."off". `quiet` == "warn".
 void set_log_level(const std::string& level);

@@ -14,6 +14,9 @@ int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, std::ve
 int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx,
                      std::vector<int32_t>& buf);
 
+// out[j] = q·k[idx_j] for j < n (k rows of stride ldkv): fp32 scores of selected keys.
+void score_selected(const float* q, const float* k, int64_t ldkv, int64_t head_dim,
+                    const int32_t* idx, int64_t n, float* out);
 // out[head_dim] = sum_j softmax_j(score_j) v[idx_j], score_j = scale * q·k[idx_j] (k, v rows of
 // stride ldkv); n >= 1 keys. `p` holds n floats of scratch.
 void attend_selected(const float* q, const float* k, const float* v, int64_t ldkv, int64_t head_dim,

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "small_config.h"
 #include "socllm/block.h"
 #include "socllm/core.h"
 #include "socllm/kernels.h"
@@ -16,17 +17,7 @@ using soc::Processor;
 
 namespace {
 
-ModelConfig small() {
-  return ModelConfig::from_json({{"arch", "llama"},
-                                 {"vocab_size", 100},
-                                 {"d_model", 64},
-                                 {"n_layers", 2},
-                                 {"n_heads", 4},
-                                 {"n_kv_heads", 2},
-                                 {"head_dim", 16},
-                                 {"d_ff", 128},
-                                 {"context_length", 256}});
-}
+ModelConfig small() { return small_llama_config(); }
 
 const sched::Task& find(const sched::TaskGraph& g, const std::string& name) {
   for (const auto& t : g.tasks())

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "expect_error.h"
+#include "small_config.h"
 #include "socllm/block.h"
 #include "socllm/head_pipeline.h"
 #include "socllm/simulate.h"
@@ -64,17 +65,7 @@ double brute_force(const HeadPipelineProblem& p) {
   return best;
 }
 
-ModelConfig small() {
-  return ModelConfig::from_json({{"arch", "llama"},
-                                 {"vocab_size", 100},
-                                 {"d_model", 64},
-                                 {"n_layers", 2},
-                                 {"n_heads", 4},
-                                 {"n_kv_heads", 2},
-                                 {"head_dim", 16},
-                                 {"d_ff", 128},
-                                 {"context_length", 256}});
-}
+ModelConfig small() { return small_llama_config(); }
 
 // Round numbers so that durations are easy to read.
 soc::DeviceProfile profile() {

@@ -30,7 +30,6 @@ void gather_head(const float* x, int64_t ld, int64_t rows, int64_t col0, int64_t
 struct HeadInputs {
   std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket (shadow-attn)
   float bq = 0;            // the Q scale used
-  float bk = 0;            // the K scale used
   // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
   double k8_norm_max = 0, k_residual_max = 0;
 };
@@ -207,7 +206,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
       // an all-zero input has no scale: any positive one quantizes it to zeros
       bq = bq > 0 ? bq : 1.0f, bk = bk > 0 ? bk : 1.0f;
       HeadInputs& hi = heads[static_cast<size_t>(h)];
-      hi.bq = bq, hi.bk = bk;
+      hi.bq = bq;
       hi.k8.resize(static_cast<size_t>(L * hd));
       k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
       if (s.certified)

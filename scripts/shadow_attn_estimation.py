@@ -64,7 +64,7 @@ def fp32_probs(q, k, g):
     """[H, T, L] causal softmax probabilities (float64)."""
     H, T, hd = q.shape
     kh = k[np.arange(H) // g].astype(np.float64)
-    s = np.matmul(q.astype(np.float64), kh.transpose(0, 2, 1)) / np.sqrt(hd)  # BLAS, not einsum
+    s = np.matmul(q.astype(np.float64), kh.transpose(0, 2, 1)) / np.sqrt(hd)
     s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     return p / p.sum(-1, keepdims=True)

@@ -178,7 +178,7 @@ class BlockGraphBuilder {
   ModelConfig c_;
   Plan plan_;
   AttentionTimingOptions attn_;
-  std::vector<int64_t> option_buckets_;  // the options' head_buckets (set_head_buckets' default)
+  std::vector<int64_t> option_buckets_;  // the options' head_buckets (observe_attention's default)
   std::string core_;                     // attn_.resolved_core(plan_)
   sched::TaskGraph graph_;
   // per layer: the attention task(s) of the previous chunk (Eq. 2)

@@ -39,8 +39,8 @@ std::string granularity_name(Granularity g) {
 }
 
 void QuantSpec::validate(int64_t cols) const {
-  if (bits != 8 && bits != 4)
-    throw InvalidArgument("[quantize] bits must be 8 or 4, got " + std::to_string(bits));
+  if (bits < 2 || bits > 8)
+    throw InvalidArgument("[quantize] bits must be in 2..8, got " + std::to_string(bits));
   if (granularity == Granularity::PerGroup && (group_size <= 0 || cols % group_size != 0))
     throw InvalidArgument("[quantize] group_size " + std::to_string(group_size) +
                           " must be > 0 and divide the row length " + std::to_string(cols));
@@ -92,7 +92,7 @@ void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* o
   if (!(scale > 0.0f) || !std::isfinite(scale))
     throw InvalidArgument("[quantize_static] scale must be finite and > 0, got " +
                           std::to_string(scale));
-  const int32_t qmax = bits == 8 ? 127 : 7;
+  const int32_t qmax = QuantSpec{bits, Granularity::PerTensor, 0}.qmax();
   for (int64_t i = 0; i < n; ++i) {
     if (std::isnan(x[i]))
       throw InvalidArgument("[quantize_static] NaN at index " + std::to_string(i));

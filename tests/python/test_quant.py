@@ -70,8 +70,8 @@ def test_group_size_and_bits_change_the_result():
 
 def test_bad_input():
     W = np.ones((4, 10), np.float32)
-    with pytest.raises(socllm.InvalidArgumentError, match="bits must be 8 or 4, got 3"):
-        quant.quantize(W, 3)
+    with pytest.raises(socllm.InvalidArgumentError, match=r"bits must be in 2..8, got 9"):
+        quant.quantize(W, 9)
     with pytest.raises(socllm.InvalidArgumentError, match="group_size 4 .* row length 10"):
         quant.quantize(W, 8, "per-group", 4)
     with pytest.raises(socllm.InvalidArgumentError, match="per-row"):

@@ -3,7 +3,8 @@
 //
 // Rules, identical on every path and documented for users:
 //   scale  = max|x| over the tensor / output channel / group, divided by qmax
-//            (qmax = 127 for 8 bits, 7 for 4 bits); an all-zero block gets scale 0 and q = 0.
+//            (qmax = 2^(bits-1) - 1: 127 for 8 bits, 7 for 4 bits; 2..8 bits); an all-zero
+//            block gets scale 0 and q = 0.
 //   q      = saturate(round_half_to_even(x / scale)) into [-qmax - 1, qmax]
 //            (true division, as numpy's np.round(x / scale); saturation matters for static
 //            activation scales calibrated on other data).
@@ -22,15 +23,15 @@ Granularity granularity_from_name(const std::string& name);  // per-tensor|per-c
 std::string granularity_name(Granularity g);
 
 struct QuantSpec {
-  int bits = 8;  // 8 or 4
+  int bits = 8;  // 2..8 (8 and 4 are the presets' formats; bitwidth.h adds 1-bit rows)
   Granularity granularity = Granularity::PerChannel;
   int64_t group_size = 32;  // per-group only; must divide the row length
   void validate(int64_t cols) const;
-  int32_t qmax() const { return bits == 8 ? 127 : 7; }
+  int32_t qmax() const { return (1 << (bits - 1)) - 1; }
 };
 
-// Weights W[rows, cols] (rows = output channels). q is one int8 per element (4-bit values
-// stored unpacked in [-8, 7]); scales has 1 (per-tensor), rows (per-channel) or
+// Weights W[rows, cols] (rows = output channels). q is one int8 per element (B-bit values
+// stored unpacked in [-2^(B-1), 2^(B-1) - 1]); scales has 1 (per-tensor), rows (per-channel) or
 // rows * cols / group_size (per-group, row-major) entries.
 struct QuantizedWeights {
   int64_t rows = 0, cols = 0;

@@ -1,4 +1,5 @@
-// Mirrors cpp/include/socllm/gemm_s8.h as socllm._core.ops (numpy semantics: C = A @ B).
+// Mirrors cpp/include/socllm/gemm_s8.h and weightlet.h as socllm._core.ops (numpy semantics:
+// C = A @ B).
 #include <pybind11/stl.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include "socllm/kernels.h"
 #include "socllm/prefill_attention.h"
 #include "socllm/sparse_attention.h"
+#include "socllm/weightlet.h"
 
 namespace socllm::py_bind {
 
@@ -188,8 +190,116 @@ void init_attention_ops(py::module_& ops) {
 
 }  // namespace
 
+static void init_weightlet(py::module_& ops) {
+  using kernels::WeightletTensor;
+  auto unpack_isa = [](const std::optional<std::string>& isa) {
+    return isa ? kernels::unpack_isa_from_name(*isa) : kernels::best_unpack_isa();
+  };
+  auto bytes_of = [](const py::handle& obj, const char* what) {
+    const auto a = numeric_array<uint8_t>(obj, what);
+    return std::vector<uint8_t>(a.data(), a.data() + a.size());
+  };
+  ops.def("supported_unpack_isas", [] {
+    std::vector<std::string> out;
+    for (auto i : kernels::supported_unpack_isas()) out.push_back(kernels::unpack_isa_name(i));
+    return out;
+  });
+  ops.def("weightlet_parts", &kernels::weightlet_parts, py::arg("bits"),
+          "Weightlet widths of a B-bit code, most significant first.");
+  py::class_<WeightletTensor>(
+      ops, "WeightletTensor",
+      "EdgeFlow's packed per-channel-bit-width weights (seed 004 §4.2; format in weightlet.h).")
+      .def_static(
+          "pack",
+          [bytes_of](const py::handle& q_obj, const py::handle& bits_obj, int64_t group) {
+            const auto q = numeric_array<int8_t>(q_obj, "[WeightletTensor.pack] q");
+            if (q.ndim() != 2)
+              throw ShapeError("[WeightletTensor.pack] q must be 2-D [rows, cols], got " +
+                               std::to_string(q.ndim()) + "-D");
+            const auto bits = bytes_of(bits_obj, "[WeightletTensor.pack] bits");
+            py::gil_scoped_release nogil;
+            return WeightletTensor::pack(q.data(), q.shape(0), q.shape(1), bits, group);
+          },
+          py::arg("q"), py::arg("bits"), py::arg("group") = 128)
+      .def(py::init([bytes_of](int64_t rows, int64_t cols, int64_t group, const py::handle& meta,
+                               const py::handle& data) {
+             return WeightletTensor(rows, cols, group, bytes_of(meta, "[WeightletTensor] metadata"),
+                                    bytes_of(data, "[WeightletTensor] data"));
+           }),
+           py::arg("rows"), py::arg("cols"), py::arg("group"), py::arg("bit_metadata"),
+           py::arg("data"), "From stored parts; FormatError if they disagree.")
+      .def_property_readonly(
+          "shape", [](const WeightletTensor& t) { return py::make_tuple(t.rows(), t.cols()); })
+      .def_property_readonly("group", &WeightletTensor::group)
+      .def_property_readonly("bytes", &WeightletTensor::bytes)
+      .def_property_readonly("bits",
+                             [](const WeightletTensor& t) {
+                               const auto b = t.bit_widths();
+                               py::array_t<uint8_t> out(static_cast<py::ssize_t>(b.size()));
+                               std::copy(b.begin(), b.end(), out.mutable_data());
+                               return out;
+                             })
+      .def_property_readonly("data",
+                             [](const WeightletTensor& t) {
+                               py::array_t<uint8_t> out(static_cast<py::ssize_t>(t.data().size()));
+                               std::copy(t.data().begin(), t.data().end(), out.mutable_data());
+                               return out;
+                             })
+      .def_property_readonly("bit_metadata",
+                             [](const WeightletTensor& t) {
+                               const auto& m = t.bit_metadata();
+                               py::array_t<uint8_t> out(static_cast<py::ssize_t>(m.size()));
+                               std::copy(m.begin(), m.end(), out.mutable_data());
+                               return out;
+                             })
+      .def(
+          "unpack",
+          [unpack_isa](const WeightletTensor& t, const std::optional<std::string>& isa) {
+            py::array_t<int8_t> out({t.rows(), t.cols()});
+            const auto path = unpack_isa(isa);
+            int8_t* dst = out.mutable_data();
+            py::gil_scoped_release nogil;
+            t.unpack(dst, path);
+            return out;
+          },
+          py::arg("isa") = py::none(),
+          "int8 [rows, cols] (isa: scalar, sse128, avx2; default best).")
+      .def(
+          "unpack_into",
+          [unpack_isa](const WeightletTensor& t, py::array_t<int8_t, py::array::c_style> out,
+                       const std::optional<std::string>& isa) {
+            if (out.size() != t.rows() * t.cols())
+              throw ShapeError("[WeightletTensor.unpack_into] out has " +
+                               std::to_string(out.size()) + " elements, need " +
+                               std::to_string(t.rows() * t.cols()));
+            const auto path = unpack_isa(isa);
+            int8_t* dst = out.mutable_data();
+            py::gil_scoped_release nogil;
+            t.unpack(dst, path);
+          },
+          py::arg("out"), py::arg("isa") = py::none(),
+          "Unpacks into a preallocated int8 array (benchmarks: no allocation timed).")
+      .def(
+          "unpack_counted",
+          [](const WeightletTensor& t) {
+            py::array_t<int8_t> out({t.rows(), t.cols()});
+            const auto n = t.unpack_counted(out.mutable_data());
+            py::dict d;
+            d["loads"] = n.loads;
+            d["shifts"] = n.shifts;
+            d["logic"] = n.logic;
+            d["arith"] = n.arith;
+            d["stores"] = n.stores;
+            d["total"] = n.total();
+            d["weights"] = n.weights;
+            return py::make_tuple(out, d);
+          },
+          "(int8 [rows, cols], SIMD operation counts of the 128-bit path).");
+}
+
 void init_ops(py::module_& m) {
-  py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM).");
+  py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM, weightlet unpacking).");
+  init_weightlet(ops);
   ops.def(
       "max_exact_k",
       [] {

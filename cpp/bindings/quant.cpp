@@ -1,10 +1,39 @@
-// Mirrors cpp/include/socllm/quant.h as socllm._core.quant.
+// Mirrors cpp/include/socllm/quant.h and bitwidth.h as socllm._core.quant.
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "socllm/bitwidth.h"
 #include "socllm/quant.h"
 
 namespace socllm::py_bind {
+
+namespace {
+
+// A [rows, 8] float64 error table (channel_error_table's layout).
+std::vector<double> error_table_arg(const py::handle& t_obj, const char* fn, int64_t& rows) {
+  const auto t = numeric_array<double>(t_obj, std::string("[") + fn + "] table");
+  if (t.ndim() != 2 || t.shape(1) != quant::kChannelBitLevels)
+    throw ShapeError(std::string("[") + fn + "] table must be [rows, 8], got " +
+                     shape_str({t.shape(), t.shape() + t.ndim()}));
+  rows = t.shape(0);
+  return {t.data(), t.data() + t.size()};
+}
+
+py::array_t<uint8_t> bits_array(const std::vector<uint8_t>& b) {
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(b.size()));
+  std::copy(b.begin(), b.end(), out.mutable_data());
+  return out;
+}
+
+py::array_t<float> weights_2d(const py::handle& W_obj, const char* fn) {
+  auto W = numeric_array<float>(W_obj, std::string("[") + fn + "] W");
+  if (W.ndim() != 2)
+    throw ShapeError(std::string("[") + fn + "] W must be 2-D [out, in], got " +
+                     std::to_string(W.ndim()) + "-D");
+  return W;
+}
+
+}  // namespace
 
 void init_quant(py::module_& m) {
   py::module_ q = m.def_submodule("quant", "Symmetric int8/int4 quantizers (rules in quant.h).");
@@ -68,6 +97,87 @@ void init_quant(py::module_& m) {
       },
       py::arg("x"), py::arg("scale"), py::arg("bits") = 8,
       "int8 saturate(round_half_even(x / scale)) with a static (calibrated) scale.");
+
+  // EdgeFlow's per-channel bit-widths (bitwidth.h, seed 004 §4.1).
+  q.def(
+      "quantize_rows",
+      [](const py::handle& W_obj, const py::handle& bits_obj) {
+        const auto W = weights_2d(W_obj, "quantize_rows");
+        const auto bits = numeric_array<int64_t>(bits_obj, "[quantize_rows] bits");
+        const int64_t rows = W.shape(0), cols = W.shape(1);
+        if (bits.ndim() != 1 || bits.shape(0) != rows)
+          throw ShapeError("[quantize_rows] bits must be [" + std::to_string(rows) + "], got " +
+                           shape_str({bits.shape(), bits.shape() + bits.ndim()}));
+        py::array_t<int8_t> qa({rows, cols});
+        py::array_t<float> sa(rows);
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t b = bits.data()[i];
+          if (b < quant::kMinChannelBits || b > quant::kMaxChannelBits)
+            throw InvalidArgument("[quantize_rows] row " + std::to_string(i) + " has bits " +
+                                  std::to_string(b) + ", outside 1..8");
+          sa.mutable_data()[i] = quant::quantize_row_bits(
+              W.data() + i * cols, cols, static_cast<int>(b), qa.mutable_data() + i * cols);
+        }
+        return py::make_tuple(qa, sa);
+      },
+      py::arg("W"), py::arg("bits"),
+      "(q int8 [out, in], scales float32 [out]): row i symmetric at bits[i] in 1..8 "
+      "(1 bit: sign * mean|w|; bitwidth.h).");
+  q.def(
+      "error_table",
+      [](const py::handle& W_obj, const std::string& metric) {
+        const auto W = weights_2d(W_obj, "error_table");
+        const auto m = quant::error_metric_from_name(metric);
+        std::vector<double> t;
+        {
+          py::gil_scoped_release nogil;
+          t = quant::channel_error_table(W.data(), W.shape(0), W.shape(1), m);
+        }
+        py::array_t<double> out({W.shape(0), py::ssize_t{quant::kChannelBitLevels}});
+        std::copy(t.begin(), t.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("W"), py::arg("metric") = "closed-form",
+      "RE(W_i, B) [out, 8] for B = 1..8 (column B - 1): 'closed-form' 2^-2B max^2/E[w^2] or "
+      "'exact' cosine distance after quantization (seed 004 §4.1).");
+  q.def("total_bits", &quant::total_channel_bits, py::arg("rows"), py::arg("avg_bits"),
+        "floor(rows * avg_bits): the bits an average budget buys.");
+  q.def(
+      "allocate_bits",
+      [](const py::handle& t_obj, double avg_bits, const std::string& method) {
+        int64_t rows = 0;
+        const auto t = error_table_arg(t_obj, "allocate_bits", rows);
+        return bits_array(
+            quant::allocate_bits(quant::bit_allocation_from_name(method), t, rows, avg_bits));
+      },
+      py::arg("table"), py::arg("avg_bits"), py::arg("method") = "greedy",
+      "Bit-widths [rows] of one tensor at an average budget: greedy (Algorithm 1), uniform, "
+      "int4-int8, cmpq.");
+  q.def(
+      "allocate_bits_greedy",
+      [](const py::handle& t_obj, int64_t total) {
+        int64_t rows = 0;
+        const auto t = error_table_arg(t_obj, "allocate_bits_greedy", rows);
+        return bits_array(quant::allocate_bits_greedy(t, rows, total));
+      },
+      py::arg("table"), py::arg("total_bits"), "Algorithm 1 spending exactly total_bits.");
+  q.def(
+      "allocate_bits_dp",
+      [](const py::handle& t_obj, int64_t total) {
+        int64_t rows = 0;
+        const auto t = error_table_arg(t_obj, "allocate_bits_dp", rows);
+        return bits_array(quant::allocate_bits_dp(t, rows, total));
+      },
+      py::arg("table"), py::arg("total_bits"),
+      "The exact minimum of the summed error (dynamic programming; small tensors).");
+  q.def(
+      "allocate_bits_waterfill",
+      [](const py::handle& W_obj, int64_t total) {
+        const auto W = weights_2d(W_obj, "allocate_bits_waterfill");
+        return bits_array(quant::allocate_bits_waterfill(W.data(), W.shape(0), W.shape(1), total));
+      },
+      py::arg("W"), py::arg("total_bits"),
+      "The closed form's continuous optimum, rounded to integers keeping the total.");
 }
 
 }  // namespace socllm::py_bind

@@ -6,16 +6,44 @@ from __future__ import annotations
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['dequantize', 'quantize', 'quantize_static']
+__all__: list[str] = ['allocate_bits', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'total_bits']
+def allocate_bits(table: typing.Any, avg_bits: typing.SupportsFloat | typing.SupportsIndex, method: str = 'greedy') -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Bit-widths [rows] of one tensor at an average budget: greedy (Algorithm 1), uniform, int4-int8, cmpq.
+    """
+def allocate_bits_dp(table: typing.Any, total_bits: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    The exact minimum of the summed error (dynamic programming; small tensors).
+    """
+def allocate_bits_greedy(table: typing.Any, total_bits: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Algorithm 1 spending exactly total_bits.
+    """
+def allocate_bits_waterfill(W: typing.Any, total_bits: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    The closed form's continuous optimum, rounded to integers keeping the total.
+    """
 def dequantize(q: typing.Any, scales: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
     """
     q * scale, each scale covering a row-major block of q.
+    """
+def error_table(W: typing.Any, metric: str = 'closed-form') -> numpy.typing.NDArray[numpy.float64]:
+    """
+    RE(W_i, B) [out, 8] for B = 1..8 (column B - 1): 'closed-form' 2^-2B max^2/E[w^2] or 'exact' cosine distance after quantization (seed 004 §4.1).
     """
 def quantize(W: typing.Any, bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32) -> tuple[numpy.typing.NDArray[numpy.int8], numpy.typing.NDArray[numpy.float32]]:
     """
     (q int8 [out, in], scales float32: [1] per-tensor, [out] per-channel, [out, in/group]).
     """
+def quantize_rows(W: typing.Any, bits: typing.Any) -> tuple[numpy.typing.NDArray[numpy.int8], numpy.typing.NDArray[numpy.float32]]:
+    """
+    (q int8 [out, in], scales float32 [out]): row i symmetric at bits[i] in 1..8 (1 bit: sign * mean|w|; bitwidth.h).
+    """
 def quantize_static(x: typing.Any, scale: typing.SupportsFloat | typing.SupportsIndex, bits: typing.SupportsInt | typing.SupportsIndex = 8) -> numpy.typing.NDArray[numpy.int8]:
     """
     int8 saturate(round_half_even(x / scale)) with a static (calibrated) scale.
+    """
+def total_bits(rows: typing.SupportsInt | typing.SupportsIndex, avg_bits: typing.SupportsFloat | typing.SupportsIndex) -> int:
+    """
+    floor(rows * avg_bits): the bits an average budget buys.
     """

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
 from socllm import _core  # noqa: E402
+from socllm.bench_utils import cpu_family_model, cpu_model  # noqa: E402
 from socllm.io_utils import check_output_path, emit_json  # noqa: E402
 
 ops = _core.ops
@@ -69,34 +69,6 @@ def variants(keep: float) -> dict[str, str]:
         "block-sparse": f"block-sparse:keep={keep}",
         "npu-int8": "npu-int8",
     }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_family_model() -> str | None:
-    """'family F model M' from /proc/cpuinfo: tells the micro-architecture when the model name
-    is a bare 'AMD EPYC' (a VM)."""
-    try:
-        info = dict(
-            (k.strip(), v.strip())
-            for k, _, v in (
-                line.partition(":")
-                for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
-            )
-        )
-    except OSError:
-        return None
-    if "cpu family" not in info:
-        return None
-    return f"family {info['cpu family']} model {info.get('model', '?')}"
 
 
 def real_qkv(model: str, layer: int, tokens: int, quiet: bool):

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import socllm
 from socllm import ops
+from socllm.bench_utils import best_time
 from socllm.io_utils import check_output_path, emit_json
 
 SHAPES = [  # (name, in, out)
@@ -29,16 +29,6 @@ SHAPES = [  # (name, in, out)
     ("2048x2048 layer", 2048, 2048),
     ("2048x8192 layer", 2048, 8192),
 ]
-
-
-def best_time(fn, min_seconds: float = 0.3) -> float:
-    fn()  # warm-up
-    times, start = [], time.perf_counter()
-    while time.perf_counter() - start < min_seconds or len(times) < 3:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> int:

@@ -1,7 +1,9 @@
-// Mirrors cpp/include/socllm/gguf.h (GGUF reader, dequantization).
+// Mirrors cpp/include/socllm/gguf.h (GGUF reader, dequantization; with bitwidth.h, K-quant
+// blocks to INT8 rows).
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "socllm/bitwidth.h"
 #include "socllm/gguf.h"
 
 namespace socllm::py_bind {
@@ -105,6 +107,34 @@ void init_io(py::module_& m) {
       },
       py::arg("type"), py::arg("data"), py::arg("n"),
       "Dequantize n elements of raw ggml block data (bytes or uint8 array) to fp32.");
+  m.def(
+      "dequantize_to_int8_rows",
+      [](const py::handle& type, const py::handle& data_obj, int64_t rows, int64_t cols,
+         py::array_t<int8_t, py::array::c_style> q, py::array_t<float, py::array::c_style> scales) {
+        // What a K-quant file costs to turn into an NPU's INT8 rows: each row dequantized to
+        // fp32, then quantized per row at 8 bits (sub-block scales do not survive otherwise).
+        const uint32_t id = type_id(type);
+        const auto data = numeric_array<uint8_t>(data_obj, "[dequantize_to_int8_rows] data");
+        const int64_t row_bytes = cols / ggml_block_elems(id) * ggml_block_bytes(id);
+        if (rows < 0 || cols % ggml_block_elems(id) != 0 || data.size() != rows * row_bytes ||
+            q.size() != rows * cols || scales.size() != rows)
+          throw ShapeError("[dequantize_to_int8_rows] need cols a multiple of " +
+                           std::to_string(ggml_block_elems(id)) + ", data of rows * " +
+                           std::to_string(row_bytes) + " bytes, q [rows, cols], scales [rows]");
+        const uint8_t* src = data.data();
+        int8_t* dst = q.mutable_data();
+        float* sc = scales.mutable_data();
+        py::gil_scoped_release nogil;
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t i = 0; i < rows; ++i) {
+          dequantize_row(id, src + i * row_bytes, row.data(), cols);
+          sc[i] = quant::quantize_row_bits(row.data(), cols, 8, dst + i * cols);
+        }
+      },
+      py::arg("type"), py::arg("data"), py::arg("rows"), py::arg("cols"), py::arg("q"),
+      py::arg("scales"),
+      "K-quant (any dequantizable ggml type) rows to per-row int8 into q [rows, cols] and "
+      "scales [rows], single-threaded (the K-quant peer of scripts/bench_unpack.py).");
 }
 
 }  // namespace socllm::py_bind

@@ -17,7 +17,7 @@ import typing
 from . import sim
 from . import ops
 from . import quant
-__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph']
+__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph']
 class GgufFile:
     """
     A GGUF file: metadata, tensor index, dequantization.
@@ -312,6 +312,10 @@ def decoder_block() -> list:
 def dequantize(type: typing.Any, data: typing.Any, n: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.float32]:
     """
     Dequantize n elements of raw ggml block data (bytes or uint8 array) to fp32.
+    """
+def dequantize_to_int8_rows(type: typing.Any, data: typing.Any, rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, q: typing.Annotated[numpy.typing.ArrayLike, numpy.int8], scales: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> None:
+    """
+    K-quant (any dequantizable ggml type) rows to per-row int8 into q [rows, cols] and scales [rows], single-threaded (the K-quant peer of scripts/bench_unpack.py).
     """
 def ggml_supported_types() -> list[str]:
     ...

@@ -97,6 +97,9 @@ void init_calibration(py::module_& m) {
           "the step that writes it, required, description.")
       .def_property_readonly_static("format_version",
                                     [](const py::object&) { return Calibration::kFormatVersion; })
+      .def_property_readonly_static(
+          "smooth_alpha_grid", [](const py::object&) { return Calibration::kSmoothAlphaGrid; },
+          "Points of step smoothing's alpha grid (0, 0.1, ..., 1).")
       .def(
           "save",
           [](const Calibration& c, const std::string& path, const Model& mdl,
@@ -141,7 +144,9 @@ void init_calibration(py::module_& m) {
           py::arg("name"), py::arg("site") = py::none(),
           "A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], "
           "abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count "
-          "[n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64).")
+          "[n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64), "
+          "out_absmax [n_layers, out_width], smooth_alpha [n_layers], smooth_alpha_error "
+          "[n_layers, 11], channel_bits [n_layers, out_width] (int64).")
       .def(
           "set_array",
           [](Calibration& c, const std::string& name, const std::optional<std::string>& site,

@@ -2,6 +2,8 @@
 // linear static graphs, and the statistics of its graph cache.
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "common.h"
 #include "socllm/engine.h"
 #include "socllm/static_graph.h"
@@ -217,6 +219,77 @@ void init_engine(py::module_& m) {
           py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("rows"),
           py::keep_alive<0, 1>(),  // an fp32 graph reads the engine's model weights
           "One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).")
+      .def(
+          "linear_inputs",
+          [](const Engine& e, const py::handle& tokens, const std::vector<int64_t>& rows) {
+            const auto ids = to_token_ids(tokens, "Engine.linear_inputs");
+            std::vector<std::array<TensorF32, kNumLinearSites>> xs;
+            {
+              py::gil_scoped_release nogil;
+              xs = e.linear_inputs(ids, rows);
+            }
+            py::list l;
+            for (auto& layer : xs) {
+              py::dict d;
+              for (int s = 0; s < kNumLinearSites; ++s)
+                d[linear_site_name(static_cast<LinearSite>(s))] = to_numpy(std::move(layer[s]));
+              l.append(d);
+            }
+            return l;
+          },
+          py::arg("tokens"), py::arg("rows"),
+          "Per layer {site: [len(rows), width]}: the linear inputs of an fp32 run at those rows.")
+      .def(
+          "linear_forward",
+          [](const Engine& e, const py::handle& plan, int64_t layer, const std::string& site,
+             const py::handle& x_obj, std::optional<double> alpha) {
+            Plan p = plan_from_py(plan);
+            const auto x = numeric_array<float>(x_obj, "[Engine.linear_forward] x");
+            const LinearSite st = site_from_name(site, "Engine.linear_forward");
+            const int64_t in = linear_site_width(e.model().config(), st);
+            if (x.ndim() != 2 || x.shape(1) != in)
+              throw ShapeError("[Engine.linear_forward] x must be [rows, " + std::to_string(in) +
+                               "], got " + shape_str(x));
+            const int64_t rows = x.shape(0), out = linear_out_width(e.model().config(), st);
+            py::array_t<float> y({rows, out});
+            float* yp = y.mutable_data();
+            const float* xp = x.data();
+            py::gil_scoped_release nogil;
+            const auto lin = e.prepare_linear(p, layer, st, alpha);
+            const quant::RowSegment all{0, rows};
+            lin->forward(xp, rows, yp, out, false, {&all, 1});
+            return y;
+          },
+          py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("x"),
+          py::arg("alpha") = py::none(),
+          "y [rows, out] of one linear of the plan built alone (its input smoothing divided at "
+          "run time, not folded); alpha replaces npu smoothing's input exponent.")
+      .def(
+          "linear_info",
+          [](const Engine& e, const py::handle& plan, int64_t layer, const std::string& site,
+             std::optional<double> alpha) {
+            Plan p = plan_from_py(plan);
+            const LinearSite st = site_from_name(site, "Engine.linear_info");
+            std::unique_ptr<quant::PreparedLinear> lin;
+            {
+              py::gil_scoped_release nogil;
+              lin = e.prepare_linear(p, layer, st, alpha);
+            }
+            py::dict d;
+            const auto& b = lin->row_bits();
+            py::array_t<uint8_t> bits(static_cast<py::ssize_t>(b.size()));
+            std::copy(b.begin(), b.end(), bits.mutable_data());
+            d["bits"] = bits;
+            d["bits_per_weight"] = lin->stored_bits_per_weight();
+            d["weight_bytes"] = lin->weight_bytes();
+            d["act_scale"] = lin->static_act_scale();
+            d["input_smoothing"] = e.input_smoothing(p, layer, st, alpha);
+            return d;
+          },
+          py::arg("plan"), py::arg("layer"), py::arg("site"), py::arg("alpha") = py::none(),
+          "What one linear of the plan holds: bits [out] per row, bits_per_weight (scales and "
+          "bit-width metadata counted), weight_bytes, act_scale, input_smoothing [in] (npu "
+          "smoothing's divisor S_I^alpha; [] without).")
       .def(
           "prefill",
           [](const Engine& e, const py::handle& tokens, const py::handle& plan, bool all_positions,

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "socllm/block.h"
 #include "socllm/core.h"
 #include "socllm/model_store.h"
 
@@ -31,6 +32,7 @@ Calibration Calibration::empty_for(const ModelConfig& c) {
   cal.n_kv_heads = c.n_kv_heads;
   for (int s = 0; s < kNumLinearSites; ++s) {
     cal.width[s] = linear_site_width(c, static_cast<LinearSite>(s));
+    cal.out_width[s] = linear_out_width(c, static_cast<LinearSite>(s));
     cal.channel_absmax[s].assign(static_cast<size_t>(c.n_layers * cal.width[s]), 0.0f);
     cal.abs_hist[s].assign(static_cast<size_t>(c.n_layers * kAbsHistBins), 0);
   }
@@ -85,6 +87,30 @@ void Calibration::check_matches(const ModelConfig& c) const {
                                             : std::string(" sums beyond 64 bits")));
       }
     };
+    const auto check_sized = [&](size_t n, size_t want, const char* what) {
+      if (n != 0 && n != want)
+        throw ShapeError(std::string("[Calibration] site '") + linear_site_name(site) +
+                         "': " + what + " holds " + std::to_string(n) + " values, expected " +
+                         std::to_string(want) + " (calibration file from another model?)");
+    };
+    const size_t ow = static_cast<size_t>(n_layers * linear_out_width(c, site));
+    check_sized(out_absmax[s].size(), ow, "out_absmax");
+    check_sized(smooth_alpha[s].size(), static_cast<size_t>(n_layers), "smooth_alpha");
+    check_sized(smooth_alpha_error[s].size(), static_cast<size_t>(n_layers * kSmoothAlphaGrid),
+                "smooth_alpha_error");
+    check_sized(channel_bits[s].size(), ow, "channel_bits");
+    for (float v : out_absmax[s])
+      if (!std::isfinite(v) || v < 0.0f)
+        throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                              "' has an invalid output absmax " + std::to_string(v));
+    for (float v : smooth_alpha[s])
+      if (!(v >= 0.0f && v <= 1.0f))
+        throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                              "' has a smoothing alpha " + std::to_string(v) + " outside [0, 1]");
+    for (int64_t v : channel_bits[s])
+      if (v < 1 || v > 8)
+        throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                              "' has a channel bit-width " + std::to_string(v) + " outside 1..8");
     check_counts(abs_hist[s], "abs_hist");
     check_counts(outlier_count[s], "outlier_count");
     check_counts(outlier_seq_channels[s], "outlier_seq_channels");
@@ -149,6 +175,26 @@ void Calibration::observe(int64_t layer, LinearSite s, const float* x, int64_t r
   }
   outlier_seq_channels[si][static_cast<size_t>(layer)] += channels;
   ++outlier_seqs[si][static_cast<size_t>(layer)];
+}
+
+std::span<const float> Calibration::output_absmax(int64_t layer, LinearSite s) const {
+  const int si = static_cast<int>(s);
+  if (out_absmax[si].empty())
+    throw InvalidArgument(
+        "[Calibration] no output channel maxima: this file's act-scales step "
+        "predates them (socllm calibrate --steps act-scales again)");
+  const int64_t w = out_width[si];
+  return {out_absmax[si].data() + layer * w, static_cast<size_t>(w)};
+}
+
+void Calibration::observe_output(int64_t layer, LinearSite s, const float* y, int64_t rows,
+                                 int64_t ld) {
+  const int si = static_cast<int>(s);
+  const int64_t w = out_width[si];
+  if (out_absmax[si].empty()) out_absmax[si].assign(static_cast<size_t>(n_layers * w), 0.0f);
+  float* m = out_absmax[si].data() + layer * w;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], std::abs(y[r * ld + j]));
 }
 
 float Calibration::abs_percentile(int64_t layer, LinearSite s, double p) const {
@@ -237,7 +283,7 @@ std::vector<quant::ShadowLinearConfig> Calibration::shadow_configs(
 
 namespace {
 
-constexpr std::array<CalibrationArraySpec, 11> kSchema = {{
+constexpr std::array<CalibrationArraySpec, 15> kSchema = {{
     {"act_absmax", "float32", "[n_layers, width]", "act-scales", false,
      "running max of |x| per input channel (static scales: max / 127)"},
     {"abs_hist", "int64", "[n_layers, 16384]", "act-scales", false,
@@ -261,6 +307,15 @@ constexpr std::array<CalibrationArraySpec, 11> kSchema = {{
      "max |K| of each KV head (post-RoPE) per calibration window", false},
     {"v_absmax", "float32", "[windows, n_layers, n_kv_heads]", "qk-scales", false,
      "max |V| of each KV head per calibration window (npu-int8's static V scale)", false},
+    {"out_absmax", "float32", "[n_layers, out_width]", "act-scales", false,
+     "running max of |y| per output channel of the site's linear (EdgeFlow's S_O, seed 004 "
+     "§4.1; static output scales)"},
+    {"smooth_alpha", "float32", "[n_layers]", "smoothing", false,
+     "EdgeFlow's smoothing exponent alpha of the input (grid search, seed 004 §4.1)"},
+    {"smooth_alpha_error", "float32", "[n_layers, 11]", "smoothing", false,
+     "relative output error of the quantized linear at alpha = 0, 0.1, ..., 1"},
+    {"channel_bits", "int64", "[n_layers, out_width]", "bitwidths", false,
+     "bit-width (1..8) of every output channel of the site's linear (seed 004 Algorithm 1)"},
 }};
 
 // The config keys that decide whether statistics fit a model (its name may differ).
@@ -320,6 +375,8 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
         const std::string shape = spec.shape;
         if (shape == "[n_layers]") return std::vector<int64_t>{n_layers};
         if (shape == "[n_layers, width]") return std::vector<int64_t>{n_layers, width[s]};
+        if (shape == "[n_layers, out_width]") return std::vector<int64_t>{n_layers, out_width[s]};
+        if (shape == "[n_layers, 11]") return std::vector<int64_t>{n_layers, kSmoothAlphaGrid};
         return std::vector<int64_t>{n_layers, kAbsHistBins};
       }
     return std::vector<int64_t>{};
@@ -331,6 +388,11 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
   if (name == "outlier_seq_channels")
     return {nullptr, &outlier_seq_channels[s], sh("outlier_seq_channels")};
   if (name == "outlier_seqs") return {nullptr, &outlier_seqs[s], sh("outlier_seqs")};
+  if (name == "out_absmax") return {&out_absmax[s], nullptr, sh("out_absmax")};
+  if (name == "smooth_alpha") return {&smooth_alpha[s], nullptr, sh("smooth_alpha")};
+  if (name == "smooth_alpha_error")
+    return {&smooth_alpha_error[s], nullptr, sh("smooth_alpha_error")};
+  if (name == "channel_bits") return {nullptr, &channel_bits[s], sh("channel_bits")};
   spec(name);  // throws listing the names
   return {};
 }

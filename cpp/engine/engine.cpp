@@ -201,6 +201,81 @@ std::shared_ptr<const Calibration> Engine::calibration() const {
   return calib_;
 }
 
+struct Engine::SiteContext {
+  std::span<const float> act_absmax, out_absmax;
+  std::vector<float> input_smooth;  // npu smoothing's S_I^α of this input (empty: none)
+  bool folded = false;
+  std::vector<float> row_post;  // the next input's divisor folded into these rows
+  std::vector<int64_t> tensor_rows;
+  std::vector<uint8_t> row_bits;
+  quant::LinearContext context() const {
+    quant::LinearContext ctx;
+    ctx.act_absmax = act_absmax;
+    ctx.out_absmax = out_absmax;
+    ctx.input_smooth = input_smooth;
+    ctx.input_folded = folded && !input_smooth.empty();
+    ctx.row_post = row_post;
+    ctx.tensor_rows = tensor_rows;
+    ctx.row_bits = row_bits;
+    return ctx;
+  }
+};
+
+Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& plan, int64_t layer,
+                                         LinearSite site, bool fold,
+                                         std::optional<double> alpha) const {
+  const auto& c = model_->config();
+  const quant::LinearScheme& ls = plan.linear;
+  SiteContext sc;
+  sc.folded = fold;
+  if (calib) sc.act_absmax = calib->absmax(layer, site);
+  if (ls.needs_output_absmax()) sc.out_absmax = calib->output_absmax(layer, site);
+  if (site == LinearSite::AttnIn) sc.tensor_rows = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+  if (site == LinearSite::MlpIn) sc.tensor_rows = {c.d_ff, c.d_ff};
+  if (ls.channel_bits && ls.channel_bits->stored) {
+    const auto& cb = calib->channel_bits[static_cast<size_t>(site)];
+    const int64_t w = calib->out_width[static_cast<size_t>(site)];
+    sc.row_bits.assign(cb.begin() + layer * w, cb.begin() + (layer + 1) * w);
+  }
+  const auto* npu = ls.npu_smoothing ? &*ls.npu_smoothing : nullptr;
+  if (!npu || !npu->has_input_part()) return sc;
+  // S_I^α of one input site; o_proj's input is tied across the query heads sharing a KV head,
+  // so that its divisor folds into that KV head's v_proj rows.
+  auto divisor = [&](LinearSite st, std::optional<double> a) {
+    const double e = a ? *a
+                     : npu->alpha
+                         ? *npu->alpha
+                         : calib->smooth_alpha[static_cast<size_t>(st)][static_cast<size_t>(layer)];
+    std::vector<float> m(calib->absmax(layer, st).begin(), calib->absmax(layer, st).end());
+    if (st == LinearSite::AttnOut) {
+      const int64_t group = c.n_heads / c.n_kv_heads, hd = c.head_dim;
+      for (int64_t g = 0; g < c.n_kv_heads; ++g)
+        for (int64_t e2 = 0; e2 < hd; ++e2) {
+          float mx = 0.0f;
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) mx = std::max(mx, m[h * hd + e2]);
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) m[h * hd + e2] = mx;
+        }
+    }
+    return quant::npu_input_smoothing(m, e);
+  };
+  sc.input_smooth = divisor(site, alpha);
+  if (fold && (site == LinearSite::AttnIn || site == LinearSite::MlpIn)) {
+    const int64_t out = linear_out_width(c, site);
+    sc.row_post.assign(static_cast<size_t>(out), 1.0f);
+    if (site == LinearSite::AttnIn) {  // v rows carry o_proj's input divisor (head 0 of a group)
+      const auto next = divisor(LinearSite::AttnOut, {});
+      const int64_t group = c.n_heads / c.n_kv_heads, hd = c.head_dim;
+      for (int64_t g = 0; g < c.n_kv_heads; ++g)
+        for (int64_t e2 = 0; e2 < hd; ++e2)
+          sc.row_post[c.q_dim() + c.kv_dim() + g * hd + e2] = 1.0f / next[g * group * hd + e2];
+    } else {  // up rows carry down_proj's input divisor
+      const auto next = divisor(LinearSite::MlpAct, {});
+      for (int64_t j = 0; j < c.d_ff; ++j) sc.row_post[c.d_ff + j] = 1.0f / next[j];
+    }
+  }
+  return sc;
+}
+
 std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   if (plan.linear.is_fp32()) return nullptr;
   std::lock_guard lock(mu_);
@@ -214,6 +289,19 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
                           "' fixes static activation scales or smoothing factors from "
                           "calibration, and none is loaded (socllm calibrate --steps act-scales, "
                           "then --calib PATH / calib=PATH)");
+  if (plan.linear.needs_output_absmax() && !calib_->has_output_absmax())
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "' smooths or quantizes linear outputs from their calibrated channel "
+                          "maxima, and the loaded calibration has none (socllm calibrate --steps "
+                          "act-scales again: older files predate them)");
+  if (plan.linear.needs_smoothing_calibration() && !calib_->has_smoothing())
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "' uses the calibrated smoothing exponents, and the loaded calibration "
+                          "has none (socllm calibrate --steps act-scales,smoothing)");
+  if (plan.linear.channel_bits && plan.linear.channel_bits->stored && !calib_->has_channel_bits())
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "' uses stored bit-widths, and the loaded calibration has none "
+                          "(socllm calibrate --steps ...,bitwidths)");
   if (plan.linear.needs_outlier_calibration() && !calib_->has_outlier_stats())
     throw InvalidArgument("[Engine] plan '" + plan.name +
                           "' needs outlier thresholds and statistics, and the loaded calibration "
@@ -224,16 +312,26 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   auto prep = std::make_shared<PreparedLinears>();
   prep->model = model_;  // outlier schemes read the model's float weights (PreparedLinear)
   prep->layers.resize(static_cast<size_t>(c.n_layers));
+  // npu smoothing's input divisors fold into the norms and into the rows of v_proj / up_proj.
+  const bool fold = plan.linear.npu_smoothing && plan.linear.npu_smoothing->has_input_part() &&
+                    plan.linear.npu_smoothing->fold;
+  if (fold) prep->norm_gains.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int s = 0; s < kNumLinearSites; ++s) {
       const auto site = static_cast<LinearSite>(s);
       const LayerWeights& L = model_->layer(l);
-      std::span<const float> absmax;
-      if (calib_) absmax = calib_->absmax(l, site);
+      const SiteContext sc = site_context(calib_.get(), plan, l, site, fold, {});
+      quant::LinearContext ctx = sc.context();
+      ctx.shadow = shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)];
       prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(
           site_weights(L, site), linear_out_width(c, site), linear_site_width(c, site),
-          site_bias(L, site), plan.linear, absmax,
-          shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)]);
+          site_bias(L, site), plan.linear, ctx);
+      if (fold && (site == LinearSite::AttnIn || site == LinearSite::MlpIn)) {
+        const TensorF32& g = site == LinearSite::AttnIn ? L.attn_norm : L.ffn_norm;
+        auto& gain = prep->norm_gains[l][site == LinearSite::AttnIn ? 0 : 1];
+        gain.resize(static_cast<size_t>(c.d_model));
+        for (int64_t j = 0; j < c.d_model; ++j) gain[j] = g.ptr()[j] / sc.input_smooth[j];
+      }
     }
   spdlog::debug("prepared linears for plan '{}': {} weight bytes", plan.name, prep->weight_bytes());
   // A bounded cache: each prepared plan holds quantized (and, for outlier schemes, float)
@@ -313,6 +411,74 @@ npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep,
   return g;
 }
 
+std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, int64_t layer,
+                                                              LinearSite site,
+                                                              std::optional<double> alpha) const {
+  const auto& c = model_->config();
+  if (layer < 0 || layer >= c.n_layers)
+    throw InvalidArgument("[Engine.prepare_linear] layer " + std::to_string(layer) +
+                          " outside [0, " + std::to_string(c.n_layers) + ")");
+  if (alpha && !(*alpha >= 0.0 && *alpha <= 1.0))
+    throw InvalidArgument("[Engine.prepare_linear] alpha must be in [0, 1], got " +
+                          std::to_string(*alpha));
+  std::shared_ptr<const Calibration> calib;
+  {
+    std::lock_guard lock(mu_);
+    calib = calib_;
+  }
+  if (plan.linear.needs_calibration() && (!calib || !calib->has_act_scales()))
+    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
+                          "' needs calibration, and none is loaded");
+  if (plan.linear.needs_smoothing_calibration() && !alpha && !calib->has_smoothing())
+    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
+                          "' uses the calibrated smoothing exponents: none loaded, give alpha");
+  if (plan.linear.needs_output_absmax() && !calib->has_output_absmax())
+    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
+                          "' needs the outputs' channel maxima (step act-scales)");
+  if (plan.linear.shadow)
+    throw InvalidArgument(
+        "[Engine.prepare_linear] shadow-outlier linears are built with the "
+        "whole plan (Engine.prepare)");
+  const SiteContext sc = site_context(calib.get(), plan, layer, site, /*fold=*/false, alpha);
+  const LayerWeights& L = model_->layer(layer);
+  return std::make_unique<quant::PreparedLinear>(site_weights(L, site), linear_out_width(c, site),
+                                                 linear_site_width(c, site), site_bias(L, site),
+                                                 plan.linear, sc.context());
+}
+
+std::vector<float> Engine::input_smoothing(const Plan& plan, int64_t layer, LinearSite site,
+                                           std::optional<double> alpha) const {
+  std::shared_ptr<const Calibration> calib;
+  {
+    std::lock_guard lock(mu_);
+    calib = calib_;
+  }
+  const auto* npu = plan.linear.npu_smoothing ? &*plan.linear.npu_smoothing : nullptr;
+  if (!npu || !npu->has_input_part()) return {};
+  if (!calib || (!alpha && !npu->alpha && !calib->has_smoothing()))
+    throw InvalidArgument("[Engine.input_smoothing] plan '" + plan.name +
+                          "' needs calibration (act-scales, smoothing) or an alpha");
+  if (layer < 0 || layer >= model_->config().n_layers)
+    throw InvalidArgument("[Engine.input_smoothing] layer " + std::to_string(layer) +
+                          " outside [0, " + std::to_string(model_->config().n_layers) + ")");
+  return site_context(calib.get(), plan, layer, site, false, alpha).input_smooth;
+}
+
+std::vector<std::array<TensorF32, kNumLinearSites>> Engine::linear_inputs(
+    std::span<const int32_t> tokens, const std::vector<int64_t>& rows) const {
+  const auto& c = model_->config();
+  for (int64_t r : rows)
+    if (r < 0 || r >= static_cast<int64_t>(tokens.size()))
+      throw InvalidArgument("[Engine.linear_inputs] row " + std::to_string(r) + " outside [0, " +
+                            std::to_string(tokens.size()) + ")");
+  std::vector<std::array<TensorF32, kNumLinearSites>> out(static_cast<size_t>(c.n_layers));
+  RunHooks hooks;
+  hooks.site_rows = &rows;
+  hooks.site_inputs = &out;
+  run_fp32({tokens}, hooks);
+  return out;
+}
+
 LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite site,
                                  int64_t rows) const {
   const auto& c = model_->config();
@@ -365,6 +531,13 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       const int64_t w = linear_site_width(c, site);
       if (observe)
         for (const auto& s : b.seqs) observe->observe(l, site, in + s.row0 * w, s.T, w);
+      if (hooks && hooks->site_inputs) {
+        const auto& rows = *hooks->site_rows;
+        TensorF32 t({static_cast<int64_t>(rows.size()), w});
+        for (size_t r = 0; r < rows.size(); ++r)
+          std::memcpy(t.ptr() + r * w, in + rows[r] * w, static_cast<size_t>(w) * sizeof(float));
+        (*hooks->site_inputs)[l][static_cast<size_t>(site)] = std::move(t);
+      }
       if (prep)
         prep->at(l, site).forward(
             in, N, out, ldo, false, b.segments,
@@ -374,6 +547,13 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       else
         k::linear(in, N, w, w, site_weights(L, site), linear_out_width(c, site), site_bias(L, site),
                   out, ldo);
+      if (observe)
+        for (const auto& s : b.seqs) observe->observe_output(l, site, out + s.row0 * ldo, s.T, ldo);
+    };
+    // RMSNorm gains, with a folded input smoothing if the plan has one.
+    auto norm_gain = [&](int which) {
+      if (prep && !prep->norm_gains.empty()) return prep->norm_gains[l][which].data();
+      return which == 0 ? L.attn_norm.ptr() : L.ffn_norm.ptr();
     };
     std::optional<npu::SubgraphKind> current;
     // The block description's ops in order (block.h); in chunked prefill every subgraph is a
@@ -389,7 +569,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       }
       switch (op.op) {
         case BlockOp::AttnNorm:
-          k::rms_norm(x, L.attn_norm.ptr(), N, d, c.rms_eps, h.data());
+          k::rms_norm(x, norm_gain(0), N, d, c.rms_eps, h.data());
           store(op.op_class, h.data(), N * d);
           break;
         case BlockOp::Qkv: lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w); break;
@@ -474,7 +654,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
           store(op.op_class, x, N * d);
           break;
         case BlockOp::FfnNorm:
-          k::rms_norm(x, L.ffn_norm.ptr(), N, d, c.rms_eps, h.data());
+          k::rms_norm(x, norm_gain(1), N, d, c.rms_eps, h.data());
           store(op.op_class, h.data(), N * d);
           break;
         case BlockOp::GateUp: lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff); break;

@@ -23,7 +23,35 @@ struct Preset {
   const char* description;
   const char* options;  // JSON object of option defaults (besides chunk_len)
   std::function<LinearScheme(const json& opts)> linear;
+  // Op classes placed otherwise than default_placement puts them, as in "placement" (JSON).
+  const char* placement = nullptr;
 };
+
+// EdgeFlow's options shared by its preset and the NPU-adapted baselines (seed 004 §4.1, §5.4.1).
+quant::NpuSmoothing npu_smoothing_option(const json& o) {
+  quant::NpuSmoothing n;
+  const json& a = o["alpha"];
+  if (a.is_string() && a.get<std::string>() == "calibrated") n.alpha_calibrated = true;
+  else if (a.is_number()) n.alpha = a.get<double>();
+  else
+    throw InvalidArgument("[Plan] alpha must be a number in [0, 1] or 'calibrated', got " +
+                          json_text(a));
+  n.beta = o["beta"].get<double>();
+  n.fold = o["fold"].get<int64_t>() != 0;
+  return n;
+}
+
+quant::OutputQuant output_quant_option(const json& o) {
+  const auto v = o["output_quant"].get<std::string>();
+  for (auto q : {quant::OutputQuant::None, quant::OutputQuant::Int8, quant::OutputQuant::Int16})
+    if (quant::output_quant_name(q) == v) return q;
+  throw InvalidArgument("[Plan] output_quant must be none, int8 or int16, got '" + v + "'");
+}
+
+// "calibrated" options also take a number (edgeflow's alpha).
+bool number_for_calibrated(const json& def, const json& v) {
+  return def.is_string() && def.get<std::string>() == "calibrated" && v.is_number();
+}
 
 LinearScheme scheme(WeightFormat w, Granularity g, ActFormat a, int64_t group = 32) {
   LinearScheme s;
@@ -78,7 +106,7 @@ const std::vector<Preset>& presets() {
        "activations clipped to a calibrated threshold, the values beyond it in float on the CPU "
        "(hot channels' weights resident, cold ones fetched), the CPU part pruned on the "
        "pruning_rate least important linears; weights per-tensor (the paper) or per-channel",
-       R"({"pruning_rate": 0.85, "hot_share": 0.8, "weights": "per-tensor"})",
+       R"({"pruning_rate": 0.85, "hot_share": 0.8, "weights": "per-tensor", "weight_bits": 8})",
        [](const json& o) {
          const auto w = o["weights"].get<std::string>();
          if (w != "per-tensor" && w != "per-channel")
@@ -87,10 +115,59 @@ const std::vector<Preset>& presets() {
          auto s = scheme(WeightFormat::Int8,
                          w == "per-tensor" ? Granularity::PerTensor : Granularity::PerChannel,
                          ActFormat::Int8StaticPerTensor);
+         // B-bit weights: EdgeFlow's shadow-outlier baseline at an average of B bits (§5.4.1).
+         s.weight_bits = static_cast<int>(o["weight_bits"].get<int64_t>());
          s.shadow =
              quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
          return s;
        }},
+      {"edgeflow",
+       "EdgeFlow (seed 004 §4.1, App. B): per-output-channel symmetric weights at 1-8 bits "
+       "allocated per tensor by Algorithm 1 at an average of `bits`, NPU-aware smoothing (input "
+       "S_I^alpha folded into the norms / previous rows, output S_O^beta into the "
+       "dequantization), static per-tensor int8 activations and outputs (output_quant), exact "
+       "int8 GEMM on the NPU, every other op on the CPU in fp16. allocation: greedy, uniform, "
+       "int4-int8, cmpq (the §5.4.1 baselines); bitwidths=stored takes the calibration's; "
+       "fold=0 divides each linear's input at run time instead of folding it",
+       R"({"bits": 5.0, "alpha": "calibrated", "beta": 1.0, "output_quant": "int8",
+           "allocation": "greedy", "metric": "closed-form", "bitwidths": "per-tensor",
+           "fold": 1})",
+       [](const json& o) {
+         auto s =
+             scheme(WeightFormat::Int8, Granularity::PerChannel, ActFormat::Int8StaticPerTensor);
+         quant::ChannelBits cb;
+         cb.bits = o["bits"].get<double>();
+         cb.allocation = quant::bit_allocation_from_name(o["allocation"].get<std::string>());
+         cb.metric = quant::error_metric_from_name(o["metric"].get<std::string>());
+         const auto where = o["bitwidths"].get<std::string>();
+         if (where != "per-tensor" && where != "stored")
+           throw InvalidArgument("[Plan] edgeflow: bitwidths must be per-tensor or stored, got '" +
+                                 where + "'");
+         cb.stored = where == "stored";
+         s.channel_bits = cb;
+         s.npu_smoothing = npu_smoothing_option(o);
+         s.output_quant = output_quant_option(o);
+         return s;
+       },
+       R"({"norm": "cpu", "activation": "cpu", "residual": "cpu"})"},
+      {"smoothquant-npu",
+       "SmoothQuant adapted to the NPU as EdgeFlow's baseline (seed 004 §5.4.1): SmoothQuant's "
+       "input smoothing (alpha) plus NPU output smoothing (beta), uniform per-channel weights at "
+       "`bits`, static per-tensor int8 activations and outputs",
+       R"({"bits": 8, "alpha": 0.5, "beta": 1.0, "output_quant": "int8"})",
+       [](const json& o) {
+         auto s =
+             scheme(WeightFormat::Int8, Granularity::PerChannel, ActFormat::Int8StaticPerTensor);
+         s.smooth_alpha = o["alpha"].get<double>();
+         quant::ChannelBits cb;
+         cb.bits = static_cast<double>(o["bits"].get<int64_t>());
+         cb.allocation = quant::BitAllocation::Uniform;
+         s.channel_bits = cb;
+         s.npu_smoothing = quant::NpuSmoothing{std::nullopt, false, o["beta"].get<double>()};
+         s.output_quant = output_quant_option(o);
+         return s;
+       },
+       R"({"norm": "cpu", "activation": "cpu", "residual": "cpu"})"},
       {"w8-group",
        "K-quant-like per-group int8 (llama.cpp Q8_0 x Q8_0; seed 001 Fig. 3b, Table 6 'K-Quant'): "
        "weights and activations quantized in groups along K, float sum over groups",
@@ -452,12 +529,17 @@ Plan Plan::from_json(const json& j) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0)
         throw InvalidArgument("[Plan] chunk_len must be an integer >= 0, got " + json_text(v));
       plan.chunk_len = v.get<int64_t>();
-    } else if (preset && plan.options.contains(key) && plan.options[key].is_string()) {
+    } else if (preset && plan.options.contains(key) && plan.options[key].is_string() &&
+               !number_for_calibrated(plan.options[key], v)) {
       if (!v.is_string())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
                               "' must be a string, got " + json_text(v));
       plan.options[key] = v;
     } else if (preset && plan.options.contains(key)) {
+      if (number_for_calibrated(plan.options[key], v)) {
+        plan.options[key] = v;
+        continue;
+      }
       if (!v.is_number())
         throw InvalidArgument("[Plan] option '" + key + "' of plan '" + plan.name +
                               "' must be a number, got " + json_text(v));
@@ -491,6 +573,11 @@ Plan Plan::from_json(const json& j) {
   if (plan.attention.kind == quant::AttentionKind::NpuInt8)
     plan.placement[static_cast<size_t>(OpClass::Attention)] = {soc::Processor::Npu,
                                                                soc::DType::Int8};
+  if (preset && preset->placement) {
+    const json preset_placement = json::parse(preset->placement);
+    for (const auto& [c, v] : preset_placement.items())
+      apply_placement_entry(plan, op_class_from_name(c), v);
+  }
   if (j.contains("ops")) apply_ops_placement(plan, j["ops"]);
   for (const auto& [c, v] : placement_keys.items())
     apply_placement_entry(plan, op_class_from_name(c), v);

@@ -48,6 +48,10 @@ bool integer_activations(ActFormat a) {
   return a == ActFormat::Int8StaticPerTensor || a == ActFormat::Int8DynamicPerRow;
 }
 
+constexpr OutputQuant kOutputQuants[] = {OutputQuant::None, OutputQuant::Int8, OutputQuant::Int16};
+
+int32_t output_qmax(OutputQuant q) { return q == OutputQuant::Int8 ? 127 : 32767; }
+
 }  // namespace
 
 std::string weight_format_name(WeightFormat f) {
@@ -57,6 +61,22 @@ std::string weight_format_name(WeightFormat f) {
     case WeightFormat::Int4: return "int4";
   }
   return "?";
+}
+
+std::string output_quant_name(OutputQuant q) {
+  switch (q) {
+    case OutputQuant::None: return "none";
+    case OutputQuant::Int8: return "int8";
+    case OutputQuant::Int16: return "int16";
+  }
+  return "?";
+}
+
+std::vector<float> npu_input_smoothing(std::span<const float> act_absmax, double alpha) {
+  std::vector<float> s(act_absmax.size());
+  for (size_t j = 0; j < s.size(); ++j)
+    s[j] = static_cast<float>(std::pow(std::max(act_absmax[j], kSmoothClamp), alpha));
+  return s;
 }
 
 std::string act_format_name(ActFormat f) {
@@ -72,12 +92,13 @@ std::string act_format_name(ActFormat f) {
 
 bool LinearScheme::is_fp32() const {
   return weights == WeightFormat::F32 && activations == ActFormat::F32 && !smooth_alpha &&
-         !outlier_threshold && !shadow;
+         !outlier_threshold && !shadow && !channel_bits && !npu_smoothing &&
+         output_quant == OutputQuant::None;
 }
 
 bool LinearScheme::needs_calibration() const {
   return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value() ||
-         shadow.has_value();
+         shadow.has_value() || npu_smoothing.has_value() || output_quant != OutputQuant::None;
 }
 
 void LinearScheme::validate() const {
@@ -104,14 +125,63 @@ void LinearScheme::validate() const {
           "activations with int8 per-tensor/per-channel weights, without smoothing or LLM.int8 "
           "outliers");
   }
+  if (weight_bits < 2 || weight_bits > 8 || (weights != WeightFormat::Int8 && weight_bits != 8))
+    throw InvalidArgument("[LinearScheme] weight bits must be in 2..8 on int8 weights, got " +
+                          std::to_string(weight_bits) + " on " + weight_format_name(weights));
+  if (channel_bits && weight_bits != 8)
+    throw InvalidArgument(
+        "[LinearScheme] per-channel bit-widths replace the weight bits: give "
+        "one of them");
   if (weights == WeightFormat::F32 && weight_granularity != Granularity::PerChannel)
     throw InvalidArgument("[LinearScheme] fp32 weights take no granularity (got " +
                           granularity_name(weight_granularity) + ")");
+  if (channel_bits) {
+    if (!(channel_bits->bits >= kMinChannelBits && channel_bits->bits <= kMaxChannelBits))
+      throw InvalidArgument(
+          "[LinearScheme] channel_bits.bits (the average budget) must be in "
+          "[1, 8], got " +
+          std::to_string(channel_bits->bits));
+    if (weights != WeightFormat::Int8 || weight_granularity != Granularity::PerChannel)
+      throw InvalidArgument(
+          "[LinearScheme] per-channel bit-widths apply to int8 per-channel "
+          "weights, got " +
+          weight_format_name(weights) + " " + granularity_name(weight_granularity));
+  }
+  const bool npu_static = activations == ActFormat::Int8StaticPerTensor && !shadow &&
+                          !outlier_threshold && weights == WeightFormat::Int8 &&
+                          weight_granularity != Granularity::PerGroup;
+  // fp32 linears with npu smoothing compute the same function as without it: the identity the
+  // folding must preserve, testable in fp32.
+  const bool float_identity = weights == WeightFormat::F32 && activations == ActFormat::F32 &&
+                              !shadow && !outlier_threshold && !smooth_alpha;
+  if (npu_smoothing) {
+    const auto& n = *npu_smoothing;
+    if (n.alpha && !(*n.alpha >= 0.0 && *n.alpha <= 1.0))
+      throw InvalidArgument("[LinearScheme] npu_smoothing.alpha must be in [0, 1], got " +
+                            std::to_string(*n.alpha));
+    if (!(n.beta >= 0.0 && n.beta <= 1.0))
+      throw InvalidArgument("[LinearScheme] npu_smoothing.beta must be in [0, 1], got " +
+                            std::to_string(n.beta));
+    if (!npu_static && !float_identity)
+      throw InvalidArgument(
+          "[LinearScheme] npu smoothing runs on the NPU's static per-tensor "
+          "int8 activations with int8 weights (no shadow or LLM.int8 outliers), "
+          "or on fp32 linears (where it changes nothing but rounding)");
+    if (n.has_input_part() && smooth_alpha)
+      throw InvalidArgument(
+          "[LinearScheme] npu smoothing's input part (alpha) and SmoothQuant's "
+          "smoothing_alpha both divide the input: set one");
+  }
+  if (output_quant != OutputQuant::None && !npu_static)
+    throw InvalidArgument("[LinearScheme] output_quant '" + output_quant_name(output_quant) +
+                          "' models the NPU's static output quantization: it needs static "
+                          "per-tensor int8 activations and int8 weights");
 }
 
 nlohmann::json LinearScheme::to_json() const {
   nlohmann::json w = {{"format", weight_format_name(weights)}};
   if (weights != WeightFormat::F32) w["granularity"] = granularity_name(weight_granularity);
+  if (weight_bits != 8) w["bits"] = weight_bits;
   if (weight_granularity == Granularity::PerGroup || activations == ActFormat::Int8DynamicPerGroup)
     w["group_size"] = group_size;
   nlohmann::json j = {{"weights", w}, {"activations", act_format_name(activations)}};
@@ -121,6 +191,19 @@ nlohmann::json LinearScheme::to_json() const {
   j["shadow_outliers"] = shadow ? nlohmann::json{{"pruning_rate", shadow->pruning_rate},
                                                  {"hot_share", shadow->hot_share}}
                                 : nlohmann::json(nullptr);
+  // EdgeFlow's fields only when set, so the other schemes' JSON is what it always was.
+  if (channel_bits)
+    j["channel_bits"] = {{"bits", channel_bits->bits},
+                         {"allocation", bit_allocation_name(channel_bits->allocation)},
+                         {"metric", error_metric_name(channel_bits->metric)},
+                         {"stored", channel_bits->stored}};
+  if (npu_smoothing)
+    j["npu_smoothing"] = {{"alpha", npu_smoothing->alpha_calibrated ? nlohmann::json("calibrated")
+                                    : npu_smoothing->alpha ? nlohmann::json(*npu_smoothing->alpha)
+                                                           : nlohmann::json(nullptr)},
+                          {"beta", npu_smoothing->beta},
+                          {"fold", npu_smoothing->fold}};
+  if (output_quant != OutputQuant::None) j["output_quant"] = output_quant_name(output_quant);
   return j;
 }
 
@@ -140,6 +223,11 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
             throw InvalidArgument("[LinearScheme] 'granularity' must be a string, got " +
                                   json_text(wv));
           s.weight_granularity = granularity_from_name(wv.get<std::string>());
+        } else if (wk == "bits") {
+          if (!wv.is_number_integer())
+            throw InvalidArgument("[LinearScheme] 'weights.bits' must be an integer, got " +
+                                  json_text(wv));
+          s.weight_bits = wv.get<int>();
         } else if (wk == "group_size") {
           if (!wv.is_number_integer())
             throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " +
@@ -147,7 +235,7 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
           s.group_size = wv.get<int64_t>();
         } else {
           throw InvalidArgument("[LinearScheme] unknown weights field '" + wk +
-                                "' (known: format, granularity, group_size)");
+                                "' (known: format, granularity, bits, group_size)");
         }
       }
     } else if (key == "activations") {
@@ -170,10 +258,49 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
                                 "' (known: pruning_rate, hot_share)");
       }
       s.shadow = o;
+    } else if (key == "channel_bits") {
+      if (v.is_null()) continue;
+      if (!v.is_object())
+        throw InvalidArgument("[LinearScheme] 'channel_bits' must be an object or null, got " +
+                              json_text(v));
+      ChannelBits c;
+      for (const auto& [ck, cv] : v.items()) {
+        if (ck == "bits") c.bits = number_field(cv, "channel_bits.bits");
+        else if (ck == "allocation" && cv.is_string())
+          c.allocation = bit_allocation_from_name(cv.get<std::string>());
+        else if (ck == "metric" && cv.is_string())
+          c.metric = error_metric_from_name(cv.get<std::string>());
+        else if (ck == "stored" && cv.is_boolean()) c.stored = cv.get<bool>();
+        else
+          throw InvalidArgument("[LinearScheme] bad channel_bits field '" + ck +
+                                "': " + json_text(cv) +
+                                " (known: bits number, allocation, metric names, stored bool)");
+      }
+      s.channel_bits = c;
+    } else if (key == "npu_smoothing") {
+      if (v.is_null()) continue;
+      if (!v.is_object())
+        throw InvalidArgument("[LinearScheme] 'npu_smoothing' must be an object or null, got " +
+                              json_text(v));
+      NpuSmoothing n;
+      for (const auto& [nk, nv] : v.items()) {
+        if (nk == "alpha" && nv.is_string() && nv.get<std::string>() == "calibrated")
+          n.alpha_calibrated = true;
+        else if (nk == "alpha" && !nv.is_null()) n.alpha = number_field(nv, "npu_smoothing.alpha");
+        else if (nk == "alpha") continue;
+        else if (nk == "beta") n.beta = number_field(nv, "npu_smoothing.beta");
+        else if (nk == "fold" && nv.is_boolean()) n.fold = nv.get<bool>();
+        else
+          throw InvalidArgument("[LinearScheme] bad npu_smoothing field '" + nk +
+                                "': " + json_text(nv) + " (known: alpha, beta numbers, fold bool)");
+      }
+      s.npu_smoothing = n;
+    } else if (key == "output_quant") {
+      s.output_quant = parse_enum(v, "output_quant", kOutputQuants, output_quant_name);
     } else {
       throw InvalidArgument("[LinearScheme] unknown field '" + key +
                             "' (known: weights, activations, smoothing_alpha, outlier_threshold, "
-                            "shadow_outliers)");
+                            "shadow_outliers, channel_bits, npu_smoothing, output_quant)");
     }
   }
   s.validate();
@@ -182,53 +309,107 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
 
 float round_to_f16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
 
+namespace {
+
+// Checks a per-channel calibration span: its length and finite, non-negative values.
+void check_channel_stats(std::span<const float> v, int64_t n, const char* what, const char* side) {
+  if (static_cast<int64_t>(v.size()) != n)
+    throw ShapeError("[PreparedLinear] " + std::string(what) + " has " + std::to_string(v.size()) +
+                     " channels, this linear's " + side + " has " + std::to_string(n));
+  for (size_t j = 0; j < v.size(); ++j)
+    if (!std::isfinite(v[j]) || v[j] < 0.0f)
+      throw InvalidArgument("[PreparedLinear] " + std::string(what) + " of channel " +
+                            std::to_string(j) + " is " + std::to_string(v[j]));
+}
+
+// The row ranges of the tensors fused into a linear of `out` rows.
+std::vector<std::pair<int64_t, int64_t>> tensor_ranges(std::span<const int64_t> rows, int64_t out) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  int64_t at = 0;
+  for (int64_t n : rows) {
+    r.emplace_back(at, at + n);
+    at += n;
+  }
+  if (rows.empty()) r.emplace_back(0, out);
+  else if (at != out)
+    throw ShapeError("[PreparedLinear] fused tensors have " + std::to_string(at) +
+                     " rows, the linear " + std::to_string(out));
+  return r;
+}
+
+}  // namespace
+
 PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
-                               const LinearScheme& scheme, std::span<const float> act_absmax,
-                               const ShadowLinearConfig* shadow)
+                               const LinearScheme& scheme, const LinearContext& ctx)
     : out_(out), in_(in), scheme_(scheme) {
   scheme_.validate();
   if (out <= 0 || in <= 0)
     throw ShapeError("[PreparedLinear] empty weight shape [" + std::to_string(out) + ", " +
                      std::to_string(in) + "]");
-  if (bias) bias_.assign(bias, bias + out);
+  const std::span<const float> act_absmax = ctx.act_absmax;
   const bool per_group = scheme_.weight_granularity == Granularity::PerGroup ||
                          scheme_.activations == ActFormat::Int8DynamicPerGroup;
   if (per_group && in % scheme_.group_size != 0)
     throw InvalidArgument("[PreparedLinear] group_size " + std::to_string(scheme_.group_size) +
                           " does not divide the input width " + std::to_string(in));
-  if (scheme_.needs_calibration()) {
-    if (static_cast<int64_t>(act_absmax.size()) != in)
-      throw ShapeError("[PreparedLinear] calibration statistics have " +
-                       std::to_string(act_absmax.size()) + " channels, this linear's input has " +
-                       std::to_string(in));
-    for (size_t j = 0; j < act_absmax.size(); ++j)
-      if (!std::isfinite(act_absmax[j]) || act_absmax[j] < 0.0f)
-        throw InvalidArgument("[PreparedLinear] calibration absmax of channel " +
-                              std::to_string(j) + " is " + std::to_string(act_absmax[j]));
-  }
+  if (scheme_.needs_calibration())
+    check_channel_stats(act_absmax, in, "calibration absmax", "input");
+  if (scheme_.needs_output_absmax())
+    check_channel_stats(ctx.out_absmax, out, "calibration output absmax", "output");
+  if (!ctx.row_post.empty()) check_channel_stats(ctx.row_post, out, "row multiplier", "output");
+  const auto tensors = tensor_ranges(ctx.tensor_rows, out);
 
-  // Smoothed weights W·diag(s) (SmoothQuant Eq. 4); the input is divided by s at run time.
+  // Smoothed weights W·diag(s) (SmoothQuant Eq. 4, or npu smoothing's S_I^α); the input is
+  // divided by s at run time unless the caller folded it into the preceding op.
   std::vector<float> ws(W, W + out * in);
   std::vector<float> eff_absmax(act_absmax.begin(), act_absmax.end());
+  std::vector<float> s_in;
   if (scheme_.smooth_alpha) {
     const double a = *scheme_.smooth_alpha;
-    smooth_.resize(static_cast<size_t>(in));
+    s_in.resize(static_cast<size_t>(in));
     for (int64_t j = 0; j < in; ++j) {
       float wmax = 0.0f;
       for (int64_t i = 0; i < out; ++i) wmax = std::max(wmax, std::abs(W[i * in + j]));
-      const double s = std::pow(std::max(act_absmax[j], kSmoothClamp), a) /
-                       std::pow(std::max(wmax, kSmoothClamp), 1.0 - a);
-      smooth_[j] = std::max(static_cast<float>(s), kSmoothClamp);
-      eff_absmax[j] = act_absmax[j] / smooth_[j];
+      const double sj = std::pow(std::max(act_absmax[j], kSmoothClamp), a) /
+                        std::pow(std::max(wmax, kSmoothClamp), 1.0 - a);
+      s_in[j] = std::max(static_cast<float>(sj), kSmoothClamp);
     }
+  } else if (scheme_.npu_smoothing && scheme_.npu_smoothing->has_input_part()) {
+    if (!ctx.input_smooth.empty()) {
+      check_channel_stats(ctx.input_smooth, in, "input smoothing", "input");
+      s_in.assign(ctx.input_smooth.begin(), ctx.input_smooth.end());
+    } else if (scheme_.npu_smoothing->alpha) {
+      s_in = npu_input_smoothing(act_absmax, *scheme_.npu_smoothing->alpha);
+    } else {
+      throw InvalidArgument(
+          "[PreparedLinear] a calibrated smoothing alpha needs this input's factors "
+          "(calibration step 'smoothing')");
+    }
+    for (float v : s_in)
+      if (!(v > 0.0f))
+        throw InvalidArgument("[PreparedLinear] input smoothing factor " + std::to_string(v) +
+                              " is not positive");
+  }
+  if (!s_in.empty()) {
+    for (int64_t j = 0; j < in; ++j) eff_absmax[j] = act_absmax[j] / s_in[j];
     for (int64_t i = 0; i < out; ++i)
-      for (int64_t j = 0; j < in; ++j) ws[i * in + j] *= smooth_[j];
+      for (int64_t j = 0; j < in; ++j) ws[i * in + j] *= s_in[j];
+    if (!ctx.input_folded) smooth_ = s_in;
+  } else if (ctx.input_folded) {
+    throw InvalidArgument("[PreparedLinear] input_folded without an input smoothing");
+  }
+  // The bias joins the output after dequantization and before the folded next smoothing.
+  if (bias) {
+    bias_.assign(bias, bias + out);
+    if (!ctx.row_post.empty())
+      for (int64_t i = 0; i < out; ++i) bias_[i] *= ctx.row_post[i];
   }
   if (scheme_.shadow) {
-    if (!shadow)
+    if (!ctx.shadow)
       throw InvalidArgument(
           "[PreparedLinear] shadow outlier execution needs this input's "
           "profiled threshold (calibration step 'outliers')");
+    const ShadowLinearConfig* shadow = ctx.shadow;
     if (!(shadow->threshold > 0.0f) || !std::isfinite(shadow->threshold))
       throw InvalidArgument("[PreparedLinear] shadow threshold must be finite and > 0, got " +
                             std::to_string(shadow->threshold));
@@ -258,20 +439,90 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     w_float_src_ = scheme_.smooth_alpha ? w_float_.data() : W;
   }
 
+  // NPU-aware output smoothing (seed 004 §4.1): W' rows divided by S_O^β; the NPU's output is
+  // the smoothed one, multiplied back by S_O^β at dequantization.
+  std::vector<float> o_smooth;
+  if (scheme_.npu_smoothing && scheme_.npu_smoothing->beta != 0.0) {
+    o_smooth.resize(static_cast<size_t>(out));
+    for (int64_t i = 0; i < out; ++i) {
+      o_smooth[i] = static_cast<float>(
+          std::pow(std::max(ctx.out_absmax[i], kSmoothClamp), scheme_.npu_smoothing->beta));
+      for (int64_t j = 0; j < in; ++j) ws[i * in + j] /= o_smooth[i];
+    }
+  }
+  if (!o_smooth.empty() || !ctx.row_post.empty()) {
+    post_.assign(static_cast<size_t>(out), 1.0f);
+    for (int64_t i = 0; i < out; ++i) {
+      if (!o_smooth.empty()) post_[i] *= o_smooth[i];
+      if (!ctx.row_post.empty()) post_[i] *= ctx.row_post[i];
+    }
+  }
+  if (scheme_.output_quant != OutputQuant::None) {
+    // One static scale per fused tensor: the calibrated range of its (smoothed) output.
+    out_scale_.resize(static_cast<size_t>(out));
+    const float qmax = static_cast<float>(output_qmax(scheme_.output_quant));
+    for (const auto& [r0, r1] : tensors) {
+      float m = 0.0f;
+      for (int64_t i = r0; i < r1; ++i)
+        m = std::max(m, ctx.out_absmax[i] / (o_smooth.empty() ? 1.0f : o_smooth[i]));
+      if (!(m > 0.0f))
+        throw InvalidArgument("[PreparedLinear] calibration output absmax of rows [" +
+                              std::to_string(r0) + ", " + std::to_string(r1) +
+                              ") is 0: no static output scale");
+      for (int64_t i = r0; i < r1; ++i) out_scale_[i] = m / qmax;
+    }
+  }
+
   if (scheme_.weights == WeightFormat::F32) {
     w_hat_ = std::move(ws);
     stored_weight_bytes_ = out * in * static_cast<int64_t>(sizeof(float));
+  } else if (scheme_.channel_bits) {
+    // Per-row bit-widths (seed 004 Algorithm 1 or a baseline), allocated per fused tensor on
+    // the weights as the NPU stores them (RE is invariant to a row's scale, so S_O^β does not
+    // change it; S_I^α does).
+    const ChannelBits& cb = *scheme_.channel_bits;
+    if (cb.stored) {
+      if (static_cast<int64_t>(ctx.row_bits.size()) != out)
+        throw InvalidArgument("[PreparedLinear] stored bit-widths requested, " +
+                              std::to_string(ctx.row_bits.size()) + " given for " +
+                              std::to_string(out) + " rows (calibration step 'bitwidths')");
+      row_bits_.assign(ctx.row_bits.begin(), ctx.row_bits.end());
+    } else {
+      row_bits_.resize(static_cast<size_t>(out));
+      for (const auto& [r0, r1] : tensors) {
+        const auto table = channel_error_table(ws.data() + r0 * in, r1 - r0, in, cb.metric);
+        const auto b = allocate_bits(cb.allocation, table, r1 - r0, cb.bits);
+        std::copy(b.begin(), b.end(), row_bits_.begin() + r0);
+      }
+    }
+    std::vector<int8_t> q(static_cast<size_t>(out * in));
+    w_scales_.resize(static_cast<size_t>(out));
+    for (int64_t i = 0; i < out; ++i)
+      w_scales_[i] = quantize_row_bits(ws.data() + i * in, in, row_bits_[i], q.data() + i * in);
+    int64_t bits_total = 0;
+    for (uint8_t b : row_bits_) bits_total += int64_t{b} * in;
+    stored_weight_bytes_ =
+        (bits_total + out * bit_allocation_metadata_bits(cb.allocation) + 7) / 8 +
+        out * static_cast<int64_t>(sizeof(float));
+    if (integer_activations(scheme_.activations)) {
+      packed_ = std::make_unique<kernels::PackedWeightsS8>(q.data(), in, out, in);
+    } else {
+      w_hat_.resize(static_cast<size_t>(out * in));
+      for (int64_t i = 0; i < out; ++i)
+        for (int64_t j = 0; j < in; ++j) w_hat_[i * in + j] = q[i * in + j] * w_scales_[i];
+    }
   } else {
-    const QuantSpec spec{scheme_.weights == WeightFormat::Int8 ? 8 : 4, scheme_.weight_granularity,
-                         scheme_.group_size};
+    const QuantSpec spec{scheme_.weights == WeightFormat::Int8 ? scheme_.weight_bits : 4,
+                         scheme_.weight_granularity, scheme_.group_size};
     const QuantizedWeights q = quantize_weights(ws.data(), out, in, spec);
-    stored_weight_bytes_ = (spec.bits == 8 ? out * in : (out * in + 1) / 2) +
-                           static_cast<int64_t>(q.scales.size() * sizeof(float));
+    stored_weight_bytes_ =
+        (out * in * spec.bits + 7) / 8 + static_cast<int64_t>(q.scales.size() * sizeof(float));
     if (integer_activations(scheme_.activations) &&
         scheme_.weight_granularity != Granularity::PerGroup) {
       w_scales_.resize(static_cast<size_t>(out));
       for (int64_t i = 0; i < out; ++i)
         w_scales_[i] = q.scales.size() == 1 ? q.scales[0] : q.scales[static_cast<size_t>(i)];
+      row_bits_.assign(static_cast<size_t>(out), static_cast<uint8_t>(spec.bits));
       packed_ = std::make_unique<kernels::PackedWeightsS8>(q.q.data(), in, out, in);
     } else {
       w_hat_.resize(static_cast<size_t>(out * in));
@@ -279,6 +530,12 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     }
   }
   if (!bias_.empty()) stored_weight_bytes_ += out * static_cast<int64_t>(sizeof(float));
+  if (!post_.empty() && !packed_ && scheme_.weights != WeightFormat::F32)
+    throw InvalidArgument("[PreparedLinear] a row multiplier needs the integer or fp32 path");
+}
+
+double PreparedLinear::stored_bits_per_weight() const {
+  return 8.0 * static_cast<double>(stored_weight_bytes_) / static_cast<double>(out_ * in_);
 }
 
 int64_t PreparedLinear::weight_bytes() const { return stored_weight_bytes_; }
@@ -297,6 +554,9 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
   std::vector<int32_t> C(static_cast<size_t>(N * out_));
   kernels::gemm_s8s8s32_packed(A.data(), in_, *packed_, C.data(), out_, N, kernels::best_isa());
   // Float epilogue: dequantize the int32 accumulators (the NPU's requantize step).
+  const float oq_max = scheme_.output_quant == OutputQuant::None
+                           ? 0.0f
+                           : static_cast<float>(output_qmax(scheme_.output_quant));
 #pragma omp parallel for schedule(static) if (N * out_ >= (int64_t{1} << 15))
   for (int64_t m = 0; m < N; ++m) {
     float* yr = y + m * ldy;
@@ -304,6 +564,11 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
     const float sx = row_scale[static_cast<size_t>(m)];
     for (int64_t n = 0; n < out_; ++n) {
       float v = static_cast<float>(cr[n]) * (sx * w_scales_[static_cast<size_t>(n)]);
+      if (!out_scale_.empty()) {  // the NPU's static per-tensor output quantization
+        const float so = out_scale_[static_cast<size_t>(n)];
+        v = std::clamp(std::nearbyint(v / so), -oq_max, oq_max) * so;
+      }
+      if (!post_.empty()) v *= post_[static_cast<size_t>(n)];  // S_O^β, folded next smoothing
       if (!bias_.empty()) v += bias_[static_cast<size_t>(n)];
       yr[n] = accumulate ? yr[n] + v : v;
     }
@@ -316,6 +581,20 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
   if (scheme_.is_fp32()) {
     kernels::linear(x, N, in_, in_, w_hat_.data(), out_, bias_.empty() ? nullptr : bias_.data(), y,
                     ldy, accumulate);
+    return;
+  }
+  if (!packed_ && !post_.empty()) {  // fp32 with npu smoothing: x / s, W', then y' * post + b
+    std::vector<float> xs(x, x + N * in_), t(static_cast<size_t>(N * out_));
+    if (!smooth_.empty())
+      for (int64_t m = 0; m < N; ++m)
+        for (int64_t j = 0; j < in_; ++j) xs[m * in_ + j] /= smooth_[j];
+    kernels::linear(xs.data(), N, in_, in_, w_hat_.data(), out_, nullptr, t.data(), out_);
+    for (int64_t m = 0; m < N; ++m)
+      for (int64_t n = 0; n < out_; ++n) {
+        float v = t[m * out_ + n] * post_[n];
+        if (!bias_.empty()) v += bias_[n];
+        y[m * ldy + n] = accumulate ? y[m * ldy + n] + v : v;
+      }
     return;
   }
   std::vector<float> xs(x, x + N * in_);

@@ -137,7 +137,7 @@ TEST(PreparedLinear, LlmInt8OutlierColumnsRunInFloatPerSegment) {
                        1.0f,  0.3f,  -0.2f,   // row 3
                        100.f, 100.f, 100.f};  // row 4: padding
   q::LinearScheme s = Plan::from_name("llm-int8").linear;
-  q::PreparedLinear lin(W.data(), out, in, nullptr, s, {});
+  q::PreparedLinear lin(W.data(), out, in, nullptr, s, std::span<const float>{});
   const std::vector<q::RowSegment> segs{{0, 2}, {2, 4}};
   std::vector<float> y(5 * out), y4(4 * out);
   lin.forward(x.data(), 5, y.data(), out, false, segs);
@@ -160,7 +160,7 @@ TEST(PreparedLinear, LlmInt8OutlierColumnsRunInFloatPerSegment) {
 TEST(PreparedLinear, MissingOrForeignCalibrationIsAnError) {
   std::vector<float> W(6, 1.0f);
   const q::LinearScheme s = Plan::from_name("w8a8").linear;
-  EXPECT_THROW(q::PreparedLinear(W.data(), 2, 3, nullptr, s, {}), ShapeError);
+  EXPECT_THROW(q::PreparedLinear(W.data(), 2, 3, nullptr, s, std::span<const float>{}), ShapeError);
   const std::vector<float> wrong(4, 1.0f), nan{1.0f, NAN, 1.0f}, zero(3, 0.0f);
   EXPECT_THROW(q::PreparedLinear(W.data(), 2, 3, nullptr, s, wrong), ShapeError);
   EXPECT_THROW(q::PreparedLinear(W.data(), 2, 3, nullptr, s, nan), InvalidArgument);

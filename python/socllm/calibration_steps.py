@@ -21,6 +21,8 @@ Steps:
   tried and their perplexities); use it as ``shadow-outlier:pruning_rate=<rate>``.
 * ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3;
   :mod:`socllm.calibrate_attention`).
+* ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and per-channel
+  bit-widths (seed 004 §4.1; :mod:`socllm.calibrate_edgeflow`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ from .calibrate_attention import (
     DEFAULT_IMPORTANCE_SEQLEN,
     calibrate_head_importance,
     calibrate_qk_scales,
+)
+from .calibrate_edgeflow import (
+    BITWIDTH_OPTIONS,
+    SMOOTHING_OPTIONS,
+    calibrate_bitwidths,
+    calibrate_smoothing,
+    using_calibration,
 )
 from .errors import InvalidArgumentError
 
@@ -114,9 +123,7 @@ def _pruning_rate(ctx: StepContext) -> None:
     val_toks = toks[max(0, end - n_val) : end]
     val = [val_toks[i : i + context] for i in range(0, len(val_toks) - 1, context)]
     val = [w for w in val if len(w) > 1]
-    previous = (m.calibration, m.calibration_path, m.calibration_provenance)
-    m.set_calibration(data.stats)  # the plan evaluated is built from these statistics
-    try:
+    with using_calibration(m, data.stats):  # the plan evaluated is built from these statistics
         n = int(data.stats.outlier_importance().size)
         hot = o["hot_share"]
 
@@ -133,9 +140,6 @@ def _pruning_rate(ctx: StepContext) -> None:
             mid = (lo + hi) // 2
             tried[mid] = ppl(mid)
             lo, hi = (mid, hi) if tried[mid] <= limit else (lo, mid)
-    finally:
-        m.set_calibration(previous[0])
-        m.calibration_path, m.calibration_provenance = previous[1], previous[2]
     p = data.provenance
     p["auto_pruning_rate"] = lo / n
     p["auto_pruning_budget"] = budget
@@ -162,6 +166,18 @@ def _head_importance(ctx: StepContext) -> None:
         seqlen=o["importance_seqlen"],
         seed=o["seed"],
         progress=ctx.progress,
+    )
+
+
+def _smoothing(ctx: StepContext) -> None:
+    calibrate_smoothing(
+        ctx.model, ctx.data, progress=ctx.progress, **{k: ctx.options[k] for k in SMOOTHING_OPTIONS}
+    )
+
+
+def _bitwidths(ctx: StepContext) -> None:
+    calibrate_bitwidths(
+        ctx.model, ctx.data, progress=ctx.progress, **{k: ctx.options[k] for k in BITWIDTH_OPTIONS}
     )
 
 
@@ -224,6 +240,24 @@ STEPS: dict[str, CalibrationStep] = {
             "shadowAttn's head and layer importance: loss increase when a head's / a layer's "
             "attention output is zeroed (seed 000 Eq. 1, 2), for per-head keep ratios (Eq. 3)",
             _head_importance,
+        ),
+        CalibrationStep(
+            "smoothing",
+            ("act_absmax", "out_absmax"),
+            ("smooth_alpha", "smooth_alpha_error"),
+            dict(SMOOTHING_OPTIONS),
+            "EdgeFlow's NPU-aware smoothing: the input exponent alpha of every linear input by "
+            "grid search over [0, 1] minimising the quantized output error (seed 004 §4.1)",
+            _smoothing,
+        ),
+        CalibrationStep(
+            "bitwidths",
+            ("act_absmax", "out_absmax", "smooth_alpha"),
+            ("channel_bits", "attr:bitwidth_report"),
+            dict(BITWIDTH_OPTIONS),
+            "EdgeFlow's per-output-channel bit-widths (Algorithm 1 per tensor at --bits), with "
+            "a report: closed-form vs exact metric ranking, heap vs water-filling (seed 004 §4.1)",
+            _bitwidths,
         ),
         CalibrationStep(
             "qk-scales",

@@ -16,6 +16,7 @@ from socllm.calibrate import (
     load_calibration,
     save_calibration,
 )
+from socllm.calibrate_edgeflow import calibrate_smoothing
 from socllm.configs import graph_census
 
 PRESETS = [
@@ -25,6 +26,8 @@ PRESETS = [
     "smoothquant",
     "llm-int8",
     "shadow-outlier",
+    "edgeflow",
+    "smoothquant-npu",
     "w8-group",
     "w4-group",
     "w4a16",
@@ -35,6 +38,7 @@ PRESETS = [
 def calib_file(smollm, tmp_path_factory):
     cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
     calibrate_outliers(smollm, cal, progress=False)
+    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
     path = save_calibration(tmp_path_factory.mktemp("cal") / "calib.h5", cal, smollm)
     smollm.load_calibration(path)
     yield path

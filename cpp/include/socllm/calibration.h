@@ -79,6 +79,25 @@ struct Calibration {
   std::array<std::vector<int64_t>, kNumLinearSites> outlier_seq_channels;
   std::array<std::vector<int64_t>, kNumLinearSites> outlier_seqs;
 
+  // EdgeFlow (seed 004 §4.1), empty until their step ran:
+  //   act-scales: per site [n_layers, out_width] running max |y| of the site's linear output
+  //   (S_O of NPU-aware smoothing; static output scales);
+  //   smoothing: per site [n_layers] the input exponent α chosen by grid search, and
+  //   [n_layers, kSmoothAlphaGrid] the relative output error at each grid point;
+  //   bitwidths: per site [n_layers, out_width] the bit-width of every output channel.
+  static constexpr int64_t kSmoothAlphaGrid = 11;  // α = 0, 0.1, ..., 1
+  std::array<int64_t, kNumLinearSites> out_width{};
+  std::array<std::vector<float>, kNumLinearSites> out_absmax;
+  std::array<std::vector<float>, kNumLinearSites> smooth_alpha;
+  std::array<std::vector<float>, kNumLinearSites> smooth_alpha_error;
+  std::array<std::vector<int64_t>, kNumLinearSites> channel_bits;
+  bool has_output_absmax() const { return !out_absmax[0].empty(); }
+  bool has_smoothing() const { return !smooth_alpha[0].empty(); }
+  bool has_channel_bits() const { return !channel_bits[0].empty(); }
+  std::span<const float> output_absmax(int64_t layer, LinearSite s) const;
+  // Folds rows y[rows, out_width] (ld) of one sequence into out_absmax (allocated on first use).
+  void observe_output(int64_t layer, LinearSite s, const float* y, int64_t rows, int64_t ld);
+
   // Attention statistics (seed 000 §3.2-3.3), empty until their step ran:
   //   head-importance: loss increase (nats/token) when a head's output (Eq. 1, [n_layers,
   //   n_heads]) or a layer's attention output (Eq. 2, [n_layers]) is zeroed;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ class KVCache {
 // smoothed, static scales fixed): what the graphs of a plan hold.
 struct PreparedLinears {
   std::vector<std::array<std::unique_ptr<quant::PreparedLinear>, kNumLinearSites>> layers;
+  // Per layer the attention and MLP RMSNorm gains with an input smoothing folded in (npu
+  // smoothing, seed 004 §4.1: x / S_I^α costs nothing at run time); empty: the model's gains.
+  std::vector<std::array<std::vector<float>, 2>> norm_gains;
   // The model whose weights outlier schemes read at run time (kept alive with them).
   std::shared_ptr<const Model> model;
   const quant::PreparedLinear& at(int64_t layer, LinearSite s) const {
@@ -162,6 +166,19 @@ class Engine {
   // InvalidArgument if the plan needs calibration and none is set.
   std::shared_ptr<const PreparedLinears> prepare(const Plan& plan) const;
   LinearGraph linear_graph(const Plan& plan, int64_t layer, LinearSite site, int64_t rows) const;
+  // One linear of the plan built on its own, its input smoothing divided at run time rather
+  // than folded (x is the site's input as the fp32 model computes it); `alpha`, if given,
+  // replaces npu smoothing's input exponent (step smoothing's grid search).
+  std::unique_ptr<quant::PreparedLinear> prepare_linear(const Plan& plan, int64_t layer,
+                                                        LinearSite site,
+                                                        std::optional<double> alpha = {}) const;
+  // npu smoothing's input divisor S_I^α of a site ([in]; empty without one), as prepare uses it.
+  std::vector<float> input_smoothing(const Plan& plan, int64_t layer, LinearSite site,
+                                     std::optional<double> alpha = {}) const;
+  // The inputs of every linear site of an fp32 run of a prompt, rows `rows` of it only:
+  // [n_layers][site] -> [rows.size(), width] (step smoothing's samples).
+  std::vector<std::array<TensorF32, kNumLinearSites>> linear_inputs(
+      std::span<const int32_t> tokens, const std::vector<int64_t>& rows) const;
   // Per-layer constants of the plan's attention scheme (head ratios, buckets, static scales);
   // null for fp32 attention. InvalidArgument naming the missing calibration step and the
   // command that makes it.
@@ -191,7 +208,14 @@ class Engine {
     // and the keys certified shadow-attn rescored in fp32 (added to).
     std::vector<int64_t>* head_buckets = nullptr;
     int64_t* rescored_keys = nullptr;
+    // Rows of the linear inputs to keep, per layer and site (linear_inputs).
+    const std::vector<int64_t>* site_rows = nullptr;
+    std::vector<std::array<TensorF32, kNumLinearSites>>* site_inputs = nullptr;
   };
+  // The LinearContext pieces of one site for a plan (calibration spans, smoothing, folds).
+  struct SiteContext;
+  SiteContext site_context(const Calibration* calib, const Plan& plan, int64_t layer,
+                           LinearSite site, bool fold, std::optional<double> alpha) const;
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
   // x[t, :] = embedding of tokens[t] (rows of d_model floats).
   void embed_rows(std::span<const int32_t> tokens, float* x) const;

@@ -14,6 +14,16 @@
 //   shadow       llm.npu's shadow outlier execution (seed 001 §3.3, shadow_outlier.h): static
 //                per-tensor INT8 on x clipped to a calibrated threshold, plus the part beyond it
 //                in float on the CPU, with resident hot channels and pruned linears
+//   channel bits EdgeFlow's per-output-channel bit-widths (seed 004 §4.1, bitwidth.h): int8
+//                per-channel weights whose rows are quantized at 1..8 bits, allocated per weight
+//                tensor (q, k, v, gate, up separately in the fused linears) at an average budget
+//   npu smoothing EdgeFlow's NPU-aware smoothing (§4.1): x / S_I^α and W' = diag(S_I^α) W
+//                diag(S_O^-β) with S_I, S_O the calibrated input / output channel maxima; the
+//                input factor folds into the preceding norm or linear, the output factor into
+//                the dequantization (Engine::prepare folds; a lone PreparedLinear divides x)
+//   output quant the NPU's per-tensor static quantization of a linear's output (int8 / int16)
+//                with a scale fixed from calibration, dequantized by the next op (what β is for:
+//                with β = 1 every output channel's range is 1 before the per-tensor grid)
 //
 // Execution: integer activations with per-tensor/per-channel weights run the exact
 // s8·s8→s32 GEMM with a float epilogue s_x[row]·s_w[col] (what an NPU computes); all other
@@ -29,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "socllm/bitwidth.h"
 #include "socllm/gemm_s8.h"
 #include "socllm/quant.h"
 #include "socllm/shadow_outlier.h"
@@ -37,24 +48,62 @@ namespace socllm::quant {
 
 enum class WeightFormat { F32, Int8, Int4 };
 enum class ActFormat { F32, F16, Int8StaticPerTensor, Int8DynamicPerRow, Int8DynamicPerGroup };
+enum class OutputQuant { None, Int8, Int16 };
 
 std::string weight_format_name(WeightFormat f);
 std::string act_format_name(ActFormat f);
+std::string output_quant_name(OutputQuant q);  // none | int8 | int16
+
+// Per-output-channel bit-widths of the weights (seed 004 Algorithm 1 and baselines).
+struct ChannelBits {
+  double bits = 5.0;  // average budget per tensor, in [1, 8]
+  BitAllocation allocation = BitAllocation::Greedy;
+  ErrorMetric metric = ErrorMetric::ClosedForm;
+  // Use the calibration's stored bit-widths (step bitwidths, e.g. the TTFT-budgeted global
+  // allocation) instead of allocating per tensor at prepare time.
+  bool stored = false;
+};
+
+// EdgeFlow's NPU-aware smoothing (seed 004 §4.1).
+struct NpuSmoothing {
+  // Input exponent α in [0, 1]; nullopt with alpha_calibrated: per input site and layer from
+  // calibration step 'smoothing' (grid search); nullopt otherwise: no input part (SmoothQuant's
+  // own smoothing may run instead).
+  std::optional<double> alpha;
+  bool alpha_calibrated = false;
+  double beta = 1.0;  // output exponent in [0, 1]
+  // Engine::prepare folds the input divisor into the preceding norm / linear rows (free at run
+  // time); false divides every linear's input at run time instead (the same numbers in fp32).
+  bool fold = true;
+  bool has_input_part() const { return alpha.has_value() || alpha_calibrated; }
+};
 
 struct LinearScheme {
   WeightFormat weights = WeightFormat::F32;
   Granularity weight_granularity = Granularity::PerChannel;
   int64_t group_size = 32;  // weights and activations of the per-group modes
+  int weight_bits = 8;      // int8 weights quantized on a B-bit grid (2..8; int4 format: 4)
   ActFormat activations = ActFormat::F32;
   std::optional<double> smooth_alpha;       // SmoothQuant migration strength in [0, 1]
   std::optional<double> outlier_threshold;  // LLM.int8 float-column threshold (> 0)
   std::optional<ShadowOptions> shadow;      // shadow outlier execution (static int8 activations)
+  std::optional<ChannelBits> channel_bits;  // per-channel bit-widths of int8 per-channel weights
+  std::optional<NpuSmoothing> npu_smoothing;
+  OutputQuant output_quant = OutputQuant::None;
 
   bool is_fp32() const;
   // Static activation scales or smoothing need calibration statistics.
   bool needs_calibration() const;
   // Shadow outlier execution needs the outlier statistics (thresholds, counts) as well.
   bool needs_outlier_calibration() const { return shadow.has_value(); }
+  // Output smoothing or output quantization need the linears' output channel maxima.
+  bool needs_output_absmax() const {
+    return output_quant != OutputQuant::None || (npu_smoothing && npu_smoothing->beta != 0.0);
+  }
+  // The calibrated α of step 'smoothing'.
+  bool needs_smoothing_calibration() const {
+    return npu_smoothing && npu_smoothing->alpha_calibrated;
+  }
   // InvalidArgument naming the offending field and value.
   void validate() const;
   nlohmann::json to_json() const;
@@ -68,16 +117,45 @@ struct RowSegment {
   int64_t begin = 0, end = 0;
 };
 
+// What a prepared linear takes besides its weights and scheme (spans must outlive the
+// constructor only).
+struct LinearContext {
+  // [in] calibrated max |x_j| of this linear's input; required when scheme.needs_calibration().
+  std::span<const float> act_absmax;
+  // [out] calibrated max |y_c| of its output; required when scheme.needs_output_absmax().
+  std::span<const float> out_absmax;
+  // The profiled threshold, hot channels and pruning of this input (scheme.shadow).
+  const ShadowLinearConfig* shadow = nullptr;
+  // [in] npu smoothing's input divisor S_I^α; empty: computed here from act_absmax and the
+  // scheme's fixed α (a calibrated α needs it given). input_folded: the preceding op already
+  // divided x by it (Engine::prepare folds it into the norm or the previous linear's rows).
+  std::span<const float> input_smooth;
+  bool input_folded = false;
+  // [out] a multiplier applied after dequantization (bias included): the next linear's input
+  // divisor folded into these rows (v_proj for o_proj's input, up_proj for down_proj's).
+  std::span<const float> row_post;
+  // Rows of each weight tensor fused into this linear (q, k, v / gate, up): bit-widths are
+  // allocated and output scales fixed per tensor. Empty: one tensor.
+  std::span<const int64_t> tensor_rows;
+  // [out] stored bit-widths (ChannelBits.stored).
+  std::span<const uint8_t> row_bits;
+};
+
+// S_I^α per input channel (npu smoothing), max|x_j| clamped below at 1e-5 as SmoothQuant does.
+std::vector<float> npu_input_smoothing(std::span<const float> act_absmax, double alpha);
+
 class PreparedLinear {
  public:
-  // W[out, in] row-major, bias[out] or null. act_channel_absmax[in]: calibration statistics
-  // of this linear's input (max |x_j| over the calibration set), required when
-  // scheme.needs_calibration(); `shadow`: the profiled threshold, hot channels and pruning of
-  // this input, required when scheme.shadow is set. With outlier handling (LLM.int8 columns,
-  // shadow cold channels) and no smoothing, W is read at run time: it must outlive this object.
+  // W[out, in] row-major, bias[out] or null. With outlier handling (LLM.int8 columns, shadow
+  // cold channels) and no smoothing, W is read at run time: it must outlive this object.
+  PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
+                 const LinearScheme& scheme, const LinearContext& ctx);
+  // act_channel_absmax[in] (calibration, when scheme.needs_calibration()) and the shadow
+  // configuration (scheme.shadow) only.
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
                  const LinearScheme& scheme, std::span<const float> act_channel_absmax,
-                 const ShadowLinearConfig* shadow = nullptr);
+                 const ShadowLinearConfig* shadow = nullptr)
+      : PreparedLinear(W, out, in, bias, scheme, LinearContext{act_channel_absmax, {}, shadow}) {}
 
   // y[N, out] (ldy) (+)= x[N, in] · W^T + b. Rows outside every segment are computed (a static
   // graph computes its padding) but never influence other rows. call_stats, if given, also
@@ -90,6 +168,17 @@ class PreparedLinear {
   const LinearScheme& scheme() const { return scheme_; }
   // The static activation scale (Int8StaticPerTensor), else 0: a constant of the built graph.
   float static_act_scale() const { return act_scale_; }
+  // Bit-width of every output row ([out]; 8 for int8 weights without channel bits, empty for
+  // float weights), and the stored bits per weight including scales and bit-width metadata.
+  const std::vector<uint8_t>& row_bits() const { return row_bits_; }
+  double stored_bits_per_weight() const;
+  // The integer path's weight codes [out, in] (null without it) and per-row scales, the
+  // multipliers after dequantization and the static output scales (per row; 0 without
+  // output quantization): what a packed model file stores (socllm convert).
+  const std::vector<int8_t>* weight_codes() const { return packed_ ? &packed_->rows() : nullptr; }
+  const std::vector<float>& weight_scales() const { return w_scales_; }
+  const std::vector<float>& row_post() const { return post_; }
+  const std::vector<float>& output_scales() const { return out_scale_; }
   // Bytes of the weights as the target stores them (int4 packed two per byte, scales fp32).
   int64_t weight_bytes() const;
   // Shadow outlier execution: its profiled configuration, the float weight bytes kept resident
@@ -110,9 +199,12 @@ class PreparedLinear {
   int64_t out_ = 0, in_ = 0;
   LinearScheme scheme_;
   std::vector<float> bias_;
-  std::vector<float> smooth_;                         // [in] divisor of x (empty: no smoothing)
-  float act_scale_ = 0.0f;                            // static per-tensor scale
-  std::vector<float> w_scales_;                       // [out] per-row weight scale (integer path)
+  std::vector<float> smooth_;      // [in] divisor of x (empty: no smoothing)
+  float act_scale_ = 0.0f;         // static per-tensor scale
+  std::vector<float> w_scales_;    // [out] per-row weight scale (integer path)
+  std::vector<uint8_t> row_bits_;  // [out] bit-width per row (integer weights)
+  std::vector<float> post_;        // [out] multiplier after dequantization (empty: 1)
+  std::vector<float> out_scale_;   // [out] static output scale of its tensor (empty: none)
   std::unique_ptr<kernels::PackedWeightsS8> packed_;  // integer path
   std::vector<float> w_hat_;    // [out, in] dequantized (smoothed) weights (float path)
   std::vector<float> w_float_;  // [out, in] smoothed float weights, when smoothing is on

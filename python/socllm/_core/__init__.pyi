@@ -134,6 +134,7 @@ class Calibration:
     Per-channel absmax of every linear input, per layer (calibration.h).
     """
     format_version: typing.ClassVar[int] = 3
+    smooth_alpha_grid: typing.ClassVar[int] = 11
     @staticmethod
     def empty_for(model: Model) -> Calibration:
         ...
@@ -156,7 +157,7 @@ class Calibration:
         """
     def array(self, name: str, site: str | None = None) -> typing.Any:
         """
-        A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count [n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64).
+        A copy of one statistic of a site (None if not gathered): act_absmax [n_layers, width], abs_hist [n_layers, bins] (int64), outlier_threshold [n_layers], outlier_count [n_layers, width] (int64), outlier_seq_channels / outlier_seqs [n_layers] (int64), out_absmax [n_layers, out_width], smooth_alpha [n_layers], smooth_alpha_error [n_layers, 11], channel_bits [n_layers, out_width] (int64).
         """
     def get(self, site: str) -> typing.Any:
         """
@@ -263,9 +264,21 @@ class Engine:
         """
         The residual stream entering each layer, [T, d_model] each (fp32).
         """
+    def linear_forward(self, plan: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex, site: str, x: typing.Any, alpha: typing.SupportsFloat | typing.SupportsIndex | None = None) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        y [rows, out] of one linear of the plan built alone (its input smoothing divided at run time, not folded); alpha replaces npu smoothing's input exponent.
+        """
     def linear_graph(self, plan: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex, site: str, rows: typing.SupportsInt | typing.SupportsIndex) -> LinearGraph:
         """
         One linear static graph of the plan, built for `rows` rows (run(x) checks the shape).
+        """
+    def linear_info(self, plan: typing.Any, layer: typing.SupportsInt | typing.SupportsIndex, site: str, alpha: typing.SupportsFloat | typing.SupportsIndex | None = None) -> dict:
+        """
+        What one linear of the plan holds: bits [out] per row, bits_per_weight (scales and bit-width metadata counted), weight_bytes, act_scale, input_smoothing [in] (npu smoothing's divisor S_I^alpha; [] without).
+        """
+    def linear_inputs(self, tokens: typing.Any, rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> list:
+        """
+        Per layer {site: [len(rows), width]}: the linear inputs of an fp32 run at those rows.
         """
     def logits(self, seqs: typing.Any, plan: typing.Any = 'fp32') -> list:
         """

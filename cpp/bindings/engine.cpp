@@ -210,6 +210,69 @@ void init_engine(py::module_& m) {
           py::arg("plan"),
           "Prepare (quantize/pack) the plan's linears; returns their weight bytes.")
       .def(
+          "prepared_state",
+          [](const Engine& e, const py::handle& plan) {
+            Plan p = plan_from_py(plan);
+            std::shared_ptr<const PreparedLinears> prep;
+            {
+              py::gil_scoped_release nogil;
+              prep = e.prepare(p);
+            }
+            if (!prep)
+              throw InvalidArgument("[Engine.prepared_state] plan '" + p.name +
+                                    "' has fp32 linears: nothing is prequantized");
+            auto floats = [](const std::vector<float>& v) -> py::object {
+              if (v.empty()) return py::none();
+              py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+              std::copy(v.begin(), v.end(), a.mutable_data());
+              return a;
+            };
+            py::list layers;
+            for (size_t l = 0; l < prep->layers.size(); ++l) {
+              py::dict sites;
+              for (int s = 0; s < kNumLinearSites; ++s) {
+                const quant::PreparedLinear& lin = *prep->layers[l][s];
+                const auto* codes = lin.weight_codes();
+                if (!codes)
+                  throw InvalidArgument("[Engine.prepared_state] plan '" + p.name +
+                                        "' does not run its linears on integer codes");
+                py::dict d;
+                py::array_t<int8_t> q({lin.out(), lin.in()});
+                std::copy(codes->begin(), codes->end(), q.mutable_data());
+                d["codes"] = q;
+                const auto& b = lin.row_bits();
+                py::array_t<uint8_t> bits(static_cast<py::ssize_t>(b.size()));
+                std::copy(b.begin(), b.end(), bits.mutable_data());
+                d["bits"] = bits;
+                d["scales"] = floats(lin.weight_scales());
+                d["post"] = floats(lin.row_post());
+                d["out_scale"] = floats(lin.output_scales());
+                d["bias"] = floats(lin.bias());
+                d["input_smooth"] = floats(lin.input_divisor());
+                d["act_scale"] = lin.static_act_scale();
+                sites[linear_site_name(static_cast<LinearSite>(s))] = d;
+              }
+              layers.append(sites);
+            }
+            py::object gains = py::none();
+            if (!prep->norm_gains.empty()) {
+              py::list g;
+              for (const auto& pair : prep->norm_gains)
+                g.append(py::make_tuple(floats(pair[0]), floats(pair[1])));
+              gains = g;
+            }
+            py::dict out;
+            out["scheme"] = json_to_py(p.linear.to_json());
+            out["plan"] = json_to_py(p.to_json());
+            out["layers"] = layers;
+            out["norm_gains"] = gains;
+            return out;
+          },
+          py::arg("plan"),
+          "What the plan's prepared linears hold, per layer and site: codes int8 [out, in], "
+          "bits, scales, post, out_scale, bias, input_smooth (None when absent), act_scale; "
+          "the folded norm gains; the scheme and plan JSON (socllm convert --edgeflow-bits).")
+      .def(
           "linear_graph",
           [](const Engine& e, const py::handle& plan, int64_t layer, const std::string& site,
              int64_t rows) {

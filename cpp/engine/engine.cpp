@@ -221,6 +221,16 @@ struct Engine::SiteContext {
   }
 };
 
+void Engine::check_linears_available(const Plan& plan) const {
+  const PackedModelLinears* pk = model_->packed_linears();
+  if (!pk || plan.linear.to_json() == pk->scheme) return;
+  throw InvalidArgument("[Engine] '" + model_->path() + "' holds linears prequantized for plan " +
+                        pk->plan.dump() + " (no fp32 weights): plan '" + plan.name +
+                        "' with linears " + plan.linear.to_json().dump() +
+                        " cannot run on it; run that plan, or load the model it was converted "
+                        "from");
+}
+
 Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& plan, int64_t layer,
                                          LinearSite site, bool fold,
                                          std::optional<double> alpha) const {
@@ -277,12 +287,25 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
 }
 
 std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
+  check_linears_available(plan);
   if (plan.linear.is_fp32()) return nullptr;
   std::lock_guard lock(mu_);
   const std::string key = plan.linear.to_json().dump();
   if (auto it = prepared_.find(key); it != prepared_.end()) {
     it->second.last_use = ++use_clock_;
     return it->second.linears;
+  }
+  if (const PackedModelLinears* pk = model_->packed_linears()) {
+    // A model file with prequantized linears: the linears of the plan it was converted under.
+    auto prep = std::make_shared<PreparedLinears>();
+    prep->model = model_;
+    prep->norm_gains = pk->norm_gains;
+    prep->layers.resize(pk->sites.size());
+    for (size_t l = 0; l < pk->sites.size(); ++l)
+      for (int s = 0; s < kNumLinearSites; ++s)
+        prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(plan.linear, pk->sites[l][s]);
+    prepared_.emplace(key, PreparedEntry{prep, ++use_clock_});
+    return prep;
   }
   if (plan.linear.needs_calibration() && (!calib_ || !calib_->has_act_scales()))
     throw InvalidArgument("[Engine] plan '" + plan.name +
@@ -439,6 +462,7 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
     throw InvalidArgument(
         "[Engine.prepare_linear] shadow-outlier linears are built with the "
         "whole plan (Engine.prepare)");
+  check_linears_available(Plan{});  // built from the model's fp32 weights
   const SiteContext sc = site_context(calib.get(), plan, layer, site, /*fold=*/false, alpha);
   const LayerWeights& L = model_->layer(layer);
   return std::make_unique<quant::PreparedLinear>(site_weights(L, site), linear_out_width(c, site),
@@ -505,6 +529,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
                         int64_t chunk_index, Calibration* observe,
                         std::vector<quant::ShadowStats>* shadow_sink, const RunHooks* hooks) const {
   const auto& c = model_->config();
+  if (!prep) check_linears_available(Plan{});  // fp32 linears read the model's weights
   const auto attn = prepare_attention(plan);
   const int64_t first_layer = hooks ? hooks->start_layer : 0;
   const int64_t last_layer = hooks && hooks->stop_layer >= 0 ? hooks->stop_layer : c.n_layers - 1;

@@ -195,6 +195,27 @@ std::vector<int64_t> H5File::read_i64(const std::string& dataset_path) const {
   return out;
 }
 
+std::vector<uint8_t> H5File::read_bytes(const std::string& dataset_path,
+                                        int64_t expected_elems) const {
+  const auto sh = shape(dataset_path);
+  Handle d{H5Dopen2(id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  if (H5Tget_class(t.id) != H5T_INTEGER || H5Tget_size(t.id) != 1)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ +
+                      "' is not 8-bit integer data");
+  int64_t n = 1;
+  for (int64_t x : sh) n *= x;
+  if (n != expected_elems)
+    throw FormatError("[H5File] dataset '" + dataset_path + "' in '" + path_ + "' holds " +
+                      std::to_string(n) + " bytes, expected " + std::to_string(expected_elems));
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  const hid_t mem = H5Tget_sign(t.id) == H5T_SGN_2 ? H5T_NATIVE_INT8 : H5T_NATIVE_UINT8;
+  if (n > 0 && H5Dread(d.id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw FormatError("[H5File] cannot read dataset '" + dataset_path + "' from '" + path_ +
+                      "' (checksum mismatch, truncated or corrupt)");
+  return out;
+}
+
 std::vector<std::string> H5File::attr_names(const std::string& obj) const {
   std::vector<std::string> out;
   Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};

@@ -112,6 +112,14 @@ bool unpack_group_sse(int bits, const uint8_t* blocks, int64_t bb, int8_t* out,
   return true;
 }
 
+// Row i's bit-width from the 3-bit metadata stream.
+int metadata_bits(std::span<const uint8_t> meta, int64_t row) {
+  const int64_t bit = 3 * row;
+  const size_t at = static_cast<size_t>(bit / 8);
+  const int lo = meta[at], hi = at + 1 < meta.size() ? meta[at + 1] : 0;
+  return (((lo | (hi << 8)) >> (bit % 8)) & 7) + 1;
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2");
@@ -152,16 +160,21 @@ std::vector<int> weightlet_parts(int bits) {
 
 int64_t weightlet_metadata_bytes(int64_t rows) { return (3 * rows + 7) / 8; }
 
+int64_t weightlet_data_bytes(std::span<const uint8_t> meta, int64_t rows, int64_t cols) {
+  if (static_cast<int64_t>(meta.size()) != weightlet_metadata_bytes(rows))
+    throw FormatError("[weightlet] bit-width metadata has " + std::to_string(meta.size()) +
+                      " bytes, " + std::to_string(rows) + " rows need " +
+                      std::to_string(weightlet_metadata_bytes(rows)));
+  int64_t total = 0;
+  for (int64_t i = 0; i < rows; ++i) total += cols * metadata_bits(meta, i) / 8;
+  return total;
+}
+
 int WeightletTensor::bits(int64_t row) const {
   if (row < 0 || row >= rows_)
     throw InvalidArgument("[weightlet] row " + std::to_string(row) + " outside [0, " +
                           std::to_string(rows_) + ")");
-  const int64_t bit = 3 * row;
-  const int lo = meta_[static_cast<size_t>(bit / 8)];
-  const int hi = bit / 8 + 1 < static_cast<int64_t>(meta_.size())
-                     ? meta_[static_cast<size_t>(bit / 8 + 1)]
-                     : 0;
-  return (((lo | (hi << 8)) >> (bit % 8)) & 7) + 1;
+  return metadata_bits(meta_, row);
 }
 
 std::vector<uint8_t> WeightletTensor::bit_widths() const {

@@ -1,10 +1,13 @@
 #include <spdlog/spdlog.h>
+#include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "socllm/model.h"
 #include "socllm/model_store.h"
+#include "socllm/weightlet.h"
 
 namespace socllm {
 namespace {
@@ -37,6 +40,171 @@ TensorF32 stack_rows(std::initializer_list<const TensorF32*> parts) {
     off += p->data.size();
   }
   return out;
+}
+
+// The weight tensors of each linear site, in the row order of its fused matrix.
+struct SiteTensors {
+  const char* names[3];
+  int n;
+};
+constexpr SiteTensors kSiteTensors[4] = {
+    {{"wq", "wk", "wv"}, 3}, {{"wo"}, 1}, {{"w_gate", "w_up"}, 2}, {{"w_down"}, 1}};
+constexpr const char* kSiteNames[4] = {"attn_in", "attn_out", "mlp_in", "mlp_act"};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::vector<float> floats_or_empty(const H5File& f, const std::string& ds, int64_t n) {
+  if (!f.has(ds)) return {};
+  TensorF32 t = f.read_f32(ds, {n});
+  for (float v : t.data)
+    if (!std::isfinite(v))
+      throw FormatError("[Model.load] '" + ds + "' holds " + std::to_string(v));
+  return std::move(t.data);
+}
+
+uint32_t crc_of(uint32_t crc, const void* p, size_t n) {
+  if (n == 0) return crc;  // zlib's crc32 with a null buffer returns its initial value, not crc
+  return static_cast<uint32_t>(crc32(crc, static_cast<const Bytef*>(p), static_cast<uInt>(n)));
+}
+
+// Reads the prequantized linears (docs/MODEL_FORMAT.md, "packed_linears"): per tensor its
+// stored rows (weightlets or raw int8), checked against the tensor's CRC-32, unpacked to int8.
+std::shared_ptr<const PackedModelLinears> read_packed_linears(const H5File& f,
+                                                              const ModelConfig& c) {
+  auto pk = std::make_shared<PackedModelLinears>();
+  const std::string root = "/packed_linears";
+  try {
+    pk->scheme = nlohmann::json::parse(f.attr_str(root, "scheme"));
+    pk->plan = nlohmann::json::parse(f.attr_str(root, "plan"));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError("[Model.load] '" + f.path() + "': packed_linears scheme/plan is not JSON (" +
+                      e.what() + ")");
+  }
+  pk->group = f.attr_int(root, "group");
+  const std::string storage = f.attr_str(root, "storage");
+  if (storage != "weightlet" && storage != "int8")
+    throw FormatError("[Model.load] '" + f.path() + "': unknown packed storage '" + storage + "'");
+  const auto isa = kernels::best_unpack_isa();
+  pk->sites.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string lp = root + "/layers/" + std::to_string(l) + "/";
+    if (f.has(lp + "attn_norm_folded")) {
+      auto& g = pk->norm_gains.emplace_back();
+      if (static_cast<int64_t>(pk->norm_gains.size()) != l + 1)
+        throw FormatError("[Model.load] '" + f.path() + "': folded norms missing before layer " +
+                          std::to_string(l));
+      g[0] = floats_or_empty(f, lp + "attn_norm_folded", c.d_model);
+      g[1] = floats_or_empty(f, lp + "ffn_norm_folded", c.d_model);
+      if (g[1].empty())
+        throw FormatError("[Model.load] '" + f.path() + "': layer " + std::to_string(l) +
+                          " has a folded attention norm but no folded ffn norm");
+    }
+    for (int s = 0; s < 4; ++s) {
+      PackedLinearWeights& w = pk->sites[static_cast<size_t>(l)][static_cast<size_t>(s)];
+      // [out, in] of the fused linears: qkv, o, gate+up, down.
+      const int64_t dims[4][2] = {{c.qkv_dim(), c.d_model},
+                                  {c.d_model, c.q_dim()},
+                                  {c.mlp_in_dim(), c.d_model},
+                                  {c.d_model, c.d_ff}};
+      w.out = dims[s][0];
+      w.in = dims[s][1];
+      w.codes.resize(static_cast<size_t>(w.out * w.in));
+      w.act_scale = static_cast<float>(
+          f.attr_float(lp.substr(0, lp.size() - 1), std::string("act_scale_") + kSiteNames[s]));
+      w.input_smooth = floats_or_empty(f, lp + "input_smooth_" + kSiteNames[s], w.in);
+      int64_t row0 = 0;
+      for (int k = 0; k < kSiteTensors[s].n; ++k) {
+        const std::string name =
+            std::string("layers/") + std::to_string(l) + "/" + kSiteTensors[s].names[k];
+        const std::string tp = root + "/" + name + "/";
+        const auto t0 = Clock::now();
+        const int64_t rows = f.attr_int(tp.substr(0, tp.size() - 1), "rows");
+        const int64_t cols = f.attr_int(tp.substr(0, tp.size() - 1), "cols");
+        if (cols != w.in || rows <= 0 || row0 + rows > w.out)
+          throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() + "' is [" +
+                            std::to_string(rows) + ", " + std::to_string(cols) +
+                            "], which does not fit its linear [" + std::to_string(w.out) + ", " +
+                            std::to_string(w.in) + "]");
+        std::vector<uint8_t> data, meta;
+        int64_t n_bytes = 0;
+        if (storage == "weightlet") {
+          meta = f.read_bytes(tp + "bits", kernels::weightlet_metadata_bytes(rows));
+          // The size the metadata implies, checked before the data is read.
+          const int64_t implied = kernels::weightlet_data_bytes(meta, rows, cols);
+          const auto got = f.shape(tp + "data");
+          if (got.size() != 1 || got[0] != implied)
+            throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() +
+                              "': its bit-width metadata implies " + std::to_string(implied) +
+                              " bytes, the data holds " + std::to_string(got.empty() ? 0 : got[0]));
+          data = f.read_bytes(tp + "data", implied);
+        } else {
+          data = f.read_bytes(tp + "codes", rows * cols);
+        }
+        n_bytes = static_cast<int64_t>(data.size() + meta.size());
+        std::array<std::vector<float>, 4> extra = {
+            floats_or_empty(f, tp + "scales", rows), floats_or_empty(f, tp + "post", rows),
+            floats_or_empty(f, tp + "out_scale", rows), floats_or_empty(f, tp + "bias", rows)};
+        if (extra[0].empty())
+          throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() +
+                            "' has no scales");
+        // CRC-32 over data, bit-width metadata, scales, post, output scales, bias (as stored).
+        uint32_t crc = crc_of(0, data.data(), data.size());
+        crc = crc_of(crc, meta.data(), meta.size());
+        for (const auto& v : extra) {
+          crc = crc_of(crc, v.data(), v.size() * sizeof(float));
+          n_bytes += static_cast<int64_t>(v.size() * sizeof(float));
+        }
+        const int64_t stored_crc = f.attr_int(tp.substr(0, tp.size() - 1), "crc32");
+        if (static_cast<int64_t>(crc) != stored_crc)
+          throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() +
+                            "' fails its checksum (CRC-32 " + std::to_string(crc) + ", stored " +
+                            std::to_string(stored_crc) + "): the file is corrupt");
+        pk->bytes_read += n_bytes;
+        pk->read_seconds += seconds_since(t0);
+        const auto t1 = Clock::now();
+        int8_t* dst = w.codes.data() + row0 * cols;
+        if (storage == "weightlet") {
+          try {
+            const kernels::WeightletTensor t(rows, cols, pk->group, std::move(meta),
+                                             std::move(data));
+            t.unpack(dst, isa);
+            const auto b = t.bit_widths();
+            w.row_bits.insert(w.row_bits.end(), b.begin(), b.end());
+          } catch (const Error& e) {
+            throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() +
+                              "': " + e.what());
+          }
+        } else {
+          std::memcpy(dst, data.data(), data.size());
+          w.row_bits.insert(w.row_bits.end(), static_cast<size_t>(rows), uint8_t{8});
+        }
+        pk->unpack_seconds += seconds_since(t1);
+        auto append = [&](std::vector<float>& to, const std::vector<float>& v, const char* what) {
+          if (row0 > 0 && v.empty() != to.empty())
+            throw FormatError("[Model.load] packed tensor '" + name + "' in '" + f.path() +
+                              "': " + what + " present in some tensors of its linear only");
+          to.insert(to.end(), v.begin(), v.end());
+        };
+        append(w.scales, extra[0], "scales");
+        append(w.post, extra[1], "post");
+        append(w.out_scale, extra[2], "out_scale");
+        append(w.bias, extra[3], "bias");
+        row0 += rows;
+      }
+      if (row0 != w.out)
+        throw FormatError("[Model.load] '" + f.path() + "': the packed tensors of layer " +
+                          std::to_string(l) + " site " + kSiteNames[s] + " hold " +
+                          std::to_string(row0) + " rows, the linear has " + std::to_string(w.out));
+    }
+  }
+  if (!pk->norm_gains.empty() && static_cast<int64_t>(pk->norm_gains.size()) != c.n_layers)
+    throw FormatError("[Model.load] '" + f.path() + "': folded norms for " +
+                      std::to_string(pk->norm_gains.size()) + " of " + std::to_string(c.n_layers) +
+                      " layers");
+  return pk;
 }
 
 }  // namespace
@@ -98,10 +266,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
   if (!c.tie_embeddings) m->lm_head_ = read("lm_head", {V, d});
   m->final_norm_ = read("final_norm", {d});
   m->layers_.resize(static_cast<size_t>(c.n_layers));
+  const bool packed = f.has("/packed_linears");
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers/" + std::to_string(i) + "/";
     LayerWeights& L = m->layers_[static_cast<size_t>(i)];
     L.attn_norm = read(p + "attn_norm", {d});
+    if (packed) {  // the linears are prequantized (below): no fp32 copies
+      L.ffn_norm = read(p + "ffn_norm", {d});
+      continue;
+    }
     TensorF32 wq = read(p + "wq", {c.q_dim(), d});
     TensorF32 wk = read(p + "wk", {c.kv_dim(), d});
     TensorF32 wv = read(p + "wv", {c.kv_dim(), d});
@@ -118,6 +291,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     TensorF32 wu = read(p + "w_up", {c.d_ff, d});
     L.w_gate_up = stack_rows({&wg, &wu});
     L.w_down = read(p + "w_down", {d, c.d_ff});
+  }
+  if (packed) {
+    m->packed_ = read_packed_linears(f, c);
+    spdlog::info(
+        "loaded {} ({} layers, linears prequantized for plan {}: {:.1f} MB read in {:.3f} s, "
+        "unpacked in {:.3f} s) from {}",
+        c.name, c.n_layers, m->packed_->plan.value("name", "?"), m->packed_->bytes_read / 1e6,
+        m->packed_->read_seconds, m->packed_->unpack_seconds, path);
+    return m;
   }
   spdlog::info("loaded {} ({} layers, d_model {}, {:.1f} MB fp32) from {}", c.name, c.n_layers, d,
                m->weight_bytes() / 1e6, path);

@@ -337,6 +337,14 @@ std::vector<std::pair<int64_t, int64_t>> tensor_ranges(std::span<const int64_t> 
   return r;
 }
 
+// Stored bytes of rows at their bit-widths: codes, bit-width metadata, an fp32 scale per row.
+int64_t channel_bits_bytes(const std::vector<uint8_t>& bits, int64_t in, int meta_bits) {
+  const int64_t rows = static_cast<int64_t>(bits.size());
+  int64_t total = 0;
+  for (uint8_t b : bits) total += int64_t{b} * in;
+  return (total + rows * meta_bits + 7) / 8 + rows * static_cast<int64_t>(sizeof(float));
+}
+
 }  // namespace
 
 PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
@@ -499,11 +507,8 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     w_scales_.resize(static_cast<size_t>(out));
     for (int64_t i = 0; i < out; ++i)
       w_scales_[i] = quantize_row_bits(ws.data() + i * in, in, row_bits_[i], q.data() + i * in);
-    int64_t bits_total = 0;
-    for (uint8_t b : row_bits_) bits_total += int64_t{b} * in;
     stored_weight_bytes_ =
-        (bits_total + out * bit_allocation_metadata_bits(cb.allocation) + 7) / 8 +
-        out * static_cast<int64_t>(sizeof(float));
+        channel_bits_bytes(row_bits_, in, bit_allocation_metadata_bits(cb.allocation));
     if (integer_activations(scheme_.activations)) {
       packed_ = std::make_unique<kernels::PackedWeightsS8>(q.data(), in, out, in);
     } else {
@@ -532,6 +537,48 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
   if (!bias_.empty()) stored_weight_bytes_ += out * static_cast<int64_t>(sizeof(float));
   if (!post_.empty() && !packed_ && scheme_.weights != WeightFormat::F32)
     throw InvalidArgument("[PreparedLinear] a row multiplier needs the integer or fp32 path");
+}
+
+PreparedLinear::PreparedLinear(const LinearScheme& scheme, const PackedLinearWeights& w)
+    : out_(w.out), in_(w.in), scheme_(scheme) {
+  scheme_.validate();
+  if (scheme_.activations != ActFormat::Int8StaticPerTensor ||
+      scheme_.weights != WeightFormat::Int8 || scheme_.shadow || scheme_.outlier_threshold)
+    throw InvalidArgument("[PreparedLinear] prequantized weights run static int8 schemes only");
+  const auto n = static_cast<size_t>(w.out);
+  auto sized = [&](const std::vector<float>& v, size_t want, const char* what, bool optional) {
+    if ((optional && v.empty()) || v.size() == want) return;
+    throw ShapeError("[PreparedLinear] prequantized " + std::string(what) + " has " +
+                     std::to_string(v.size()) + " values, expected " + std::to_string(want));
+  };
+  if (w.out <= 0 || w.in <= 0 || w.codes.size() != n * static_cast<size_t>(w.in) ||
+      w.row_bits.size() != n)
+    throw ShapeError("[PreparedLinear] prequantized codes/bits do not match [" +
+                     std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
+  sized(w.scales, n, "scales", false);
+  sized(w.post, n, "post", true);
+  sized(w.out_scale, n, "output scales", true);
+  sized(w.bias, n, "bias", true);
+  sized(w.input_smooth, static_cast<size_t>(w.in), "input divisor", true);
+  if (w.out_scale.empty() != (scheme_.output_quant == OutputQuant::None))
+    throw InvalidArgument(
+        "[PreparedLinear] prequantized output scales disagree with output_quant '" +
+        output_quant_name(scheme_.output_quant) + "'");
+  if (!(w.act_scale > 0.0f) || !std::isfinite(w.act_scale))
+    throw InvalidArgument("[PreparedLinear] prequantized activation scale " +
+                          std::to_string(w.act_scale) + " is not finite and > 0");
+  act_scale_ = w.act_scale;
+  w_scales_ = w.scales;
+  post_ = w.post;
+  out_scale_ = w.out_scale;
+  bias_ = w.bias;
+  smooth_ = w.input_smooth;
+  row_bits_ = w.row_bits;
+  packed_ = std::make_unique<kernels::PackedWeightsS8>(w.codes.data(), w.in, w.out, w.in);
+  stored_weight_bytes_ = channel_bits_bytes(
+      row_bits_, w.in,
+      scheme_.channel_bits ? bit_allocation_metadata_bits(scheme_.channel_bits->allocation) : 0);
+  if (!bias_.empty()) stored_weight_bytes_ += w.out * static_cast<int64_t>(sizeof(float));
 }
 
 double PreparedLinear::stored_bits_per_weight() const {

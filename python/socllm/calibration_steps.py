@@ -202,9 +202,10 @@ STEPS: dict[str, CalibrationStep] = {
         CalibrationStep(
             "act-scales",
             (),
-            ("act_absmax", "abs_hist"),
+            ("act_absmax", "abs_hist", "out_absmax"),
             dict(_BASE),
-            "per-channel max |x| and |x| histograms of every linear input (static scales)",
+            "per-channel max |x| and |x| histograms of every linear input (static scales), and "
+            "max |y| of every linear output channel (EdgeFlow's output smoothing)",
             _act_scales,
         ),
         CalibrationStep(
@@ -242,6 +243,15 @@ STEPS: dict[str, CalibrationStep] = {
             _head_importance,
         ),
         CalibrationStep(
+            "qk-scales",
+            (),
+            ("q_absmax", "k_absmax", "v_absmax"),
+            dict(_BASE),
+            "per-window max |Q|, |K|, |V| of every head (shadowAttn's scale buckets, §3.3; "
+            "npu-int8's static scales)",
+            _qk_scales,
+        ),
+        CalibrationStep(
             "smoothing",
             ("act_absmax", "out_absmax"),
             ("smooth_alpha", "smooth_alpha_error"),
@@ -258,15 +268,6 @@ STEPS: dict[str, CalibrationStep] = {
             "EdgeFlow's per-output-channel bit-widths (Algorithm 1 per tensor at --bits), with "
             "a report: closed-form vs exact metric ranking, heap vs water-filling (seed 004 §4.1)",
             _bitwidths,
-        ),
-        CalibrationStep(
-            "qk-scales",
-            (),
-            ("q_absmax", "k_absmax", "v_absmax"),
-            dict(_BASE),
-            "per-window max |Q|, |K|, |V| of every head (shadowAttn's scale buckets, §3.3; "
-            "npu-int8's static scales)",
-            _qk_scales,
         ),
     )
 }

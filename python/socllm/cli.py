@@ -111,7 +111,24 @@ def cmd_convert(args) -> int:
     from .convert import convert
 
     _setup(args)
-    out = convert(args.source, args.output, progress=not args.quiet)
+    if args.edgeflow_bits is None and args.edgeflow_plan is None:
+        if args.calib:
+            raise SystemExit("socllm convert: --calib goes with --edgeflow-bits / --edgeflow-plan")
+        out = convert(args.source, args.output, progress=not args.quiet)
+    else:
+        from .convert_packed import convert_packed
+        from .model import load
+
+        if not args.calib:
+            raise SystemExit("socllm convert: a prequantized model needs --calib FILE")
+        plan = args.edgeflow_plan or f"edgeflow:bits={args.edgeflow_bits!r}"
+        _check_outputs(
+            {"--output": args.output}, _inputs(args.source, args.calib), hdf5=["--output"]
+        )
+        model = load(args.source, calib=args.calib, progress=not args.quiet)
+        out = convert_packed(
+            model, args.output, plan=plan, group=args.group, progress=not args.quiet
+        )
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
@@ -298,9 +315,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="socllm", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("convert", help="GGUF file or HF model directory -> socllm HDF5 model")
+    c = sub.add_parser(
+        "convert",
+        help="GGUF file or HF model directory -> socllm HDF5 model; with --edgeflow-bits, any "
+        "model socllm.load takes -> a file of prequantized (EdgeFlow-packed) linears",
+    )
     c.add_argument("source")
     c.add_argument("-o", "--output", required=True)
+    c.add_argument("--calib", default=None, help="calibration file (with --edgeflow-bits)")
+    c.add_argument(
+        "--edgeflow-bits",
+        type=_number(float, 1, 8),
+        default=None,
+        help="store the linears of plan edgeflow:bits=B as weightlets (seed 004 §4.2)",
+    )
+    c.add_argument(
+        "--edgeflow-plan",
+        default=None,
+        help="the plan to prequantize for instead (e.g. 'edgeflow:bits=8,allocation=uniform': "
+        "an INT8 model file)",
+    )
+    c.add_argument(
+        "--group", type=_COUNT, default=128, help="weightlet group R (weights; default 128)"
+    )
     _common(c)
     c.set_defaults(fn=cmd_convert)
 
@@ -377,6 +414,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument(
         "--importance-seqlen", type=_WINDOW, default=None, help="head-importance step: tokens"
+    )
+    k.add_argument(
+        "--bits",
+        type=_number(float, 1, 8),
+        default=None,
+        help="smoothing/bitwidths steps: EdgeFlow's average bits per output channel (default 5)",
+    )
+    k.add_argument(
+        "--output-quant",
+        choices=("none", "int8", "int16"),
+        default=None,
+        help="smoothing step: the NPU's output quantization the alpha search models (int8)",
+    )
+    k.add_argument(
+        "--smoothing-windows", type=_COUNT, default=None, help="smoothing step: windows (8)"
+    )
+    k.add_argument(
+        "--smoothing-rows", type=_COUNT, default=None, help="smoothing step: rows per window (128)"
     )
     k.add_argument(
         "--out",

@@ -119,13 +119,22 @@ def run_main_job(
     gen_s = time.perf_counter() - t0
     limit = None if not limit_tokens else limit_tokens
 
-    # Static-scale plans need calibration (shadow-outlier also the outlier profile): windows
-    # from the calibration slice of WikiText-2, evaluation on the held-out rest only.
-    from .calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
+    # Static-scale plans need calibration (shadow-outlier also the outlier profile, edgeflow
+    # its smoothing exponents): windows from the calibration slice of WikiText-2, evaluation on
+    # the held-out rest only.
+    from .calibrate import save_calibration
+    from .calibration_steps import run_steps
 
     t0 = time.perf_counter()
-    cal = calibrate_act_scales(model, samples=calib_samples, seqlen=512, progress=progress)
-    calibrate_outliers(model, cal, progress=progress)
+    cal = run_steps(
+        model,
+        "act-scales,outliers,smoothing",
+        samples=calib_samples,
+        seqlen=512,
+        smoothing_windows=min(8, calib_samples),
+        smoothing_rows=64,
+        progress=progress,
+    )
     calib_path = save_calibration(out_dir / CALIB_FILE, cal, model)
     model.load_calibration(calib_path)
     calib_s = time.perf_counter() - t0

@@ -36,6 +36,10 @@ def test_schema_is_the_steps_contract():
         "q_absmax",
         "k_absmax",
         "v_absmax",
+        "out_absmax",
+        "smooth_alpha",
+        "smooth_alpha_error",
+        "channel_bits",
     }
     # every step's arrays are optional: a file holds what its steps wrote
     assert not any(a["required"] for a in schema.values())
@@ -47,6 +51,8 @@ def test_schema_is_the_steps_contract():
         "pruning-rate",
         "head-importance",
         "qk-scales",
+        "smoothing",
+        "bitwidths",
     ]
     for s in STEPS.values():
         assert s.description and s.writes
@@ -59,7 +65,7 @@ def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
         assert json.loads(f.attrs["model_config"])["d_model"] == 576
         assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["samples"] == 4
         for a in _core.Calibration.schema():
-            if not a["per_site"]:
+            if not a["per_site"] or a["step"] not in ("act-scales", "outliers"):
                 assert a["name"] not in f  # their steps did not run
                 continue
             for site in _core.Calibration.sites():
@@ -79,8 +85,8 @@ def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
 def test_steps_declare_their_needs(smollm, outliers):
     with pytest.raises(socllm.InvalidArgumentError, match="step 'outliers' needs 'act_absmax'"):
         run_steps(smollm, "outliers", progress=False)
-    with pytest.raises(socllm.InvalidArgumentError, match="unknown step 'smoothing'"):
-        run_steps(smollm, "act-scales,smoothing", progress=False)
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown step 'blending'"):
+        run_steps(smollm, "act-scales,blending", progress=False)
     with pytest.raises(socllm.InvalidArgumentError, match="unknown option 'alpha'"):
         run_steps(smollm, "act-scales", progress=False, alpha=0.5)
     with pytest.raises(socllm.InvalidArgumentError, match="needs 'outlier_threshold'"):

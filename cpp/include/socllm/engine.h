@@ -212,6 +212,9 @@ class Engine {
     const std::vector<int64_t>* site_rows = nullptr;
     std::vector<std::array<TensorF32, kNumLinearSites>>* site_inputs = nullptr;
   };
+  // InvalidArgument unless the plan's linears can run on this model (a model file with
+  // prequantized linears runs the plan it was converted under only).
+  void check_linears_available(const Plan& plan) const;
   // The LinearContext pieces of one site for a plan (calibration spans, smoothing, folds).
   struct SiteContext;
   SiteContext site_context(const Calibration* calib, const Plan& plan, int64_t layer,

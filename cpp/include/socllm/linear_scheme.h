@@ -41,6 +41,7 @@
 
 #include "socllm/bitwidth.h"
 #include "socllm/gemm_s8.h"
+#include "socllm/model.h"
 #include "socllm/quant.h"
 #include "socllm/shadow_outlier.h"
 
@@ -150,6 +151,10 @@ class PreparedLinear {
   // cold channels) and no smoothing, W is read at run time: it must outlive this object.
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
                  const LinearScheme& scheme, const LinearContext& ctx);
+  // From a model file's prequantized weights (what weight_codes() and the accessors below
+  // gave when it was converted): the same linear, bit for bit. Integer static schemes only;
+  // InvalidArgument / ShapeError for sizes that disagree.
+  PreparedLinear(const LinearScheme& scheme, const PackedLinearWeights& w);
   // act_channel_absmax[in] (calibration, when scheme.needs_calibration()) and the shadow
   // configuration (scheme.shadow) only.
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
@@ -179,6 +184,8 @@ class PreparedLinear {
   const std::vector<float>& weight_scales() const { return w_scales_; }
   const std::vector<float>& row_post() const { return post_; }
   const std::vector<float>& output_scales() const { return out_scale_; }
+  const std::vector<float>& bias() const { return bias_; }
+  const std::vector<float>& input_divisor() const { return smooth_; }  // x / it at run time
   // Bytes of the weights as the target stores them (int4 packed two per byte, scales fp32).
   int64_t weight_bytes() const;
   // Shadow outlier execution: its profiled configuration, the float weight bytes kept resident

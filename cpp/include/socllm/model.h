@@ -2,6 +2,7 @@
 // (Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU; Qwen2: + q/k/v biases).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -66,12 +67,41 @@ struct LayerWeights {
   TensorF32 w_down;     // [d_model, d_ff]
 };
 
+// One linear of a model file holding prequantized weights (`socllm convert --edgeflow-bits`,
+// docs/MODEL_FORMAT.md), unpacked to INT8 rows: everything a prepared linear of the plan it was
+// converted under holds, so the loaded model runs that plan without its fp32 weights or a
+// calibration. Plain data; the quant layer builds the linear from it.
+struct PackedLinearWeights {
+  int64_t out = 0, in = 0;
+  std::vector<int8_t> codes;        // [out, in]
+  std::vector<uint8_t> row_bits;    // [out] bit-width each row was stored at
+  std::vector<float> scales;        // [out] per-row weight scale
+  std::vector<float> post;          // [out] multiplier after dequantization, or empty
+  std::vector<float> out_scale;     // [out] static output scale, or empty
+  std::vector<float> bias;          // [out] (after post), or empty
+  std::vector<float> input_smooth;  // [in] divisor of x when not folded, or empty
+  float act_scale = 0.0f;           // static per-tensor activation scale
+};
+
+// The prequantized linears of a model file and what was folded into its norms.
+struct PackedModelLinears {
+  nlohmann::json scheme;  // LinearScheme::to_json() of the plan converted under
+  nlohmann::json plan;    // that plan's JSON (name, options)
+  int64_t group = 0;      // weightlet group R of the file (0: stored as raw int8)
+  std::vector<std::array<PackedLinearWeights, 4>> sites;      // [layer][LinearSite]
+  std::vector<std::array<std::vector<float>, 2>> norm_gains;  // folded attn/ffn gains, or empty
+  // What loading them cost: bytes read from the file, and seconds reading and unpacking.
+  int64_t bytes_read = 0;
+  double read_seconds = 0.0, unpack_seconds = 0.0;
+};
+
 class Model {
  public:
   // Model file format versions (docs/MODEL_FORMAT.md): `socllm convert` writes kFormatVersion;
   // load reads kOldestFormatVersion..kFormatVersion; from kChecksumFormatVersion on, every weight
   // must carry a Fletcher-32 checksum (verified on read).
-  static constexpr int64_t kFormatVersion = 2;
+  // Version 3: version 2 plus prequantized linears (group packed_linears) instead of fp32 ones.
+  static constexpr int64_t kFormatVersion = 3;
   static constexpr int64_t kOldestFormatVersion = 1;
   static constexpr int64_t kChecksumFormatVersion = 2;
 
@@ -87,12 +117,16 @@ class Model {
   const TensorF32& final_norm() const { return final_norm_; }
   const LayerWeights& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
   int64_t weight_bytes() const;
+  // Non-null for a file with prequantized linears: then the fp32 linear weights are absent and
+  // only the plan it was converted under runs.
+  const PackedModelLinears* packed_linears() const { return packed_.get(); }
 
  private:
   ModelConfig config_;
   std::string path_;
   TensorF32 embed_, lm_head_, final_norm_;
   std::vector<LayerWeights> layers_;
+  std::shared_ptr<const PackedModelLinears> packed_;
 };
 
 }  // namespace socllm

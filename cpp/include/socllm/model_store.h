@@ -41,6 +41,9 @@ class H5File {
   int64_t count_members(const std::string& group_path) const;
   // Reads an integer dataset as int64; FormatError if absent, not integer, or unreadable.
   std::vector<int64_t> read_i64(const std::string& dataset_path) const;
+  // An 8-bit integer dataset's raw bytes (int8 or uint8); FormatError if it is not 8-bit
+  // integer data, unreadable, or does not hold expected_elems elements (checked first).
+  std::vector<uint8_t> read_bytes(const std::string& dataset_path, int64_t expected_elems) const;
   // The shape of a dataset; FormatError if absent.
   std::vector<int64_t> shape(const std::string& dataset_path) const;
   // Names of the root group's attributes.

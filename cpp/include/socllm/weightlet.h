@@ -89,5 +89,8 @@ class WeightletTensor {
 
 // Bytes of the 3-bit metadata of `rows` rows.
 int64_t weightlet_metadata_bytes(int64_t rows);
+// Bytes of packed data the metadata of `rows` rows of `cols` weights implies (sum cols * B / 8);
+// FormatError if the metadata has the wrong size.
+int64_t weightlet_data_bytes(std::span<const uint8_t> bit_metadata, int64_t rows, int64_t cols);
 
 }  // namespace socllm::kernels

@@ -60,7 +60,7 @@ class Model:
     fp32 weights of a llama-family model.
     """
     checksum_format_version: typing.ClassVar[int] = 2
-    format_version: typing.ClassVar[int] = 2
+    format_version: typing.ClassVar[int] = 3
     oldest_format_version: typing.ClassVar[int] = 1
     @staticmethod
     def check_config(config: typing.Any) -> typing.Any:
@@ -299,6 +299,10 @@ class Engine:
     def prepare(self, plan: typing.Any) -> int:
         """
         Prepare (quantize/pack) the plan's linears; returns their weight bytes.
+        """
+    def prepared_state(self, plan: typing.Any) -> dict:
+        """
+        What the plan's prepared linears hold, per layer and site: codes int8 [out, in], bits, scales, post, out_scale, bias, input_smooth (None when absent), act_scale; the folded norm gains; the scheme and plan JSON (socllm convert --edgeflow-bits).
         """
     def set_calibration(self, calibration: Calibration) -> None:
         ...

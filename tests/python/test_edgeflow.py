@@ -1,0 +1,173 @@
+"""Plan ``edgeflow`` on the real model (seed 004 §4.1): the folded smoothing is the fp32
+identity, the allocation spends the budget per tensor, the static output quantization puts
+every output on its grid, the calibration steps and their bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+from socllm.calibrate import corpus_tokens, held_out_tokens, load_calibration, save_calibration
+from socllm.calibrate_edgeflow import SITE_TENSORS, SMOOTHING_GRID, using_calibration
+from socllm.calibration_steps import run_steps
+
+SMALL = {"samples": 4, "seqlen": 128, "seed": 3}
+STEP_SMALL = {"smoothing_windows": 2, "smoothing_rows": 32}
+
+
+@pytest.fixture(scope="module")
+def calib(smollm):
+    data = run_steps(
+        smollm, "act-scales,smoothing,bitwidths", progress=False, **SMALL, **STEP_SMALL
+    )
+    with using_calibration(smollm, data.stats):
+        yield data
+
+
+@pytest.fixture(scope="module")
+def tokens(smollm):
+    return held_out_tokens(corpus_tokens(smollm))[:160]
+
+
+def _custom_fp32(fold: bool) -> dict:
+    return {
+        "name": "custom",
+        "ops": {
+            "linear": {
+                "weights": {"format": "fp32"},
+                "activations": "fp32",
+                "npu_smoothing": {"alpha": "calibrated", "beta": 1.0, "fold": fold},
+            }
+        },
+    }
+
+
+def test_folded_smoothing_is_the_fp32_identity(smollm, calib, tokens):
+    """Input divisors folded into the norms and the v/up rows (GQA-tied for o_proj), output
+    factors into the dequantization: in fp32 the model computes what it computed before."""
+    ref = smollm.logits(tokens)
+    scale = np.abs(ref).max()
+    for fold in (True, False):
+        lg = smollm.logits(tokens, _custom_fp32(fold))
+        np.testing.assert_allclose(lg, ref, rtol=0, atol=2e-5 * scale)
+
+
+def test_allocation_spends_each_tensors_budget(smollm, calib):
+    cfg = smollm.config
+    for bits, method in [(5.0, "greedy"), (4.5, "greedy"), (5.0, "cmpq"), (6.0, "int4-int8")]:
+        plan = f"edgeflow:bits={bits},allocation={method}"
+        for layer in (0, 17):
+            for site, names in SITE_TENSORS.items():
+                info = smollm._engine.linear_info(plan, layer, site)
+                b = info["bits"].astype(int)
+                rows = {
+                    "wq": cfg["n_heads"] * cfg["head_dim"],
+                    "wk": cfg["n_kv_heads"] * cfg["head_dim"],
+                    "wv": cfg["n_kv_heads"] * cfg["head_dim"],
+                    "w_gate": cfg["d_ff"],
+                    "w_up": cfg["d_ff"],
+                    "wo": cfg["d_model"],
+                    "w_down": cfg["d_model"],
+                }
+                start = 0
+                for n in names:
+                    part = b[start : start + rows[n]]
+                    start += rows[n]
+                    assert part.sum() == int(np.floor(rows[n] * bits + 1e-9)), (plan, n)
+                    if method == "int4-int8":
+                        assert set(part.tolist()) <= {4, 8}
+                assert start == len(b)
+                # stored bits: data, a 32-bit scale and the bit-width metadata per row
+                meta = {"greedy": 3, "cmpq": 3, "int4-int8": 1}[method]
+                width = info["weight_bytes"] * 8 / info["bits_per_weight"] / len(b)
+                want = (b.sum() * width + len(b) * meta + 7) // 8 + 4 * len(b)
+                assert info["weight_bytes"] == want
+
+
+def test_stored_bitwidths_are_the_per_tensor_allocation(smollm, calib, tokens):
+    for site in SITE_TENSORS:
+        stored = calib.stats.array("channel_bits", site)
+        for layer in (0, 29):
+            np.testing.assert_array_equal(
+                stored[layer], smollm._engine.linear_info("edgeflow", layer, site)["bits"]
+            )
+    a = smollm.logits(tokens[:64], "edgeflow")
+    b = smollm.logits(tokens[:64], "edgeflow:bitwidths=stored")
+    np.testing.assert_array_equal(a, b)
+
+
+def test_output_quantization_puts_outputs_on_the_calibrated_grid(smollm, calib, tokens):
+    """output_quant=int8 with beta = 1: each smoothed output channel spans [-1, 1], so one
+    per-tensor scale of 1/127 and y_c = q * out_absmax_c / 127 with integer q in [-127, 127]."""
+    x = smollm._engine.linear_inputs(tokens[:64], list(range(64)))[3]["attn_out"]
+    y = smollm._engine.linear_forward("edgeflow:output_quant=int8", 3, "attn_out", x)
+    amax = calib.stats.array("out_absmax", "attn_out")[3]
+    q = y * 127.0 / amax[None, :]
+    np.testing.assert_allclose(q, np.round(q), atol=2e-3)
+    assert np.abs(np.round(q)).max() <= 127
+    y16 = smollm._engine.linear_forward("edgeflow:output_quant=int16", 3, "attn_out", x)
+    y0 = smollm._engine.linear_forward("edgeflow:output_quant=none", 3, "attn_out", x)
+    inside = np.abs(np.round(q)) < 127  # saturated outputs are clipped on both grids
+    assert inside.mean() > 0.99
+    # int16's grid is 258x finer than int8's
+    assert np.abs(y16 - y0)[inside].mean() < np.abs(y - y0)[inside].mean() / 50
+
+
+def test_smoothing_step_keeps_the_best_grid_point(calib):
+    for site in SITE_TENSORS:
+        alpha = calib.stats.array("smooth_alpha", site)
+        err = calib.stats.array("smooth_alpha_error", site)
+        assert err.shape == (alpha.shape[0], len(SMOOTHING_GRID))
+        np.testing.assert_allclose(alpha, SMOOTHING_GRID[np.argmin(err, axis=1)])
+    assert json.loads(calib.provenance["smoothing_grid"]) == SMOOTHING_GRID.tolist()
+
+
+def test_bitwidth_report(calib):
+    rep = json.loads(calib.provenance["bitwidth_report"])
+    assert rep["tensors"] == 30 * 7
+    # the closed form ranks channels nearly as the exact cosine distance does
+    assert rep["spearman_median"] > 0.9
+    assert all(abs(r["mean_bits"] - 5.0) < 0.01 for r in rep["per_tensor"])
+
+
+def test_new_arrays_survive_a_file_round_trip(smollm, calib, tmp_path):
+    path = save_calibration(tmp_path / "ef.h5", calib, smollm)
+    back = load_calibration(path, smollm)
+    for name in ("out_absmax", "smooth_alpha", "smooth_alpha_error", "channel_bits"):
+        for site in SITE_TENSORS:
+            np.testing.assert_array_equal(
+                back.stats.array(name, site), calib.stats.array(name, site)
+            )
+
+
+def test_bad_input(smollm, calib):
+    for bad in ("edgeflow:bits=0.5", "edgeflow:bits=9"):
+        with pytest.raises(socllm.InvalidArgumentError, match="must be in \\[1, 8\\]"):
+            socllm.Plan(bad)
+    with pytest.raises(socllm.InvalidArgumentError, match="output_quant must be none, int8"):
+        socllm.Plan("edgeflow:output_quant=int4")
+    with pytest.raises(socllm.InvalidArgumentError, match="alpha must be a number"):
+        socllm.Plan("edgeflow:alpha=auto")
+    with pytest.raises(socllm.InvalidArgumentError, match="integer average"):
+        smollm.logits([1, 2, 3], "edgeflow:bits=4.5,allocation=uniform")
+    with pytest.raises(socllm.InvalidArgumentError, match="--bits must be in"):
+        run_steps(smollm, "bitwidths", data=calib, bits=9.0, progress=False)
+    # A calibration without the smoothing step: the plan names the step to run.
+    bare = run_steps(smollm, "act-scales", progress=False, **SMALL)
+    with using_calibration(smollm, bare.stats):
+        with pytest.raises(socllm.InvalidArgumentError, match="--steps act-scales,smoothing"):
+            smollm.logits([1, 2, 3], "edgeflow")
+        smollm.logits([1, 2, 3], "edgeflow:alpha=0.5")  # a fixed alpha needs no step
+    with pytest.raises(socllm.InvalidArgumentError, match="needs 'smooth_alpha'"):
+        run_steps(smollm, "bitwidths", data=bare, progress=False)
+    # Statistics from before out_absmax existed: the plan says to recalibrate.
+    old = _core.Calibration.empty_for(smollm._model)
+    old.set_array("act_absmax", "attn_in", bare.stats.array("act_absmax", "attn_in"))
+    for site in SITE_TENSORS:
+        old.set_array("act_absmax", site, bare.stats.array("act_absmax", site))
+    with using_calibration(smollm, old):
+        with pytest.raises(socllm.InvalidArgumentError, match="act-scales again"):
+            smollm.logits([1, 2, 3], "edgeflow:alpha=0.5")

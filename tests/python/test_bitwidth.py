@@ -6,7 +6,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 import socllm
 from socllm._core import ops, quant
 
@@ -19,7 +18,9 @@ def _rows(rows, cols, seed):
 
 def _quantize_row_ref(w: np.ndarray, bits: int):
     if bits == 1:
-        return np.where(w >= 0, 1, -1).astype(np.int8), np.float32(np.abs(w.astype(np.float64)).mean())
+        return np.where(w >= 0, 1, -1).astype(np.int8), np.float32(
+            np.abs(w.astype(np.float64)).mean()
+        )
     qmax = 2 ** (bits - 1) - 1
     scale = np.float32(np.abs(w).max() / np.float32(qmax))
     if scale == 0:

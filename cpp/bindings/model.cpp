@@ -1,4 +1,4 @@
-// Mirrors cpp/include/socllm/model.h: a model's config and fp32 weights.
+// Mirrors cpp/include/socllm/model.h: a model's config, fp32 or prequantized weights.
 #include <pybind11/stl.h>
 
 #include "common.h"
@@ -34,7 +34,24 @@ void init_model(py::module_& m) {
       .def_property_readonly_static("checksum_format_version",
                                     [](const py::object&) { return Model::kChecksumFormatVersion; })
       .def_property_readonly("path", &Model::path)
-      .def_property_readonly("weight_bytes", &Model::weight_bytes);
+      .def_property_readonly("weight_bytes", &Model::weight_bytes)
+      .def_property_readonly(
+          "packed_linears",
+          [](const Model& mdl) -> py::object {
+            const PackedModelLinears* pk = mdl.packed_linears();
+            if (!pk) return py::none();
+            py::dict d;
+            d["plan"] = json_to_py(pk->plan);
+            d["scheme"] = json_to_py(pk->scheme);
+            d["group"] = pk->group;
+            d["bytes_read"] = pk->bytes_read;
+            d["read_seconds"] = pk->read_seconds;
+            d["unpack_seconds"] = pk->unpack_seconds;
+            return d;
+          },
+          "For a file of prequantized linears: the plan it was converted under, its scheme, the "
+          "weightlet group, and what loading them cost (bytes_read, read_seconds, "
+          "unpack_seconds); None otherwise.");
 }
 
 }  // namespace socllm::py_bind

@@ -226,10 +226,46 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_cold_start(args) -> int:
+    from .calibrate import corpus_tokens, held_out_tokens
+    from .coldstart import cold_start
+    from .model import LanguageModel
+    from .registry import resolve_model_file
+
+    files = [resolve_model_file(m.strip(), progress=not args.quiet) for m in args.model.split(",")]
+    _check_outputs({"--json": args.json}, [*files, *_inputs(None, args.calib)])
+    # The prompt: held-out WikiText-2 tokens of the first file's tokenizer.
+    prompt = held_out_tokens(corpus_tokens(LanguageModel(files[0])))[: args.prompt_tokens]
+    rows = cold_start(
+        files,
+        prompt=prompt,
+        plan=args.plan,
+        calib=args.calib,
+        repeats=args.repeats,
+        progress=not args.quiet,
+    )
+    if args.json != "-":
+        print(f"cold start, {len(prompt)}-token prompt, fastest of {args.repeats}:")
+        print(
+            f"{'file':40s} {'MB':>7} {'plan':>10} {'read s':>7} {'unpack s':>8} "
+            f"{'prepare s':>9} {'prefill s':>9} {'TTFT s':>7}"
+        )
+        for r in rows:
+            print(
+                f"{Path(r['file']).name[:40]:40s} {r['bytes'] / 1e6:7.1f} {r['plan']:>10} "
+                f"{r['read_s']:7.3f} {r['unpack_s']:8.3f} {r['prepare_s']:9.3f} "
+                f"{r['prefill_s']:9.3f} {r['ttft_s']:7.3f}"
+            )
+    _emit_json({"prompt_tokens": len(prompt), "repeats": args.repeats, "files": rows}, args.json)
+    return 0
+
+
 def cmd_run(args) -> int:
     from .report import run_main_job
 
     _setup(args)
+    if args.cold:
+        return cmd_cold_start(args)
     from .report import (
         FULL_CALIB_SAMPLES,
         FULL_LIMIT_TOKENS,
@@ -496,6 +532,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="WikiText-2 held-out tokens to evaluate per plan (0 = all of them)",
     )
     r.add_argument("--calib-samples", type=_COUNT, default=None, help="calibration windows of 512")
+    r.add_argument(
+        "--cold",
+        action="store_true",
+        help="instead of the main job: time to first token of each --model file (comma-separated) "
+        "evicted from the page cache, split into read / unpack / prepare / prefill",
+    )
+    r.add_argument("--plan", default=None, help="--cold: plan for fp32 files (default fp32)")
+    r.add_argument("--calib", default=None, help="--cold: calibration for --plan on fp32 files")
+    r.add_argument("--prompt-tokens", type=_COUNT, default=128, help="--cold: prompt length")
+    r.add_argument("--repeats", type=_COUNT, default=3, help="--cold: runs per file (fastest)")
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)

@@ -76,6 +76,11 @@ class Model:
     def config(self) -> typing.Any:
         ...
     @property
+    def packed_linears(self) -> typing.Any:
+        """
+        For a file of prequantized linears: the plan it was converted under, its scheme, the weightlet group, and what loading them cost (bytes_read, read_seconds, unpack_seconds); None otherwise.
+        """
+    @property
     def path(self) -> str:
         ...
     @property

@@ -46,32 +46,45 @@ void init_sched(py::module_& s) {
             return a;
           },
           "[n_tasks, 2] start and end (µs) of every task, by task id")
+      .def_property_readonly(
+          "span_processors",
+          [](const sched::Timeline& t) {
+            std::vector<std::string> out;
+            for (const auto& sp : t.spans) out.push_back(soc::processor_name(sp.processor));
+            return out;
+          },
+          "where every task ran, by task id (position-steal moves NPU tasks to the CPU)")
       .def("summary", [](const sched::Timeline& t) { return json_to_py(t.summary()); });
 
   s.def(
       "simulate",
       [](const sched::TaskGraph& g, const soc::CostModel& cost, const std::string& policy,
-         int64_t optimal_max_tasks) {
+         int64_t optimal_max_tasks, int64_t steal_threshold) {
         sched::SimOptions o;
         o.policy = sched::policy_from_name(policy);
         o.optimal_max_tasks = optimal_max_tasks;
+        o.steal_threshold = steal_threshold;
         py::gil_scoped_release release;
         return sched::simulate(g, cost, o);
       },
       py::arg("graph"), py::arg("cost"), py::arg("policy") = "ooe",
-      py::arg("optimal_max_tasks") = 24);
+      py::arg("optimal_max_tasks") = 24, py::arg("steal_threshold") = 5);
 
   s.def(
       "simulate_durations",
       [](const sched::TaskGraph& g, const std::vector<double>& durations_us, double sync_us,
-         const std::string& policy, int64_t optimal_max_tasks) {
+         const std::string& policy, int64_t optimal_max_tasks, int64_t steal_threshold,
+         double steal_cpu_time_ratio) {
         sched::SimOptions o;
         o.policy = sched::policy_from_name(policy);
         o.optimal_max_tasks = optimal_max_tasks;
+        o.steal_threshold = steal_threshold;
+        o.steal_cpu_time_ratio = steal_cpu_time_ratio;
         return sched::simulate(g, durations_us, sync_us, o);
       },
       py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0,
-      py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24,
+      py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24, py::arg("steal_threshold") = 5,
+      py::arg("steal_cpu_time_ratio") = 5.0,
       "Simulation with given task durations and one cross-processor sync cost (hand examples).");
 
   s.def(

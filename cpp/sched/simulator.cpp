@@ -11,7 +11,7 @@ namespace socllm::sched {
 namespace {
 // The policies, defined once: canonical name, the earlier short name (still accepted), and what
 // each does (listed by policies(), shown by `socllm simulate --help` and socllm.policies()).
-constexpr std::array<PolicyInfo, 4> kPolicies = {{
+constexpr std::array<PolicyInfo, 6> kPolicies = {{
     {Policy::InOrder, "in-order", "inorder",
      "each processor runs its tasks in program order, chunk after chunk (llm.npu's baseline, "
      "seed 001 Fig. 13a)"},
@@ -19,6 +19,12 @@ constexpr std::array<PolicyInfo, 4> kPolicies = {{
     {Policy::OutOfOrder, "npu-stall-first", "ooe",
      "llm.npu's out-of-order subgraph scheduling (seed 001 §3.4, Eq. 6): the NPU runs its "
      "shortest ready task, CPU/GPU the task whose completion readies the most NPU time"},
+    {Policy::PositionFirst, "position-first", "position",
+     "EdgeFlow's position-guided priority (seed 004 §4.3): the ready task of the earliest prompt "
+     "chunk first"},
+    {Policy::PositionSteal, "position-steal", "steal",
+     "position-first plus EdgeFlow's CPU task stealing (seed 004 §4.3): an idle CPU takes the "
+     "NPU's top ready task when more than steal_threshold wait there"},
     {Policy::Optimal, "optimal", "optimal",
      "exact minimum makespan by branch and bound over non-idling schedules (small graphs only)"},
 }};
@@ -34,13 +40,17 @@ struct Problem {
   std::function<double(soc::Processor, soc::Processor)> sync;
   std::array<double, kProcs> power_w{};
   std::vector<std::vector<int64_t>> succ;
-  // ready time of task t given the end times of its dependencies
-  double ready_time(int64_t t, const std::vector<double>& end) const {
+  std::vector<double> cpu_dur;  // durations on the CPU (position-steal), empty otherwise
+  // ready time of task t given the end times of its dependencies and where each ran (null:
+  // where the graph places it)
+  double ready_time(int64_t t, const std::vector<double>& end,
+                    const std::vector<soc::Processor>* ran_on = nullptr) const {
     double r = 0;
     const auto& task = g.tasks()[static_cast<size_t>(t)];
     for (int64_t d : task.deps) {
-      const auto& dt = g.tasks()[static_cast<size_t>(d)];
-      r = std::max(r, end[static_cast<size_t>(d)] + sync(dt.processor, task.processor));
+      const auto from =
+          ran_on ? (*ran_on)[static_cast<size_t>(d)] : g.tasks()[static_cast<size_t>(d)].processor;
+      r = std::max(r, end[static_cast<size_t>(d)] + sync(from, task.processor));
     }
     return r;
   }
@@ -53,9 +63,8 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
   for (auto& u : tl.usage) u = ProcessorUsage{};
   std::array<bool, kProcs> seen{};
   for (const auto& s : tl.spans) {
-    const auto& t = tasks[static_cast<size_t>(s.task)];
-    auto& u = tl.usage[proc_index(t.processor)];
-    const size_t pi = proc_index(t.processor);
+    auto& u = tl.usage[proc_index(s.processor)];
+    const size_t pi = proc_index(s.processor);
     u.busy_us += s.end_us - s.start_us;
     u.tasks += 1;
     u.first_start_us = seen[pi] ? std::min(u.first_start_us, s.start_us) : s.start_us;
@@ -91,7 +100,7 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
 
 // Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
 // ready tasks (dependencies finished and synchronized by now).
-Timeline list_schedule(const Problem& pb, Policy policy) {
+Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold = 5) {
   const auto& tasks = pb.g.tasks();
   const size_t n = tasks.size();
   Timeline tl;
@@ -104,6 +113,13 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
   std::array<size_t, kProcs> head{};
   std::array<int64_t, kProcs> running;
   running.fill(-1);
+  std::vector<soc::Processor> ran_on(n);
+  for (size_t i = 0; i < n; ++i) ran_on[i] = tasks[i].processor;
+  const bool by_position = policy == Policy::PositionFirst || policy == Policy::PositionSteal;
+  // Position-guided priority: earlier chunks first, tasks bound to no chunk before them all.
+  auto position = [&](int64_t t) {
+    return -static_cast<double>(std::max<int64_t>(tasks[static_cast<size_t>(t)].chunk, -1));
+  };
   // Program order: a topological order, so in-order issue never deadlocks across processors.
   for (int64_t t : pb.g.topological_order())
     program[proc_index(tasks[static_cast<size_t>(t)].processor)].push_back(t);
@@ -141,14 +157,36 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
             pick = h;
         }
       } else {
-        double best = -kInf;
-        for (int64_t t : rq) {
-          if (ready_at[static_cast<size_t>(t)] > now) continue;
-          const double score =
-              policy == Policy::Fifo ? -ready_at[static_cast<size_t>(t)] : contribution(t);
-          if (pick < 0 || score > best || (score == best && t < pick)) {
-            pick = t;
-            best = score;
+        auto best_of = [&](const std::vector<int64_t>& q, int64_t& count) {
+          int64_t b = -1;
+          double best = -kInf;
+          count = 0;
+          for (int64_t t : q) {
+            if (ready_at[static_cast<size_t>(t)] > now) continue;
+            ++count;
+            const double score = policy == Policy::Fifo ? -ready_at[static_cast<size_t>(t)]
+                                 : by_position          ? position(t)
+                                                        : contribution(t);
+            if (b < 0 || score > best || (score == best && t < b)) {
+              b = t;
+              best = score;
+            }
+          }
+          return b;
+        };
+        int64_t count = 0;
+        pick = best_of(rq, count);
+        // CPU task stealing (seed 004 §4.3): an idle CPU takes the NPU's top ready task when
+        // more than the threshold wait there.
+        if (pick < 0 && policy == Policy::PositionSteal && p == proc_index(soc::Processor::Cpu) &&
+            !pb.cpu_dur.empty()) {
+          auto& npu_q = ready[proc_index(soc::Processor::Npu)];
+          const int64_t stolen = best_of(npu_q, count);
+          if (stolen >= 0 && count > steal_threshold) {
+            npu_q.erase(std::find(npu_q.begin(), npu_q.end(), stolen));
+            rq.push_back(stolen);
+            ran_on[static_cast<size_t>(stolen)] = soc::Processor::Cpu;
+            pick = stolen;
           }
         }
       }
@@ -161,8 +199,12 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
       if (policy == Policy::InOrder) ++head[p];
       rq.erase(std::find(rq.begin(), rq.end(), pick));
       running[p] = pick;
-      tl.spans[static_cast<size_t>(pick)] = {pick, now, now + pb.dur[static_cast<size_t>(pick)]};
-      end[static_cast<size_t>(pick)] = now + pb.dur[static_cast<size_t>(pick)];
+      const double d =
+          ran_on[static_cast<size_t>(pick)] == tasks[static_cast<size_t>(pick)].processor
+              ? pb.dur[static_cast<size_t>(pick)]
+              : pb.cpu_dur[static_cast<size_t>(pick)];
+      tl.spans[static_cast<size_t>(pick)] = {pick, now, now + d, ran_on[static_cast<size_t>(pick)]};
+      end[static_cast<size_t>(pick)] = now + d;
     }
     // Next event: the earliest completion, or a ready task whose sync delay ends.
     double next = kInf;
@@ -182,7 +224,7 @@ Timeline list_schedule(const Problem& pb, Policy policy) {
       ++done;
       for (int64_t s : pb.succ[static_cast<size_t>(r)]) {
         if (--missing[static_cast<size_t>(s)] == 0) {
-          ready_at[static_cast<size_t>(s)] = pb.ready_time(s, end);
+          ready_at[static_cast<size_t>(s)] = pb.ready_time(s, end, &ran_on);
           ready[proc_index(tasks[static_cast<size_t>(s)].processor)].push_back(s);
         }
       }
@@ -284,7 +326,8 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
   tl.policy = policy_name(Policy::Optimal);
   if (!best_start.empty()) {
     for (size_t i = 0; i < n; ++i)
-      tl.spans[i] = {static_cast<int64_t>(i), best_start[i], best_start[i] + pb.dur[i]};
+      tl.spans[i] = {static_cast<int64_t>(i), best_start[i], best_start[i] + pb.dur[i],
+                     tasks[i].processor};
   }
   tl.search_nodes = nodes;
   tl.decisions = 0;
@@ -307,7 +350,10 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
     tl.policy = policy_name(opts.policy);
     return tl;
   }
-  if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy);
+  if (opts.steal_threshold < 0)
+    throw InvalidArgument("[simulate] steal_threshold must be >= 0, got " +
+                          std::to_string(opts.steal_threshold));
+  if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy, opts.steal_threshold);
   if (pb.g.size() > opts.optimal_max_tasks)
     throw InvalidArgument("[simulate] optimal policy on " + std::to_string(pb.g.size()) +
                           " tasks: at most " + std::to_string(opts.optimal_max_tasks) +
@@ -337,7 +383,7 @@ Policy policy_from_name(const std::string& s) {
     known += (known.empty() ? "" : ", ") + std::string(i.name);
   }
   throw InvalidArgument("[simulate] unknown policy '" + s + "' (known: " + known +
-                        "; aliases inorder, fifo, ooe)");
+                        "; aliases inorder, fifo, ooe, position, steal)");
 }
 
 nlohmann::json Timeline::summary() const {
@@ -375,9 +421,15 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
              [&cost](soc::Processor a, soc::Processor b) { return cost.sync_us(a, b); },
              {},
              g.successors()};
+  const bool steal = opts.policy == Policy::PositionSteal;
+  if (steal)  // what each task would take on the CPU, should it be stolen
+    for (const auto& t : g.tasks())
+      pb.cpu_dur.push_back(
+          t.processor == soc::Processor::Npu ? cost.latency_us(t.ops, soc::Processor::Cpu) : 0.0);
   for (int p = 0; p < soc::kNumProcessors; ++p) {
     const auto proc = static_cast<soc::Processor>(p);
-    const bool used = std::any_of(g.tasks().begin(), g.tasks().end(),
+    const bool used = (steal && proc == soc::Processor::Cpu) ||
+                      std::any_of(g.tasks().begin(), g.tasks().end(),
                                   [&](const Task& t) { return t.processor == proc; });
     pb.power_w[static_cast<size_t>(p)] = used ? cost.active_power_w(proc) : 0.0;
   }
@@ -393,6 +445,8 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
              [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; },
              {},
              g.successors()};
+  if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size())
+    for (double d : duration_us) pb.cpu_dur.push_back(d * opts.steal_cpu_time_ratio);
   return run(pb, opts);
 }
 
@@ -413,7 +467,7 @@ nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {
     const auto& task = g.at(s.task);
     events.push_back({{"ph", "X"},
                       {"pid", 1},
-                      {"tid", static_cast<int>(task.processor)},
+                      {"tid", static_cast<int>(s.processor)},
                       {"name", task.name},
                       {"cat", task_kind_name(task.kind)},
                       {"ts", s.start_us},

@@ -195,7 +195,8 @@ TEST(Simulator, OptimalIsExactAndNoPolicyBeatsIt) {
     const double sync = trial % 2 ? 0.5 : 0.0;
     const double opt = run(g, d, Policy::Optimal, sync).makespan_us;
     EXPECT_NEAR(opt, brute_force_makespan(g, d, sync), 1e-9) << "trial " << trial;
-    for (Policy p : {Policy::InOrder, Policy::Fifo, Policy::OutOfOrder, Policy::Optimal}) {
+    for (Policy p : {Policy::InOrder, Policy::Fifo, Policy::OutOfOrder, Policy::PositionFirst,
+                     Policy::Optimal}) {
       const auto t = run(g, d, p, sync);
       EXPECT_GE(t.makespan_us + 1e-9, opt);
       check_feasible(g, d, t, sync);
@@ -205,6 +206,52 @@ TEST(Simulator, OptimalIsExactAndNoPolicyBeatsIt) {
       EXPECT_NEAR(busy, std::accumulate(d.begin(), d.end(), 0.0), 1e-9);
     }
   }
+}
+
+TEST(Simulator, PositionGuidedPriorityRunsEarlierChunksFirst) {
+  // Three NPU tasks ready at once, of chunks 2, 0, 1 (seed 004 §4.3): position-first runs them
+  // by chunk, first-ready by id.
+  TaskGraph g;
+  for (int64_t chunk : {2, 0, 1}) {
+    sched::Task t;
+    t.name = "c" + std::to_string(chunk);
+    t.processor = Processor::Npu;
+    t.chunk = chunk;
+    g.add(std::move(t));
+  }
+  const std::vector<double> d{1, 1, 1};
+  const auto pos = run(g, d, Policy::PositionFirst);
+  EXPECT_DOUBLE_EQ(pos.spans[1].start_us, 0);  // chunk 0
+  EXPECT_DOUBLE_EQ(pos.spans[2].start_us, 1);  // chunk 1
+  EXPECT_DOUBLE_EQ(pos.spans[0].start_us, 2);  // chunk 2
+  EXPECT_DOUBLE_EQ(run(g, d, Policy::Fifo).spans[0].start_us, 0);
+  EXPECT_EQ(sched::policy_from_name("position"), Policy::PositionFirst);
+  EXPECT_EQ(sched::policy_from_name("steal"), Policy::PositionSteal);
+}
+
+TEST(Simulator, CpuStealsWhenMoreThanTheThresholdWait) {
+  // Seven 1 µs NPU tasks ready at 0 and an idle CPU, threshold 5, CPU 5x slower: when the NPU
+  // takes the first, six wait (> 5): the CPU steals one (5 µs); then five wait, which is not
+  // more than 5. A task on the NPU depending on the stolen one waits for the CPU and the sync.
+  TaskGraph g;
+  for (int i = 0; i < 7; ++i) add(g, "n" + std::to_string(i), Processor::Npu, {});
+  add(g, "after", Processor::Npu, {1});
+  const std::vector<double> d(8, 1.0);
+  sched::SimOptions o;
+  o.policy = Policy::PositionSteal;
+  const auto t = sched::simulate(g, d, 0.5, o);
+  int64_t on_cpu = 0;
+  for (const auto& sp : t.spans) on_cpu += sp.processor == Processor::Cpu;
+  EXPECT_EQ(on_cpu, 1);
+  EXPECT_EQ(t.spans[1].processor, Processor::Cpu);  // the NPU's top ready task after n0
+  EXPECT_DOUBLE_EQ(t.spans[1].end_us, 5.0);
+  EXPECT_GE(t.spans[7].start_us, 5.5);  // after the stolen task plus the CPU->NPU sync
+  EXPECT_DOUBLE_EQ(t.usage[static_cast<size_t>(Processor::Cpu)].busy_us, 5.0);
+  EXPECT_DOUBLE_EQ(t.makespan_us, 7.0);  // NPU: n0, n2..n6 until 6, then `after` 6-7
+  o.steal_threshold = 7;                 // never more than 7 waiting: no stealing
+  const auto none = sched::simulate(g, d, 0.5, o);
+  for (const auto& sp : none.spans) EXPECT_EQ(sp.processor, Processor::Npu);
+  EXPECT_DOUBLE_EQ(none.makespan_us, 8.0);
 }
 
 TEST(Simulator, BadGraphsAndInputs) {

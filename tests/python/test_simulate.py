@@ -107,6 +107,8 @@ def test_summary_trace_and_policies(tmp_path):
         "in-order",
         "first-ready",
         "npu-stall-first",
+        "position-first",
+        "position-steal",
         "optimal",
     }
     assert all(p["description"] for p in socllm.policies())

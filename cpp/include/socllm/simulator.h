@@ -10,6 +10,12 @@
 //   npu-stall-first  (ooe) llm.npu's out-of-order policy (seed 001 §3.4, Eq. 6): the largest
 //                    contribution to reducing NPU stalls: on the NPU the shortest task
 //                    (C = -t), on CPU/GPU the task whose completion makes ready the most NPU time;
+//   position-first   EdgeFlow's position-guided priority (seed 004 §4.3): the ready task of the
+//                    earliest prompt chunk first (tasks bound to no chunk before all), ties in
+//                    program order;
+//   position-steal   position-first plus EdgeFlow's CPU task stealing (§4.3): a CPU with nothing
+//                    ready takes the NPU's top ready task when more than `steal_threshold` (5 in
+//                    the paper) wait there, and runs it at its CPU cost;
 //   optimal          exact minimum makespan by branch and bound over all non-idling schedules
 //                    (small graphs only: InvalidArgument above `optimal_max_tasks`).
 #pragma once
@@ -26,7 +32,7 @@
 
 namespace socllm::sched {
 
-enum class Policy : int { InOrder = 0, Fifo, OutOfOrder, Optimal };
+enum class Policy : int { InOrder = 0, Fifo, OutOfOrder, PositionFirst, PositionSteal, Optimal };
 struct PolicyInfo {
   Policy policy;
   const char* name;   // canonical
@@ -42,11 +48,18 @@ struct SimOptions {
   Policy policy = Policy::OutOfOrder;
   int64_t optimal_max_tasks = 24;          // branch and bound is exponential
   int64_t optimal_max_nodes = 20'000'000;  // search nodes before giving up (Unsupported)
+  // position-steal: NPU tasks that must be waiting before an idle CPU steals one (seed 004
+  // §4.3: 5), and, when durations are given rather than a cost model, how much longer a stolen
+  // task runs on the CPU than on the NPU (the 8 Elite profile's cpu_over_npu_matmul_time_ratio).
+  int64_t steal_threshold = 5;
+  double steal_cpu_time_ratio = 5.0;
 };
 
 struct TaskSpan {
   int64_t task = -1;
   double start_us = 0, end_us = 0;
+  // Where it ran: the task's processor, or the CPU for a task position-steal stole.
+  soc::Processor processor = soc::Processor::Cpu;
 };
 
 struct ProcessorUsage {

@@ -78,6 +78,11 @@ class Timeline:
     def search_nodes(self) -> int:
         ...
     @property
+    def span_processors(self) -> list[str]:
+        """
+        where every task ran, by task id (position-steal moves NPU tasks to the CPU)
+        """
+    @property
     def spans(self) -> numpy.typing.NDArray[numpy.float64]:
         """
         [n_tasks, 2] start and end (µs) of every task, by task id
@@ -123,9 +128,9 @@ def policy_name(policy: str) -> str:
     """
     Canonical name of a policy name or alias (InvalidArgument if unknown).
     """
-def simulate(graph: TaskGraph, cost: CostModel, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24) -> Timeline:
+def simulate(graph: TaskGraph, cost: CostModel, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> Timeline:
     ...
-def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], sync_us: typing.SupportsFloat | typing.SupportsIndex = 0.0, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24) -> Timeline:
+def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], sync_us: typing.SupportsFloat | typing.SupportsIndex = 0.0, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5, steal_cpu_time_ratio: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> Timeline:
     """
     Simulation with given task durations and one cross-processor sync cost (hand examples).
     """

@@ -6,6 +6,7 @@
 #include "socllm/block.h"
 #include "socllm/head_pipeline.h"
 #include "socllm/plan.h"
+#include "socllm/cold_start.h"
 #include "socllm/simulate.h"
 #include "socllm/simulator.h"
 #include "socllm/task_graph.h"
@@ -167,6 +168,39 @@ void init_sched(py::module_& s) {
       "head_policy unless the graph was planned before.");
 
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
+
+  // cold_start.h
+  py::class_<ColdStartTimeline>(s, "ColdStartTimeline", "A simulated cold start (cold_start.h).")
+      .def_readonly("graph", &ColdStartTimeline::graph)
+      .def_readonly("timeline", &ColdStartTimeline::timeline)
+      .def("summary", [](const ColdStartTimeline& t) { return json_to_py(t.summary()); });
+  s.def(
+      "simulate_cold_start",
+      [](const py::object& config, const py::object& profile, const std::string& system,
+         double bits, int64_t prompt_len, int64_t chunk_len, const std::string& policy,
+         const std::string& unpack_format, int64_t steal_threshold) {
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+        const auto prof = py_to_json(profile);
+        const auto dev =
+            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        ColdStartOptions o;
+        o.system = cold_start_system_from_name(system);
+        o.bits = bits;
+        o.prompt_len = prompt_len;
+        o.chunk_len = chunk_len;
+        o.policy = policy;
+        o.unpack_format = unpack_format;
+        o.steal_threshold = steal_threshold;
+        py::gil_scoped_release nogil;
+        return simulate_cold_start(c, dev, o);
+      },
+      py::arg("config"), py::arg("profile"), py::arg("system") = "edgeflow",
+      py::arg("bits") = 5.0, py::arg("prompt_len") = 128, py::arg("chunk_len") = 256,
+      py::arg("policy") = "", py::arg("unpack_format") = "weightlet",
+      py::arg("steal_threshold") = 5,
+      "A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of "
+      "a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device "
+      "(cold_start.h); policy '' = the system's own.");
 
   // head_pipeline.h
   s.def(

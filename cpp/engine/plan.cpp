@@ -247,7 +247,10 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   std::optional<soc::DType> fmt;
   if (v.is_string()) {
     const auto t = v.get<std::string>();
-    if (t == "npu" || t == "cpu" || t == "gpu") proc = soc::processor_from_name(t);
+    bool is_processor = false;
+    for (int i = 0; i < soc::kNumProcessors; ++i)
+      is_processor |= t == soc::processor_name(static_cast<soc::Processor>(i));
+    if (is_processor) proc = soc::processor_from_name(t);
     else fmt = soc::dtype_from_name(t);
   } else if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {
@@ -372,6 +375,8 @@ bool Plan::can_run(soc::Processor p, soc::DType f) {
     case soc::Processor::Npu: return f != soc::DType::Fp32;
     case soc::Processor::Gpu: return f != soc::DType::Int8;
     case soc::Processor::Cpu: return true;
+    case soc::Processor::Io:
+    case soc::Processor::CpuAux: return false;  // cold-start resources (soc.h)
   }
   return false;
 }

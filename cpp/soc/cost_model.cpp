@@ -7,11 +7,12 @@
 namespace socllm::soc {
 
 namespace {
-constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "gpu"};
+constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "gpu", "io",
+                                                                "cpu-aux"};
 constexpr std::array<const char*, 3> kDTypeNames = {"int8", "fp16", "fp32"};
-constexpr std::array<const char*, 10> kOpNames = {
-    "matmul",      "attention",   "elementwise", "outlier_matmul",   "fixed",
-    "memory_copy", "attn_matmul", "topk",        "sparse_attention", "npu_launch"};
+constexpr std::array<const char*, 12> kOpNames = {
+    "matmul",      "attention",   "elementwise", "outlier_matmul",   "fixed",      "memory_copy",
+    "attn_matmul", "topk",        "sparse_attention", "npu_launch", "flash_read", "unpack"};
 
 template <size_t N, typename E>
 E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
@@ -34,7 +35,7 @@ const char* dtype_name(DType d) { return kDTypeNames.at(static_cast<size_t>(d));
 DType dtype_from_name(const std::string& s) { return from_name<3, DType>(kDTypeNames, s, "dtype"); }
 const char* op_kind_name(OpKind k) { return kOpNames.at(static_cast<size_t>(k)); }
 OpKind op_kind_from_name(const std::string& s) {
-  return from_name<10, OpKind>(kOpNames, s, "op kind");
+  return from_name<12, OpKind>(kOpNames, s, "op kind");
 }
 
 double OpDesc::flops() const {
@@ -171,6 +172,7 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
 }
 
 double CostModel::latency_us(const OpDesc& op, Processor on) const {
+  if (on == Processor::CpuAux) on = Processor::Cpu;  // a CPU core: the CPU's rates
   const std::string pn = processor_name(on);
   const std::string c = "/cost_model/" + pn + "/";
   const std::string what =
@@ -209,6 +211,14 @@ double CostModel::latency_us(const OpDesc& op, Processor on) const {
     case OpKind::TopK:
     case OpKind::SparseAttention:
     case OpKind::NpuLaunch: return attention_us(op, on);
+    case OpKind::FlashRead:
+      return static_cast<double>(op.bytes) /
+             (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+    case OpKind::Unpack:
+      if (op.name.empty())
+        throw InvalidArgument("[soc] an unpack op names its format (weightlet, kquant)");
+      return static_cast<double>(op.elements) /
+             (p_.number("/cost_model/cpu/unpack_" + op.name + "_gweights_s", what) * 1e3);
   }
   return 0.0;
 }
@@ -255,6 +265,9 @@ double CostModel::active_power_w(Processor p) const {
 }
 
 double CostModel::sync_us(Processor from, Processor to) const {
+  // Loader and unpack threads hand buffers over in shared memory.
+  for (Processor p : {from, to})
+    if (p == Processor::Io || p == Processor::CpuAux) return 0.0;
   if (from == to) return 0.0;
   const bool gpu = from == Processor::Gpu || to == Processor::Gpu;
   const bool npu = from == Processor::Npu || to == Processor::Npu;

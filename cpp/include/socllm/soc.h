@@ -23,10 +23,14 @@ class MissingData : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
-enum class Processor : int { Npu = 0, Cpu, Gpu };
-constexpr int kNumProcessors = 3;
+// Two resources of cold starts (seed 004 §3.2 Fig. 4: "two threads to load the model ... and one
+// thread to unpack"), on which no model operator can be placed: Io, the storage read path (the
+// loader threads reading flash), and CpuAux, a CPU core kept apart from compute for unpacking
+// (timed at the CPU's rates).
+enum class Processor : int { Npu = 0, Cpu, Gpu, Io, CpuAux };
+constexpr int kNumProcessors = 5;
 const char* processor_name(Processor p);
-Processor processor_from_name(const std::string& s);  // "npu" | "cpu" | "gpu"
+Processor processor_from_name(const std::string& s);  // "npu" | "cpu" | "gpu" | "io" | "cpu-aux"
 
 enum class DType : int { Int8 = 0, Fp16, Fp32 };
 const char* dtype_name(DType d);
@@ -44,7 +48,12 @@ enum class OpKind : int {
   AttnMatMul,       // Q·Kᵀ (or P·V) scores of `elements` pairs: 2·elements·k·n ops
   TopK,             // per-row top-k over `elements` scores per head (CPU; memory-bound)
   SparseAttention,  // softmax and P·V over `elements` kept pairs, Q·K recomputed: 4·elements·k·n
-  NpuLaunch         // one NPU graph launch round trip (seed 000 §3.4 fused launch), no shape
+  NpuLaunch,        // one NPU graph launch round trip (seed 000 §3.4 fused launch), no shape
+  // Cold start (seed 004 §3-4): `bytes` read from flash (on Io), and `elements` weights unpacked
+  // to INT8 rows on one CPU thread from the format `name` names ("weightlet": EdgeFlow's
+  // packed format, "kquant": llama.cpp's K-quant blocks).
+  FlashRead,
+  Unpack
 };
 const char* op_kind_name(OpKind k);
 OpKind op_kind_from_name(const std::string& s);
@@ -101,7 +110,10 @@ class DeviceProfile {
 //   element-wise ops on CPU/GPU and copies: bytes / DRAM bandwidth;
 //   head-wise attention (seed 000): NPU INT8 Q·Kᵀ at the fused-launch rate plus one launch per
 //   graph (§3.4: 2/3/4 ms for 1/2/4 heads); on a CPU core class (OpDesc::core) the rates under
-//   /cost_model/cpu_core/<core> (dense attention counts causal pairs only, §2 Fig. 4a split).
+//   /cost_model/cpu_core/<core> (dense attention counts causal pairs only, §2 Fig. 4a split);
+//   flash reads: bytes / /cost_model/memory/flash_gbps; unpacking: weights /
+//   /cost_model/cpu/unpack_<format>_gweights_s (one thread; seed 004 §3.2, §5.4.2).
+// Synchronizing with Io costs nothing (a loader thread hands over a buffer in shared memory).
 class CostModel {
  public:
   explicit CostModel(DeviceProfile profile);

@@ -40,9 +40,12 @@ enum class TaskKind : int {
   Estimate,         // ζnpu: the Q·Kᵀ estimation of the heads in `heads` (one launch)
   TopK,             // ζtopk: top-k of one head's estimated scores
   SparseAttention,  // ζqkv: attention of one head over its selected keys
+  // Cold start (seed 004 §3): a layer's weights read from flash, and unpacked to INT8 rows
+  Load,
+  Unpack,
   Other
 };
-constexpr int kNumTaskKinds = 13;
+constexpr int kNumTaskKinds = 15;
 const char* task_kind_name(TaskKind k);
 TaskKind task_kind_from_name(const std::string& s);
 

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_durations', 'simulate_graph', 'simulate_prefill', 'task_durations_us', 'to_trace_json']
+__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_prefill', 'task_durations_us', 'to_trace_json']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
@@ -104,6 +104,18 @@ class PrefillTimeline:
     @property
     def timeline(self) -> Timeline:
         ...
+class ColdStartTimeline:
+    """
+    A simulated cold start (cold_start.h).
+    """
+    def summary(self) -> typing.Any:
+        ...
+    @property
+    def graph(self) -> TaskGraph:
+        ...
+    @property
+    def timeline(self) -> Timeline:
+        ...
 def fuse_launches(bucket_of_head: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_fused_heads: typing.SupportsInt | typing.SupportsIndex) -> list[list[int]]:
     """
     Heads sharing a bucket id fused into launches of at most max_fused_heads (0: no limit).
@@ -130,6 +142,10 @@ def policy_name(policy: str) -> str:
     """
 def simulate(graph: TaskGraph, cost: CostModel, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> Timeline:
     ...
+def simulate_cold_start(config: typing.Any, profile: typing.Any, system: str = 'edgeflow', bits: typing.SupportsFloat | typing.SupportsIndex = 5.0, prompt_len: typing.SupportsInt | typing.SupportsIndex = 128, chunk_len: typing.SupportsInt | typing.SupportsIndex = 256, policy: str = '', unpack_format: str = 'weightlet', steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> ColdStartTimeline:
+    """
+    A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device (cold_start.h); policy '' = the system's own.
+    """
 def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], sync_us: typing.SupportsFloat | typing.SupportsIndex = 0.0, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5, steal_cpu_time_ratio: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> Timeline:
     """
     Simulation with given task durations and one cross-processor sync cost (hand examples).

@@ -299,6 +299,47 @@ def attention_cost_model(profile: dict) -> tuple[dict, dict]:
     return npu_attn, {"mid": cpu_mid}
 
 
+def llama3_8b_linear_params() -> int:
+    from ..configs import load_config
+
+    c = load_config("llama-3-8b")
+    q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
+    d, ff = c["d_model"], c["d_ff"]
+    return c["n_layers"] * (d * (q + 2 * kv) + q * d + 3 * d * ff)
+
+
+def cold_start_cost_model(cm: dict, profile: dict) -> None:
+    """Unpacking rates and the flash read power of a profile with EdgeFlow's numbers (seed
+    004): the whole-model unpack times of Llama3-8B on one thread, per weight."""
+    cpu_all = profile.get("processors", {}).get("cpu_all", {})
+    n = llama3_8b_linear_params()
+    for fmt, key in (
+        ("weightlet", "unpack_edgeflow_s_llama3_8b"),
+        ("kquant", "unpack_kquant_s_llama3_8b"),
+    ):
+        if key in cpu_all:
+            s = cpu_all[key]["value"]
+            cm["cpu"][f"unpack_{fmt}_gweights_s"] = num(
+                n / s / 1e9,
+                "Gweights/s",
+                f"derived: Llama3-8B's {n} linear weights / {s} s (profile "
+                f"/processors/cpu_all/{key}: {cpu_all[key]['source']})",
+                derived=True,
+            )
+    if "flash_read_power_w" in profile.get("memory", {}):
+        cm["power"]["io_w"] = ref(profile, "/memory/flash_read_power_w", "W")
+    count = cpu_all.get("count", {}).get("value")
+    if count and "cpu_w" in cm["power"]:
+        cm["power"]["cpu-aux_w"] = num(
+            cm["power"]["cpu_w"]["value"] / count,
+            "W",
+            f"derived: the CPU's active power / its {count} cores (one core unpacking); "
+            "assumed: the seeds give no per-core power",
+            derived=True,
+            assumed=True,
+        )
+
+
 def borrowed(cm: dict, device: str, profile: dict) -> dict:
     """The 8 Gen 3 cost model for a device without its own measurements, marked assumed;
     entries the device's own profile has (flash, sync) are taken from it."""
@@ -316,6 +357,7 @@ def borrowed(cm: dict, device: str, profile: dict) -> dict:
         if isinstance(group, dict):
             mark(group)
     out["memory"]["flash_gbps"] = ref(profile, "/memory/flash_read_gbps", "GB/s")
+    cold_start_cost_model(out, profile)
     # a model's parameter count, not a device number
     out["graph"]["reference_linear_params"] = copy.deepcopy(cm["graph"]["reference_linear_params"])
     out["_about"] += f"; {device}: no matmul measurements in the seeds, 8 Gen 3 numbers borrowed"

@@ -1,0 +1,145 @@
+"""Cold start (seed 004 §3-4): the simulated graph's structure for each system (loads, unpacking,
+what waits for what), the new scheduling policies on it, and the measured breakdown's command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+from socllm.configs import load_config
+from socllm.devices import load_profile
+
+CFG = "qwen1.5-1.8b"
+
+
+@pytest.fixture(scope="module")
+def elite():
+    return load_profile("snapdragon-8elite")
+
+
+def _sim(system, bits=5.0, prompt=128, **kw):
+    return _core.sim.simulate_cold_start(
+        load_config(CFG), load_profile("snapdragon-8elite"), system, bits, prompt, 256, **kw
+    )
+
+
+def _tasks(r):
+    return json.loads(json.dumps(r.graph.to_json()))["tasks"]
+
+
+def test_edgeflow_graph_loads_unpacks_then_computes_each_layer():
+    r = _sim("edgeflow", 5.0)
+    tasks = _tasks(r)
+    spans = r.timeline.spans
+    procs = r.timeline.span_processors
+    by_name = {t["name"]: t for t in tasks}
+    n_layers = load_config(CFG)["n_layers"]
+    for layer in range(n_layers):
+        load, unpack = by_name[f"load.L{layer}"], by_name[f"unpack.L{layer}"]
+        assert load["processor"] == "io" and unpack["processor"] == "cpu-aux"
+        assert load["id"] in unpack["deps"]
+        # every prefill task of the layer starts after the layer is unpacked
+        for t in tasks:
+            if t["layer"] == layer and t["kind"] not in ("load", "unpack"):
+                assert spans[t["id"]][0] >= spans[unpack["id"]][1] - 1e-6
+    lm = next(t for t in tasks if t["kind"] == "lm_head")
+    assert spans[lm["id"]][0] >= spans[by_name["load.lm_head"]["id"]][1] - 1e-6
+    # the reads run in layer order on the one storage lane
+    loads = sorted((spans[t["id"]][0], t["layer"]) for t in tasks if t["name"].startswith("load.L"))
+    assert [layer for _, layer in loads] == list(range(n_layers))
+    assert set(procs) <= {"npu", "cpu", "io", "cpu-aux"}
+    s = r.summary()
+    c = load_config(CFG)
+    params = c["n_layers"] * (
+        c["d_model"] * (c["n_heads"] + 2 * c["n_kv_heads"]) * c["head_dim"]
+        + c["n_heads"] * c["head_dim"] * c["d_model"]
+        + 3 * c["d_model"] * c["d_ff"]
+    )
+    assert s["bytes_read"] == pytest.approx(
+        params * 5 / 8 + c["vocab_size"] * c["d_model"], rel=0.01
+    )
+    assert s["ttft_ms"] == pytest.approx(r.timeline.makespan_us / 1e3)
+
+
+def test_fewer_bits_read_less_and_start_sooner():
+    ttft = {b: _sim("edgeflow", b, prompt=64).summary() for b in (4.0, 5.0, 7.0)}
+    assert ttft[4.0]["bytes_read"] < ttft[5.0]["bytes_read"] < ttft[7.0]["bytes_read"]
+    assert ttft[4.0]["ttft_ms"] < ttft[7.0]["ttft_ms"]
+
+
+def test_baselines_overlap_as_described():
+    # MNN: everything is read before anything computes.
+    r = _sim("mnn")
+    tasks, spans = _tasks(r), r.timeline.spans
+    last_read = max(spans[t["id"]][1] for t in tasks if t["kind"] == "load")
+    first_compute = min(spans[t["id"]][0] for t in tasks if t["kind"] not in ("load",))
+    assert first_compute >= last_read - 1e-6
+    assert {t["processor"] for t in tasks if t["kind"] != "load"} == {"cpu"}
+    # llama.cpp: a layer is read after the previous layer's compute (demand paging).
+    r = _sim("llama.cpp")
+    tasks, spans = _tasks(r), r.timeline.spans
+    for layer in range(1, 4):
+        load = next(t for t in tasks if t["name"] == f"load.L{layer}")
+        prev = [t for t in tasks if t["layer"] == layer - 1 and t["kind"] != "load"]
+        assert spans[load["id"]][0] >= max(spans[t["id"]][1] for t in prev) - 1e-6
+    # llm.npu without materialization builds every graph at run time: far slower than llm.npu+.
+    assert _sim("llm.npu").summary()["ttft_ms"] > 3 * _sim("llm.npu+").summary()["ttft_ms"]
+
+
+def test_kquant_unpacking_is_the_slower_format():
+    w = _sim("edgeflow", 5.0, unpack_format="weightlet").summary()
+    k = _sim("edgeflow", 5.0, unpack_format="kquant").summary()
+    assert k["unpack_ms"] == pytest.approx(w["unpack_ms"] * 5.53 / 0.9, rel=1e-6)
+
+
+def test_bad_input():
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown system 'tflite'"):
+        _sim("tflite")
+    with pytest.raises(socllm.InvalidArgumentError, match="bits must be in \\[1, 8\\]"):
+        _sim("edgeflow", 9.0)
+    with pytest.raises(socllm.InvalidArgumentError, match="prompt_len must be > 0"):
+        _sim("edgeflow", 5.0, prompt=0)
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown policy"):
+        _sim("edgeflow", 5.0, policy="fastest")
+    # a profile without EdgeFlow's unpack rate names the missing number
+    with pytest.raises(socllm.InvalidArgumentError, match="unpack_weightlet_gweights_s"):
+        _core.sim.simulate_cold_start(
+            load_config(CFG), load_profile("snapdragon-8gen3"), "edgeflow"
+        )
+    with pytest.raises(socllm.InvalidArgumentError, match="cannot run on the io"):
+        socllm.Plan("w8a8:norm=io")
+
+
+def test_measured_cold_start_command(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "socllm",
+            "run",
+            "--cold",
+            "--model",
+            "smollm2-135m",
+            "--repeats",
+            "1",
+            "--prompt-tokens",
+            "16",
+            "--json",
+            "-",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    row = out["files"][0]
+    assert out["prompt_tokens"] == 16 and row["plan"] == "fp32" and row["unpack_s"] == 0
+    parts = row["read_s"] + row["unpack_s"] + row["prepare_s"] + row["prefill_s"]
+    assert row["ttft_s"] == pytest.approx(parts, rel=1e-9)
+    assert np.isfinite(row["read_gb_s"]) and row["read_gb_s"] > 0

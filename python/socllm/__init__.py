@@ -20,7 +20,15 @@ from .errors import (
 )
 from .model import LanguageModel, PerplexityResult, load
 from .registry import BUILTIN_MODELS, DEFAULT_MODEL
-from .timeline import TaskGraph, Timeline, policies, simulate, simulate_model, task_graph
+from .timeline import (
+    TaskGraph,
+    Timeline,
+    policies,
+    simulate,
+    simulate_cold_start,
+    simulate_model,
+    task_graph,
+)
 
 __all__ = [
     "ops",
@@ -29,6 +37,7 @@ __all__ = [
     "LanguageModel",
     "PerplexityResult",
     "simulate",
+    "simulate_cold_start",
     "simulate_model",
     "Timeline",
     "TaskGraph",

@@ -121,8 +121,9 @@ class Timeline:
     @property
     def head_plans(self) -> list[dict]:
         """The head pipelines planned for this timeline (seed 000 §3.4): per chunk and layer the
-        ``plan`` (launch and head order, latency, planner time) and its ``problem``."""
-        return self.result.head_plans
+        ``plan`` (launch and head order, latency, planner time) and its ``problem`` ([] for a
+        cold start)."""
+        return getattr(self.result, "head_plans", [])
 
     @property
     def tasks(self) -> list[dict]:
@@ -151,13 +152,15 @@ class Timeline:
             _, ax = plt.subplots(figsize=(12, 2.6))
         tasks = self.tasks
         spans = self.core.spans / 1e3
-        rows = [p for p in ("npu", "cpu", "gpu") if any(t["processor"] == p for t in tasks)]
+        ran_on = self.core.span_processors  # a stolen task runs on the CPU
+        lanes = ("io", "cpu-aux", "npu", "cpu", "gpu")
+        rows = [p for p in lanes if p in ran_on]
         kinds = sorted({t["kind"] for t in tasks})
         cmap = plt.get_cmap("tab10")
         colour = {k: cmap(i % 10) for i, k in enumerate(kinds)}
         for k in kinds:
             for r, p in enumerate(rows):
-                sel = [t["id"] for t in tasks if t["kind"] == k and t["processor"] == p]
+                sel = [t["id"] for t in tasks if t["kind"] == k and ran_on[t["id"]] == p]
                 if sel:
                     ax.broken_barh(
                         [(spans[i, 0], spans[i, 1] - spans[i, 0]) for i in sel],
@@ -171,6 +174,8 @@ class Timeline:
         ax.set_yticks(range(len(rows)), [r.upper() for r in rows])
         ax.set_xlabel("time (ms)")
         s = self.summary()
+        if title is None and "system" in s:  # a cold start
+            title = f"{s['config']} {s['system']} ({s['policy']}): TTFT {s['ttft_ms']:.0f} ms"
         ax.set_title(
             title
             or f"{s.get('config', '')} {s['policy']}: prefill {s['prefill_ms']:.1f} ms, "
@@ -236,6 +241,39 @@ def simulate(
         float(rescore_share),
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
+
+
+def simulate_cold_start(
+    config,
+    device: str | dict = "snapdragon-8elite",
+    system: str = "edgeflow",
+    *,
+    bits: float = 5.0,
+    prompt_len: int = 128,
+    chunk: int | None = 256,
+    policy: str = "",
+    unpack_format: str = "weightlet",
+    steal_threshold: int = 5,
+) -> Timeline:
+    """Cold start of a config on a device (cpp/include/socllm/cold_start.h, seed 004 §3-5): flash
+    reads (lane ``io``), unpacking (``cpu-aux``), run-time graph preparation and the prefill to
+    the first token, overlapped as ``system`` does (edgeflow, llm.npu+, llm.npu, llama.cpp,
+    mnn). ``bits``: EdgeFlow's average bits per weight; ``policy`` "": the system's own
+    (edgeflow: position-steal); summary() gives ttft_ms, read_ms, unpack_ms, compute_ms,
+    bytes_read, energy_mj and per-processor busy time and bubbles."""
+    profile = _profile(device)
+    res = _core.sim.simulate_cold_start(
+        _config(config),
+        profile,
+        system,
+        float(bits),
+        prompt_len,
+        chunk or 0,
+        policy,
+        unpack_format,
+        steal_threshold,
+    )
+    return Timeline(res, profile)
 
 
 def _profile(device: str | dict) -> dict:

@@ -30,8 +30,12 @@ Plan system_plan(const ColdStartOptions& o) {
       break;
     case ColdStartSystem::LlmNpuPlus:
     case ColdStartSystem::LlmNpu: p = Plan::from_name("w8a8"); break;
-    case ColdStartSystem::LlamaCpp: p = Plan::from_name("w8-group").all_on(soc::Processor::Cpu); break;
-    case ColdStartSystem::Mnn: p = Plan::from_name("w8a8-perchannel").all_on(soc::Processor::Cpu); break;
+    case ColdStartSystem::LlamaCpp:
+      p = Plan::from_name("w8-group").all_on(soc::Processor::Cpu);
+      break;
+    case ColdStartSystem::Mnn:
+      p = Plan::from_name("w8a8-perchannel").all_on(soc::Processor::Cpu);
+      break;
   }
   return p;
 }
@@ -94,22 +98,28 @@ sched::TaskGraph cold_start_graph(const ModelConfig& c, const soc::DeviceProfile
   const int64_t n_prefill = g.size();
 
   // Loads (and unpacking) of every layer, in layer order, then the LM head's weights.
+  auto flash_load = [&](const std::string& what, int64_t bytes, int64_t layer,
+                        std::vector<int64_t> deps) {
+    sched::Task t;
+    t.kind = sched::TaskKind::Load;
+    t.name = "load." + what;
+    t.processor = soc::Processor::Io;
+    t.layer = layer;
+    soc::OpDesc read;
+    read.kind = soc::OpKind::FlashRead;
+    read.name = what;
+    read.bytes = bytes;
+    t.ops = {read};
+    t.working_bytes = bytes;
+    t.deps = std::move(deps);
+    return g.add(std::move(t));
+  };
   const int64_t layer_bytes = cold_start_layer_bytes(c, o);
   std::vector<int64_t> load(static_cast<size_t>(c.n_layers)), ready(load.size());
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    sched::Task t;
-    t.kind = sched::TaskKind::Load;
-    t.name = "load.L" + std::to_string(l);
-    t.processor = soc::Processor::Io;
-    t.layer = l;
-    soc::OpDesc read;
-    read.kind = soc::OpKind::FlashRead;
-    read.name = "weights";
-    read.bytes = layer_bytes;
-    t.ops = {read};
-    t.working_bytes = layer_bytes;
-    if (l > 0) t.deps = {load[static_cast<size_t>(l - 1)]};
-    load[static_cast<size_t>(l)] = g.add(std::move(t));
+    std::vector<int64_t> after;
+    if (l > 0) after = {load[static_cast<size_t>(l - 1)]};
+    load[static_cast<size_t>(l)] = flash_load("L" + std::to_string(l), layer_bytes, l, after);
     ready[static_cast<size_t>(l)] = load[static_cast<size_t>(l)];
     if (o.system == ColdStartSystem::EdgeFlow) {
       sched::Task u;
@@ -130,17 +140,9 @@ sched::TaskGraph cold_start_graph(const ModelConfig& c, const soc::DeviceProfile
       ready[static_cast<size_t>(l)] = g.add(std::move(u));
     }
   }
-  sched::Task head;
-  head.kind = sched::TaskKind::Load;
-  head.name = "load.lm_head";
-  head.processor = soc::Processor::Io;
-  soc::OpDesc read;
-  read.kind = soc::OpKind::FlashRead;
-  read.name = "lm_head";
-  read.bytes = c.vocab_size * (c.d_model + 4);  // INT8 rows and their scales
-  head.ops = {read};
-  head.deps = {load.back()};
-  const int64_t head_load = g.add(std::move(head));
+  // INT8 rows of the LM head and their scales.
+  const int64_t head_load =
+      flash_load("lm_head", c.vocab_size * (c.d_model + 4), -1, {load.back()});
 
   // What each prefill task waits for besides its own dependencies.
   std::vector<std::vector<int64_t>> layer_tasks(static_cast<size_t>(c.n_layers));

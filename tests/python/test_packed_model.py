@@ -77,48 +77,44 @@ def test_file_layout(packed):
     assert sizes["edgeflow"] < sizes[INT8_PLAN]
 
 
-def _copy(src, tmp_path, name):
-    dst = tmp_path / name
+def _damaged(src, tmp_path, dataset: str, damage) -> str:
+    """A copy of ``src`` whose ``dataset`` is rewritten through h5py (which recomputes its
+    Fletcher-32, so only socllm's own checks can see the damage)."""
+    dst = tmp_path / (dataset.replace("/", "_") + ".h5")
     shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        v = f[dataset][()]
+        damage(v)
+        f[dataset][...] = v
     return dst
 
 
 def test_damaged_files_are_format_errors_naming_the_tensor(packed, tmp_path):
     src = packed["edgeflow"]
     # Truncated: HDF5 cannot read the file.
-    cut = _copy(src, tmp_path, "cut.h5")
+    cut = tmp_path / "cut.h5"
+    shutil.copy(src, cut)
     with open(cut, "r+b") as f:
         f.truncate(os.path.getsize(src) // 2)
     with pytest.raises(socllm.FormatError):
         socllm.load(cut, progress=False)
-    # A flipped bit in the stored bytes: HDF5's Fletcher-32 or the tensor's CRC-32 (a rewrite
-    # through h5py recomputes Fletcher-32, so only the CRC-32 can see this one).
-    flip = _copy(src, tmp_path, "flip.h5")
-    with h5py.File(flip, "r+") as f:
-        d = f["packed_linears/layers/3/w_up/data"]
-        v = d[()]
+
+    def flip(v):
         v[1000] ^= 0x10
-        d[...] = v
-    with pytest.raises(socllm.FormatError, match="'layers/3/w_up'.*checksum"):
-        socllm.load(flip, progress=False)
-    # Bit-width metadata that disagrees with the data.
-    meta = _copy(src, tmp_path, "meta.h5")
-    with h5py.File(meta, "r+") as f:
-        b = f["packed_linears/layers/5/wk/bits"]
-        v = b[()]
-        v[0] ^= 0x01  # row 0: another bit-width
-        b[...] = v
-    with pytest.raises(socllm.FormatError, match="'layers/5/wk'.*metadata implies"):
-        socllm.load(meta, progress=False)
-    # A scale that is not a number.
-    nan = _copy(src, tmp_path, "nan.h5")
-    with h5py.File(nan, "r+") as f:
-        s = f["packed_linears/layers/2/wo/scales"]
-        v = s[()]
+
+    def other_width(v):
+        v[0] ^= 0x01  # row 0 of the tensor: another bit-width
+
+    def nan(v):
         v[4] = np.nan
-        s[...] = v
-    with pytest.raises(socllm.FormatError, match="layers/2/wo/scales"):
-        socllm.load(nan, progress=False)
+
+    for dataset, damage, match in [
+        ("packed_linears/layers/3/w_up/data", flip, "'layers/3/w_up'.*checksum"),
+        ("packed_linears/layers/5/wk/bits", other_width, "'layers/5/wk'.*metadata implies"),
+        ("packed_linears/layers/2/wo/scales", nan, "layers/2/wo/scales"),
+    ]:
+        with pytest.raises(socllm.FormatError, match=match):
+            socllm.load(_damaged(src, tmp_path, dataset, damage), progress=False)
 
 
 def test_interrupted_convert_leaves_no_file(smollm, calibrated, tmp_path, monkeypatch):

@@ -4,9 +4,9 @@
 
 #include "common.h"
 #include "socllm/block.h"
+#include "socllm/cold_start.h"
 #include "socllm/head_pipeline.h"
 #include "socllm/plan.h"
-#include "socllm/cold_start.h"
 #include "socllm/simulate.h"
 #include "socllm/simulator.h"
 #include "socllm/task_graph.h"
@@ -194,10 +194,9 @@ void init_sched(py::module_& s) {
         py::gil_scoped_release nogil;
         return simulate_cold_start(c, dev, o);
       },
-      py::arg("config"), py::arg("profile"), py::arg("system") = "edgeflow",
-      py::arg("bits") = 5.0, py::arg("prompt_len") = 128, py::arg("chunk_len") = 256,
-      py::arg("policy") = "", py::arg("unpack_format") = "weightlet",
-      py::arg("steal_threshold") = 5,
+      py::arg("config"), py::arg("profile"), py::arg("system") = "edgeflow", py::arg("bits") = 5.0,
+      py::arg("prompt_len") = 128, py::arg("chunk_len") = 256, py::arg("policy") = "",
+      py::arg("unpack_format") = "weightlet", py::arg("steal_threshold") = 5,
       "A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of "
       "a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device "
       "(cold_start.h); policy '' = the system's own.");

@@ -9,9 +9,9 @@ namespace socllm::sched {
 
 namespace {
 constexpr std::array<const char*, kNumTaskKinds> kTaskKindNames = {
-    "attn_in",  "attention", "o_proj",          "mlp_in", "mlp_act",
-    "down",     "shadow",    "graph_build",     "embed",  "lm_head",
-    "estimate", "topk",      "sparse_attention", "load", "unpack"};
+    "attn_in",  "attention", "o_proj",           "mlp_in", "mlp_act",
+    "down",     "shadow",    "graph_build",      "embed",  "lm_head",
+    "estimate", "topk",      "sparse_attention", "load",   "unpack"};
 }  // namespace
 
 const char* task_kind_name(TaskKind k) {

@@ -11,8 +11,8 @@ constexpr std::array<const char*, kNumProcessors> kProcNames = {"npu", "cpu", "g
                                                                 "cpu-aux"};
 constexpr std::array<const char*, 3> kDTypeNames = {"int8", "fp16", "fp32"};
 constexpr std::array<const char*, 12> kOpNames = {
-    "matmul",      "attention",   "elementwise", "outlier_matmul",   "fixed",      "memory_copy",
-    "attn_matmul", "topk",        "sparse_attention", "npu_launch", "flash_read", "unpack"};
+    "matmul",      "attention", "elementwise",      "outlier_matmul", "fixed",      "memory_copy",
+    "attn_matmul", "topk",      "sparse_attention", "npu_launch",     "flash_read", "unpack"};
 
 template <size_t N, typename E>
 E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {

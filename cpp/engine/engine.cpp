@@ -256,7 +256,8 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
                      : npu->alpha
                          ? *npu->alpha
                          : calib->smooth_alpha[static_cast<size_t>(st)][static_cast<size_t>(layer)];
-    std::vector<float> m(calib->absmax(layer, st).begin(), calib->absmax(layer, st).end());
+    const auto absmax = calib->absmax(layer, st);
+    std::vector<float> m(absmax.begin(), absmax.end());
     if (st == LinearSite::AttnOut) {
       const int64_t group = c.n_heads / c.n_kv_heads, hd = c.head_dim;
       for (int64_t g = 0; g < c.n_kv_heads; ++g)

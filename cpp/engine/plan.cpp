@@ -116,7 +116,11 @@ const std::vector<Preset>& presets() {
                          w == "per-tensor" ? Granularity::PerTensor : Granularity::PerChannel,
                          ActFormat::Int8StaticPerTensor);
          // B-bit weights: EdgeFlow's shadow-outlier baseline at an average of B bits (§5.4.1).
-         s.weight_bits = static_cast<int>(o["weight_bits"].get<int64_t>());
+         const int64_t bits = o["weight_bits"].get<int64_t>();
+         if (bits < 2 || bits > 8)
+           throw InvalidArgument("[Plan] shadow-outlier: weight_bits must be in 2..8, got " +
+                                 std::to_string(bits));
+         s.weight_bits = static_cast<int>(bits);
          s.shadow =
              quant::ShadowOptions{o["pruning_rate"].get<double>(), o["hot_share"].get<double>()};
          return s;

@@ -224,10 +224,10 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
                                   json_text(wv));
           s.weight_granularity = granularity_from_name(wv.get<std::string>());
         } else if (wk == "bits") {
-          if (!wv.is_number_integer())
-            throw InvalidArgument("[LinearScheme] 'weights.bits' must be an integer, got " +
+          if (!wv.is_number_integer() || wv.get<int64_t>() < 2 || wv.get<int64_t>() > 8)
+            throw InvalidArgument("[LinearScheme] 'weights.bits' must be an integer in 2..8, got " +
                                   json_text(wv));
-          s.weight_bits = wv.get<int>();
+          s.weight_bits = static_cast<int>(wv.get<int64_t>());
         } else if (wk == "group_size") {
           if (!wv.is_number_integer())
             throw InvalidArgument("[LinearScheme] 'group_size' must be an integer, got " +

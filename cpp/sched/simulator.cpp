@@ -453,6 +453,12 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
 nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {
   auto events = nlohmann::json::array();
   for (int p = 0; p < soc::kNumProcessors; ++p) {
+    // The cold-start lanes (io, cpu-aux) only when something ran there.
+    const auto proc = static_cast<soc::Processor>(p);
+    if ((proc == soc::Processor::Io || proc == soc::Processor::CpuAux) &&
+        std::none_of(t.spans.begin(), t.spans.end(),
+                     [&](const TaskSpan& s) { return s.processor == proc; }))
+      continue;
     events.push_back({{"ph", "M"},
                       {"pid", 1},
                       {"tid", p},

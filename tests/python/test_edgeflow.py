@@ -151,6 +151,11 @@ def test_bad_input(smollm, calib):
         socllm.Plan("edgeflow:output_quant=int4")
     with pytest.raises(socllm.InvalidArgumentError, match="alpha must be a number"):
         socllm.Plan("edgeflow:alpha=auto")
+    for bits in (1, 9, 2**32 + 5):  # no wrap-around into 2..8
+        with pytest.raises(
+            socllm.InvalidArgumentError, match=f"weight_bits must be in 2..8, got {bits}"
+        ):
+            socllm.Plan(f"shadow-outlier:weight_bits={bits}")
     with pytest.raises(socllm.InvalidArgumentError, match="integer average"):
         smollm.logits([1, 2, 3], "edgeflow:bits=4.5,allocation=uniform")
     with pytest.raises(socllm.InvalidArgumentError, match="--bits must be in"):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import socllm
 from socllm.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
+from socllm.calibrate_edgeflow import calibrate_smoothing
 
 # golden tier: checked against an independent reference (tests/python/conftest.py)
 pytestmark = pytest.mark.golden
@@ -25,6 +26,7 @@ PLANS = socllm.Plan.known() + ["w8a8:attention=gpu,norm=cpu", "shadow-outlier:pr
 def calibrated(smollm, tmp_path_factory):
     cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
     calibrate_outliers(smollm, cal, progress=False)
+    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
     smollm.load_calibration(save_calibration(tmp_path_factory.mktemp("g") / "c.h5", cal, smollm))
     yield smollm
     smollm.set_calibration(None)

@@ -509,7 +509,7 @@ def test_recent_files_are_not_memoized(tmp_path, cache):
 
 
 def test_format_version_is_one_constant():
-    assert convert_mod.FORMAT_VERSION == registry.MODEL_FORMAT_VERSION == 2
+    assert convert_mod.FORMAT_VERSION == registry.MODEL_FORMAT_VERSION == 3
 
 
 def test_converted_datasets_have_fletcher32(tiny_gguf, tmp_path):

@@ -140,6 +140,13 @@ struct LinearContext {
   std::span<const int64_t> tensor_rows;
   // [out] stored bit-widths (ChannelBits.stored).
   std::span<const uint8_t> row_bits;
+  // Input statistics and the shadow configuration only.
+  static LinearContext of(std::span<const float> act_absmax, const ShadowLinearConfig* shadow) {
+    LinearContext c;
+    c.act_absmax = act_absmax;
+    c.shadow = shadow;
+    return c;
+  }
 };
 
 // S_I^α per input channel (npu smoothing), max|x_j| clamped below at 1e-5 as SmoothQuant does.
@@ -160,7 +167,7 @@ class PreparedLinear {
   PreparedLinear(const float* W, int64_t out, int64_t in, const float* bias,
                  const LinearScheme& scheme, std::span<const float> act_channel_absmax,
                  const ShadowLinearConfig* shadow = nullptr)
-      : PreparedLinear(W, out, in, bias, scheme, LinearContext{act_channel_absmax, {}, shadow}) {}
+      : PreparedLinear(W, out, in, bias, scheme, LinearContext::of(act_channel_absmax, shadow)) {}
 
   // y[N, out] (ldy) (+)= x[N, in] · W^T + b. Rows outside every segment are computed (a static
   // graph computes its padding) but never influence other rows. call_stats, if given, also

@@ -59,6 +59,9 @@ def calibrate(m, tmp: Path):
 
     cal = calibrate_act_scales(m, samples=2, seqlen=32, progress=False)
     cal = calibrate_outliers(m, cal, progress=False)
+    from socllm.calibrate_edgeflow import calibrate_smoothing
+
+    calibrate_smoothing(m, cal, smoothing_windows=1, smoothing_rows=8, progress=False)
     path = save_calibration(tmp / "calib.h5", cal, m)
     back = load_calibration(path, m)
     for site in ("attn_in", "attn_out", "mlp_in", "mlp_act"):
@@ -137,9 +140,19 @@ def main() -> None:
             m = socllm.load("smollm2-135m", progress=False)
         with step("tokens"):
             ids = corpus_tokens(m)[1000:1400]
-        with step("calibration (act-scales, outliers, save, load)"):
+        with step("calibration (act-scales, outliers, smoothing, save, load)"):
             calibrate(m, tmp)
         plans(m, ids)
+        with step("packed model file (edgeflow): convert, load, same logits; cold start"):
+            from socllm.convert_packed import convert_packed
+
+            packed = socllm.load(
+                convert_packed(m, tmp / "ef.h5", plan="edgeflow", progress=False), progress=False
+            )
+            np.testing.assert_array_equal(
+                packed.logits(ids[:16], "edgeflow"), m.logits(ids[:16], "edgeflow")
+            )
+            socllm.simulate_cold_start("qwen1.5-1.8b", bits=5, prompt_len=64).summary()
         with step("step (KV cache) against logits"):
             decode(m, ids)
         with step("generate"):

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from . import _core
 from .calibrate import calibration_windows, corpus_tokens
 from .errors import InvalidArgumentError
+from .model_format import SITE_TENSORS
 
 SMOOTHING_GRID = np.round(np.linspace(0.0, 1.0, int(_core.Calibration.smooth_alpha_grid)), 6)
 SMOOTHING_OPTIONS = {
@@ -38,14 +39,7 @@ SMOOTHING_OPTIONS = {
     "smoothing_rows": 128,
 }
 BITWIDTH_OPTIONS = {"bits": 5.0}
-SITES = ("attn_in", "attn_out", "mlp_in", "mlp_act")
-# The weight tensors of each site's (fused) linear, in row order, with their model-file names.
-SITE_TENSORS = {
-    "attn_in": ("wq", "wk", "wv"),
-    "attn_out": ("wo",),
-    "mlp_in": ("w_gate", "w_up"),
-    "mlp_act": ("w_down",),
-}
+SITES = tuple(SITE_TENSORS)  # the linear input sites, in block order
 
 
 @contextlib.contextmanager

@@ -30,13 +30,8 @@ from . import _core
 from ._version import __version__
 from .errors import InvalidArgumentError
 from .io_utils import atomic_path, check_output_path
+from .model_format import SITE_TENSORS
 
-SITE_TENSORS = {
-    "attn_in": ("wq", "wk", "wv"),
-    "attn_out": ("wo",),
-    "mlp_in": ("w_gate", "w_up"),
-    "mlp_act": ("w_down",),
-}
 DEFAULT_GROUP = 128  # R: a 128-bit NEON/SSE register's worth of weights
 
 

@@ -20,6 +20,15 @@ CHECKSUM_FORMAT_VERSION = _core.Model.checksum_format_version
 # Fletcher-32 cannot cover a variable-length string.
 TOKENIZER_JSON_DIGEST = "sha256"
 
+# The weight tensors of each linear site (the engine's fused linears), in row order, with their
+# names under weights/layers/<i> and packed_linears/layers/<i>.
+SITE_TENSORS = {
+    "attn_in": ("wq", "wk", "wv"),
+    "attn_out": ("wo",),
+    "mlp_in": ("w_gate", "w_up"),
+    "mlp_act": ("w_down",),
+}
+
 # What conversion reads from a Hugging Face directory.
 HF_CONFIG, HF_TOKENIZER, HF_INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
 

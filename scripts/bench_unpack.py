@@ -33,27 +33,20 @@ import sys
 import tempfile
 import time
 
-import h5py
 import numpy as np
 import socllm
 from socllm import _core
 from socllm._core import ops, quant
 from socllm.bench_utils import best_time, cpu_family_model, cpu_model
 from socllm.io_utils import check_output_path, emit_json
+from socllm.model_format import linear_weights
 from tqdm.auto import tqdm
 
-LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 QK_BLOCK = 256  # weights per K-quant block
 
 
 def model_linears(model) -> list[tuple[str, np.ndarray]]:
-    out = []
-    with h5py.File(model._model.path, "r") as f:
-        layers = f["weights/layers"]
-        for i in range(len(layers)):
-            for name in LINEARS:
-                out.append((f"layers/{i}/{name}", layers[str(i)][name][()]))
-    return out
+    return [(f"layers/{i}/{n}", W) for (i, n), W in linear_weights(model.path).items()]
 
 
 def allocate_and_pack(weights, bits: float, group: int, progress: bool):

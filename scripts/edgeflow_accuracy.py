@@ -31,7 +31,6 @@ import time
 
 import numpy as np
 import socllm
-from socllm import _core
 from socllm.calibrate import corpus_tokens, held_out_tokens
 from socllm.io_utils import check_output_path, emit_json
 from socllm.report import paired_nll_vs
@@ -74,7 +73,7 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 def evaluate(model, plan: str, windows, ref_lp, ref_top1) -> dict:
     nll, kl, top1 = [], [], []
     for w, rlp, rt in zip(windows, ref_lp, ref_top1, strict=True):
-        lp = log_softmax(model._engine.logits([w], _core.Plan(plan))[0])
+        lp = log_softmax(model.logits(w, plan))
         nll.append(-lp[np.arange(len(w) - 1), w[1:]])
         p = np.exp(rlp.astype(np.float64))
         kl.append((p * (rlp.astype(np.float64) - lp)).sum(-1))
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
     )
     ref_lp, ref_top1, ref_nll = [], [], []
     for w in tqdm(windows, desc="fp32", disable=args.quiet):
-        lp = log_softmax(m._engine.logits([w], _core.Plan("fp32"))[0])
+        lp = log_softmax(m.logits(w, "fp32"))
         ref_lp.append(lp.astype(np.float16))
         ref_top1.append(lp.argmax(-1))
         ref_nll.append(-lp[np.arange(len(w) - 1), w[1:]])
@@ -123,7 +122,7 @@ def main(argv=None) -> int:
     rows = []
     for b, name, plan in tqdm(jobs, desc="plans", disable=args.quiet):
         t0 = time.perf_counter()
-        weight_bytes = m._engine.prepare(_core.Plan(plan))
+        weight_bytes = m.prepare(plan)
         r = evaluate(m, plan, windows, ref_lp, ref_top1)
         rows.append(
             {

@@ -82,7 +82,7 @@ def speedups(rows):
         out[bits] = {}
         for base in ("llama.cpp", "mnn", "llm.npu+"):
             r = []
-            for cfg in {x["config"] for x in rows}:
+            for cfg in dict.fromkeys(x["config"] for x in rows):  # in run order
                 for task in PROMPTS:
                     ef = next(
                         x

@@ -19,7 +19,9 @@ constexpr double kQ8_0BitsPerWeight = 34.0 * 8.0 / 32.0;
 
 // Output rows of a block's linears (one scale, and for EdgeFlow one width code, per row).
 int64_t linear_rows_per_block(const ModelConfig& c) {
-  return c.qkv_dim() + c.d_model + c.mlp_in_dim() + c.d_model;
+  int64_t rows = 0;
+  for (int s = 0; s < kNumLinearSites; ++s) rows += linear_out_width(c, static_cast<LinearSite>(s));
+  return rows;
 }
 
 Plan system_plan(const ColdStartOptions& o) {

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from . import _core
 from .calibrate import calibration_windows, corpus_tokens
 from .errors import InvalidArgumentError
-from .model_format import SITE_TENSORS
+from .model_format import SITE_TENSORS, linear_weights
 
 SMOOTHING_GRID = np.round(np.linspace(0.0, 1.0, int(_core.Calibration.smooth_alpha_grid)), 6)
 SMOOTHING_OPTIONS = {
@@ -39,7 +39,7 @@ SMOOTHING_OPTIONS = {
     "smoothing_rows": 128,
 }
 BITWIDTH_OPTIONS = {"bits": 5.0}
-SITES = tuple(SITE_TENSORS)  # the linear input sites, in block order
+SITES = tuple(_core.Calibration.sites())  # the linear input sites, in block order
 
 
 @contextlib.contextmanager
@@ -70,7 +70,7 @@ def linear_input_samples(model, provenance: dict, windows: int, rows: int, progr
     parts: dict = {}
     for w in tqdm(wins, desc="calibrate smoothing: samples", unit="win", disable=not progress):
         pick = np.sort(rng.choice(len(w), size=min(rows, len(w)), replace=False)).tolist()
-        for layer, sites in enumerate(model._engine.linear_inputs(w, pick)):
+        for layer, sites in enumerate(model.linear_inputs(w, pick)):
             for site, x in sites.items():
                 parts.setdefault((layer, site), []).append(x)
     return {k: np.concatenate(v) for k, v in parts.items()}
@@ -99,15 +99,14 @@ def calibrate_smoothing(
     X = linear_input_samples(model, data.provenance, smoothing_windows, smoothing_rows, progress)
     alpha = {s: np.zeros(n_layers, np.float32) for s in SITES}
     error = {s: np.zeros((n_layers, len(SMOOTHING_GRID)), np.float32) for s in SITES}
-    eng = model._engine
     with using_calibration(model, stats):
         todo = [(layer, site) for layer in range(n_layers) for site in SITES]
         for layer, site in tqdm(todo, desc="calibrate smoothing: alpha", disable=not progress):
             x = X[(layer, site)]
-            y = eng.linear_forward("fp32", layer, site, x).astype(np.float64)
+            y = model.linear_forward("fp32", layer, site, x).astype(np.float64)
             den = float((y * y).sum()) or 1.0
             for i, a in enumerate(SMOOTHING_GRID):
-                yq = eng.linear_forward(plan, layer, site, x, alpha=float(a))
+                yq = model.linear_forward(plan, layer, site, x, alpha=float(a))
                 error[site][layer, i] = ((yq - y) ** 2).sum() / den
             alpha[site][layer] = SMOOTHING_GRID[int(np.argmin(error[site][layer]))]
     for site in SITES:
@@ -130,35 +129,20 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def model_weights(model) -> dict:
-    """{(layer, name): fp32 [out, in]} of every linear weight tensor, from the model file."""
-    import h5py
-
-    out = {}
-    with h5py.File(model._model.path, "r") as f:
-        layers = f["weights/layers"]
-        for i in range(len(layers)):
-            for names in SITE_TENSORS.values():
-                for n in names:
-                    out[(i, n)] = layers[str(i)][n][()]
-    return out
-
-
 def calibrate_bitwidths(model, data, *, bits: float = 5.0, progress: bool = True):
     """Adds channel_bits and the bitwidth_report attribute to ``data`` (module doc)."""
     _check_bits(bits)
     stats = data.stats
     n_layers = stats.array("act_absmax", "attn_in").shape[0]
     plan = f"edgeflow:bits={bits!r}"  # the calibrated smoothing of step smoothing
-    weights = model_weights(model)
+    weights = linear_weights(model.path)
     b_int = int(round(bits))
     rows = []
     per_site = {s: [] for s in SITES}
-    eng = model._engine
     with using_calibration(model, stats):
         todo = [(layer, site) for layer in range(n_layers) for site in SITES]
         for layer, site in tqdm(todo, desc="calibrate bitwidths", disable=not progress):
-            info = eng.linear_info(plan, layer, site)
+            info = model.linear_info(plan, layer, site)
             per_site[site].append(info["bits"].astype(np.int64))
             s_in = np.asarray(info["input_smoothing"], np.float32)
             start = 0

@@ -35,12 +35,6 @@ from .model_format import SITE_TENSORS
 DEFAULT_GROUP = 128  # R: a 128-bit NEON/SSE register's worth of weights
 
 
-def tensor_rows(config) -> dict[str, int]:
-    q, kv = config["n_heads"] * config["head_dim"], config["n_kv_heads"] * config["head_dim"]
-    d, ff = config["d_model"], config["d_ff"]
-    return {"wq": q, "wk": kv, "wv": kv, "wo": d, "w_gate": ff, "w_up": ff, "w_down": d}
-
-
 def packed_crc(data: np.ndarray, meta: np.ndarray | None, extras: list) -> int:
     """CRC-32 of a tensor's stored bytes in the order the loader checks them."""
     crc = zlib.crc32(np.ascontiguousarray(data).tobytes())
@@ -67,16 +61,15 @@ def convert_packed(
     """Writes ``model`` (a LanguageModel with its calibration loaded) prepared under ``plan``
     to ``out_path`` (module doc). Returns the path."""
     out = Path(out_path)
-    check_output_path(out, inputs=[model._model.path], what="convert output", streams=False)
+    check_output_path(out, inputs=[model.path], what="convert output", streams=False)
     if group < 8 or group % 8:
         raise InvalidArgumentError(
             f"convert: --group must be a positive multiple of 8, got {group}"
         )
     state = model._engine.prepared_state(plan)
-    rows_of = tensor_rows(model.config)
     all8 = all(int(site["bits"].min()) == 8 for layer in state["layers"] for site in layer.values())
     storage = "int8" if all8 else "weightlet"
-    src_path = model._model.path
+    src_path = model.path
     with atomic_path(out) as tmp, h5py.File(src_path, "r") as src, h5py.File(tmp, "w") as f:
         for k, v in src.attrs.items():
             f.attrs[k] = v
@@ -112,7 +105,8 @@ def convert_packed(
                     _dataset(lg, f"input_smooth_{site}", s["input_smooth"])
                 r0 = 0
                 for name in names:
-                    r1 = r0 + rows_of[name]
+                    # each tensor's rows as the model file stores them
+                    r1 = r0 + src[f"weights/layers/{i}/{name}"].shape[0]
                     part = slice(r0, r1)
                     r0 = r1
                     codes = np.ascontiguousarray(s["codes"][part])

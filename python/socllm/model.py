@@ -191,6 +191,26 @@ class LanguageModel:
         """Quantize/pack the plan's linears now (else on first use); returns their bytes."""
         return self._engine.prepare(plan)
 
+    def linear_info(
+        self, plan: PlanLike, layer: int, site: str, alpha: float | None = None
+    ) -> dict:
+        """What one linear of the plan holds when built alone: ``bits`` per row, stored
+        ``bits_per_weight`` and ``weight_bytes``, ``act_scale``, ``input_smoothing`` (EdgeFlow's
+        S_I^alpha; ``alpha`` overrides the plan's exponent)."""
+        return self._engine.linear_info(plan, layer, site, alpha)
+
+    def linear_forward(
+        self, plan: PlanLike, layer: int, site: str, x: np.ndarray, alpha: float | None = None
+    ) -> np.ndarray:
+        """``y [rows, out]`` of one linear of the plan built alone on the site's fp32 input ``x``
+        (its input smoothing divided at run time, not folded)."""
+        return self._engine.linear_forward(plan, layer, site, x, alpha)
+
+    def linear_inputs(self, ids: Sequence[int], rows: Sequence[int]) -> list[dict]:
+        """Per layer ``{site: [len(rows), width]}``: the fp32 inputs of every linear at ``rows``
+        of a run of ``ids``."""
+        return self._engine.linear_inputs(_token_ids(ids, "linear_inputs"), list(rows))
+
     def linear_graph(self, plan: PlanLike, layer: int, site: str, rows: int) -> _core.LinearGraph:
         """One linear static graph of the plan built for ``rows`` rows: ``.run(x)`` takes exactly
         ``[rows, in_cols]``; ``.scales`` are the static activation scales it bakes in."""

@@ -29,6 +29,22 @@ SITE_TENSORS = {
     "mlp_act": ("w_down",),
 }
 
+
+def linear_weights(path: str | os.PathLike) -> dict:
+    """{(layer, name): fp32 [out, in]} of every linear weight tensor of an fp32 model file."""
+    import h5py
+    import numpy as np
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        layers = f["weights/layers"]
+        for i in range(len(layers)):
+            for names in SITE_TENSORS.values():
+                for n in names:
+                    out[(i, n)] = np.asarray(layers[str(i)][n][()], np.float32)
+    return out
+
+
 # What conversion reads from a Hugging Face directory.
 HF_CONFIG, HF_TOKENIZER, HF_INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
 

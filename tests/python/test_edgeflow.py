@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
 from socllm.calibrate import corpus_tokens, held_out_tokens, load_calibration, save_calibration
 from socllm.calibrate_edgeflow import SITE_TENSORS, SMOOTHING_GRID, using_calibration
 from socllm.calibration_steps import run_steps
@@ -61,7 +60,7 @@ def test_allocation_spends_each_tensors_budget(smollm, calib):
         plan = f"edgeflow:bits={bits},allocation={method}"
         for layer in (0, 17):
             for site, names in SITE_TENSORS.items():
-                info = smollm._engine.linear_info(plan, layer, site)
+                info = smollm.linear_info(plan, layer, site)
                 b = info["bits"].astype(int)
                 rows = {
                     "wq": cfg["n_heads"] * cfg["head_dim"],
@@ -92,7 +91,7 @@ def test_stored_bitwidths_are_the_per_tensor_allocation(smollm, calib, tokens):
         stored = calib.stats.array("channel_bits", site)
         for layer in (0, 29):
             np.testing.assert_array_equal(
-                stored[layer], smollm._engine.linear_info("edgeflow", layer, site)["bits"]
+                stored[layer], smollm.linear_info("edgeflow", layer, site)["bits"]
             )
     a = smollm.logits(tokens[:64], "edgeflow")
     b = smollm.logits(tokens[:64], "edgeflow:bitwidths=stored")
@@ -102,14 +101,14 @@ def test_stored_bitwidths_are_the_per_tensor_allocation(smollm, calib, tokens):
 def test_output_quantization_puts_outputs_on_the_calibrated_grid(smollm, calib, tokens):
     """output_quant=int8 with beta = 1: each smoothed output channel spans [-1, 1], so one
     per-tensor scale of 1/127 and y_c = q * out_absmax_c / 127 with integer q in [-127, 127]."""
-    x = smollm._engine.linear_inputs(tokens[:64], list(range(64)))[3]["attn_out"]
-    y = smollm._engine.linear_forward("edgeflow:output_quant=int8", 3, "attn_out", x)
+    x = smollm.linear_inputs(tokens[:64], list(range(64)))[3]["attn_out"]
+    y = smollm.linear_forward("edgeflow:output_quant=int8", 3, "attn_out", x)
     amax = calib.stats.array("out_absmax", "attn_out")[3]
     q = y * 127.0 / amax[None, :]
     np.testing.assert_allclose(q, np.round(q), atol=2e-3)
     assert np.abs(np.round(q)).max() <= 127
-    y16 = smollm._engine.linear_forward("edgeflow:output_quant=int16", 3, "attn_out", x)
-    y0 = smollm._engine.linear_forward("edgeflow:output_quant=none", 3, "attn_out", x)
+    y16 = smollm.linear_forward("edgeflow:output_quant=int16", 3, "attn_out", x)
+    y0 = smollm.linear_forward("edgeflow:output_quant=none", 3, "attn_out", x)
     inside = np.abs(np.round(q)) < 127  # saturated outputs are clipped on both grids
     assert inside.mean() > 0.99
     # int16's grid is 258x finer than int8's
@@ -169,7 +168,7 @@ def test_bad_input(smollm, calib):
     with pytest.raises(socllm.InvalidArgumentError, match="needs 'smooth_alpha'"):
         run_steps(smollm, "bitwidths", data=bare, progress=False)
     # Statistics from before out_absmax existed: the plan says to recalibrate.
-    old = _core.Calibration.empty_for(smollm._model)
+    old = smollm.new_calibration()
     old.set_array("act_absmax", "attn_in", bare.stats.array("act_absmax", "attn_in"))
     for site in SITE_TENSORS:
         old.set_array("act_absmax", site, bare.stats.array("act_absmax", site))

@@ -8,7 +8,6 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
 from socllm.calibrate import (
     calibrate_act_scales,
     calibrate_outliers,
@@ -205,7 +204,7 @@ def test_bad_shadow_plans_and_missing_profile(smollm, calib, tmp_path):
         m.logits([1, 2, 3], "shadow-outlier")
     with pytest.raises(socllm.InvalidArgumentError, match="does not use shadow"):
         smollm.shadow_stats("w8a8")
-    c = _core.Calibration.empty_for(smollm._model)
+    c = smollm.new_calibration()
     with pytest.raises(socllm.InvalidArgumentError, match="must be finite and > 0"):
         c.set_outlier_thresholds("attn_in", np.zeros(30, np.float32))
     with pytest.raises(socllm.ShapeError, match="thresholds for 30 layers"):

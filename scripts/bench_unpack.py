@@ -21,8 +21,15 @@ without smoothing: this measures the format, not accuracy) and packed at --group
   files after evicting them from the page cache (posix_fadvise DONTNEED; paper: 1.42x faster
   loading).
 
+With --per-bits, instead: every tensor at one uniform bit-width B = 1..8 in turn, the unpacking
+time per weight of each path and its SIMD operations per weight, relative to B = 5. This is
+the per-bit-width unpack cost the TTFT-budgeted allocation uses (the device profile's
+/processors/cpu_all/unpack_weightlet_relative_time_by_bits takes the sse128 column: the NEON
+analogue).
+
     python scripts/bench_unpack.py [--model smollm2-135m] [--bits 5 6 7] [--group 128]
                                    [--json docs/results/bench_unpack.json]
+    python scripts/bench_unpack.py --per-bits [--json docs/results/bench_unpack_per_bits.json]
 """
 
 from __future__ import annotations
@@ -49,10 +56,10 @@ def model_linears(model) -> list[tuple[str, np.ndarray]]:
     return [(f"layers/{i}/{n}", W) for (i, n), W in linear_weights(model.path).items()]
 
 
-def allocate_and_pack(weights, bits: float, group: int, progress: bool):
+def allocate_and_pack(weights, bits: float, group: int, progress: bool, method: str = "greedy"):
     packed, qs = [], []
     for name, W in tqdm(weights, desc=f"allocate + pack {bits:g} bits", disable=not progress):
-        alloc = quant.allocate_bits(quant.error_table(W, "closed-form"), bits)
+        alloc = quant.allocate_bits(quant.error_table(W, "closed-form"), bits, method)
         q, _ = quant.quantize_rows(W, alloc)
         packed.append((name, ops.WeightletTensor.pack(q, alloc, group)))
         qs.append(q)
@@ -172,6 +179,45 @@ def measure(weights, bits: float, group: int, tmpdir: str, progress: bool) -> di
     return row
 
 
+def measure_per_bits(weights, group: int, progress: bool) -> list[dict]:
+    """Unpack time per weight of every path with every tensor at one uniform bit-width."""
+    rows = []
+    for b in range(1, 9):
+        packed, qs = allocate_and_pack(weights, float(b), group, progress, method="uniform")
+        n = sum(q.size for q in qs)
+        src = np.concatenate([q.reshape(-1) for q in qs])
+        dst = np.empty_like(src)
+        row = {"bits": b, "weights": int(n), "ns_per_weight": {}}
+        for isa in ops.supported_unpack_isas():
+            unpack_all(packed, dst, isa)
+            if not np.array_equal(dst, src):
+                raise AssertionError(f"{isa} unpacking differs from the packed codes at {b} bits")
+            t = best_time(lambda isa=isa, p=packed, d=dst: unpack_all(p, d, isa))
+            row["ns_per_weight"][isa] = t / n * 1e9
+        ops_total = sum(p.unpack_counted()[1]["total"] for _, p in packed)
+        row["simd_instructions_per_weight"] = ops_total / n
+        rows.append(row)
+    ref = next(r for r in rows if r["bits"] == 5)
+    for r in rows:
+        r["relative_to_5_bits"] = {
+            isa: v / ref["ns_per_weight"][isa] for isa, v in r["ns_per_weight"].items()
+        }
+    return rows
+
+
+def print_per_bits(rows: list[dict]) -> None:
+    isas = [i for i in rows[0]["ns_per_weight"] if i != "scalar"]
+    print(
+        f"{'bits':>4} " + " ".join(f"{i + ' ns/w (rel. 5 b)':>24}" for i in isas) + "  SIMD ops/w"
+    )
+    for r in rows:
+        cells = " ".join(
+            f"{r['ns_per_weight'][i]:>15.4f} ({r['relative_to_5_bits'][i]:.2f})".rjust(24)
+            for i in isas
+        )
+        print(f"{r['bits']:>4} {cells} {r['simd_instructions_per_weight']:>10.3f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -180,6 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tmpdir", default=None, help="where the cold-read files go (a disk)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument(
+        "--per-bits", action="store_true", help="unpack cost per uniform bit-width 1..8 instead"
+    )
     args = ap.parse_args(argv)
     if args.json:
         check_output_path(args.json, what="--json")
@@ -197,6 +246,11 @@ def main(argv=None) -> int:
         f"{args.model}: {len(weights)} linears, R = {args.group}; {meta['cpu_model']} "
         f"({meta['cpu_family_model']}), one thread"
     )
+    if args.per_bits:
+        rows = measure_per_bits(weights, args.group, not args.quiet)
+        print_per_bits(rows)
+        emit_json({"meta": meta, "per_bits": rows}, args.json)
+        return 0
     rows = []
     with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
         for b in args.bits:

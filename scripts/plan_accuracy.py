@@ -117,7 +117,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--calib", default=None, help="calibration file for the static plans")
-    ap.add_argument("--plans", default=",".join(PLANS))
+    ap.add_argument(
+        "--plans",
+        default=",".join(PLANS),
+        help="plans separated by ',' (or ';' when a plan has options)",
+    )
     ap.add_argument("--tasks", default=",".join(METRIC))
     ap.add_argument("--limit", type=int, default=100, help="documents per task (0 = all)")
     ap.add_argument("--batch-size", type=int, default=8)
@@ -133,7 +137,8 @@ def main() -> int:
     ap.add_argument("--table-only", action="store_true", help="print the table of --json")
     args = ap.parse_args()
 
-    plans = [p.strip() for p in args.plans.split(",") if p.strip()]
+    # plans with options of their own ("edgeflow:bits=5,allocation=cmpq") are separated by ";"
+    plans = [p.strip() for p in args.plans.split(";" if ";" in args.plans else ",") if p.strip()]
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for t in tasks:
         if t not in METRIC:

@@ -33,6 +33,17 @@ py::array_t<float> weights_2d(const py::handle& W_obj, const char* fn) {
   return W;
 }
 
+// Summed table[i, bits[i] - 1] (allocation_error and allocation_cost are this sum).
+double summed_table(const py::handle& t_obj, const py::handle& b_obj, const char* fn) {
+  int64_t rows = 0;
+  const auto t = error_table_arg(t_obj, fn, rows);
+  const auto b = numeric_array<uint8_t>(b_obj, std::string("[") + fn + "] bits");
+  if (b.ndim() != 1 || b.shape(0) != rows)
+    throw ShapeError(std::string("[") + fn + "] bits must be [" + std::to_string(rows) + "], got " +
+                     shape_str({b.shape(), b.shape() + b.ndim()}));
+  return quant::allocation_cost(t, {b.data(), static_cast<size_t>(b.size())});
+}
+
 }  // namespace
 
 void init_quant(py::module_& m) {
@@ -170,6 +181,33 @@ void init_quant(py::module_& m) {
       },
       py::arg("table"), py::arg("total_bits"),
       "The exact minimum of the summed error (dynamic programming; small tensors).");
+  q.def(
+      "allocate_bits_budgeted",
+      [](const py::handle& e_obj, const py::handle& c_obj, double budget) {
+        int64_t rows = 0, cost_rows = 0;
+        const auto e = error_table_arg(e_obj, "allocate_bits_budgeted", rows);
+        const auto c = error_table_arg(c_obj, "allocate_bits_budgeted", cost_rows);
+        if (cost_rows != rows)
+          throw ShapeError("[allocate_bits_budgeted] cost has " + std::to_string(cost_rows) +
+                           " rows, error " + std::to_string(rows));
+        return bits_array(quant::allocate_bits_budgeted(e, c, rows, budget));
+      },
+      py::arg("error"), py::arg("cost"), py::arg("budget"),
+      "Bit-widths [rows] minimising the summed error [rows, 8] with the summed cost [rows, 8] "
+      "at most budget: one heap over the channels' convex hulls (bitwidth.h).");
+  q.def(
+      "allocation_cost",
+      [](const py::handle& t, const py::handle& b) {
+        return summed_table(t, b, "allocation_cost");
+      },
+      py::arg("table"), py::arg("bits"),
+      "Summed table[i, bits[i] - 1]: the cost (or error) of an allocation.");
+  q.def(
+      "allocation_error",
+      [](const py::handle& t, const py::handle& b) {
+        return summed_table(t, b, "allocation_error");
+      },
+      py::arg("table"), py::arg("bits"), "Summed table[i, bits[i] - 1] (allocation_cost).");
   q.def(
       "allocate_bits_waterfill",
       [](const py::handle& W_obj, int64_t total) {

@@ -164,6 +164,86 @@ std::vector<uint8_t> allocate_bits_greedy(std::span<const double> table, int64_t
   return bits;
 }
 
+namespace {
+
+// The next bit-width on the lower convex hull of row i's (cost, error) points after `from`:
+// the one with the largest error drop per unit of extra cost (ties: the cheaper); 0 if none
+// lowers the error.
+int next_hull_bits(std::span<const double> error, std::span<const double> cost, int64_t i, int from,
+                   double& slope) {
+  int best = 0;
+  slope = 0.0;
+  const double c0 = err(cost, i, from), e0 = err(error, i, from);
+  for (int b = kMinChannelBits; b <= kMaxChannelBits; ++b) {
+    const double dc = err(cost, i, b) - c0, de = e0 - err(error, i, b);
+    if (de <= 0.0) continue;
+    // A bit-width that lowers the error at no extra cost is an infinitely steep step.
+    const double s = dc <= 0.0 ? std::numeric_limits<double>::infinity() : de / dc;
+    if (best == 0 || s > slope || (s == slope && err(cost, i, b) < err(cost, i, best))) {
+      best = b;
+      slope = s;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<uint8_t> allocate_bits_budgeted(std::span<const double> error,
+                                            std::span<const double> cost, int64_t rows,
+                                            double budget) {
+  check_table(error, rows, "allocate_bits_budgeted");
+  check_table(cost, rows, "allocate_bits_budgeted");
+  for (size_t k = 0; k < error.size(); ++k)
+    if (!std::isfinite(error[k]) || !std::isfinite(cost[k]))
+      throw InvalidArgument("[allocate_bits_budgeted] non-finite error or cost at channel " +
+                            std::to_string(k / kChannelBitLevels) + ", bits " +
+                            std::to_string(k % kChannelBitLevels + 1));
+  if (!std::isfinite(budget))
+    throw InvalidArgument("[allocate_bits_budgeted] budget must be finite, got " +
+                          std::to_string(budget));
+  std::vector<uint8_t> bits(static_cast<size_t>(rows));
+  double spent = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int cheapest = kMinChannelBits;
+    for (int b = kMinChannelBits + 1; b <= kMaxChannelBits; ++b) {
+      const double c = err(cost, i, b), cc = err(cost, i, cheapest);
+      if (c < cc || (c == cc && err(error, i, b) < err(error, i, cheapest))) cheapest = b;
+    }
+    bits[static_cast<size_t>(i)] = static_cast<uint8_t>(cheapest);
+    spent += err(cost, i, cheapest);
+  }
+  if (spent > budget)
+    throw InvalidArgument("[allocate_bits_budgeted] budget " + std::to_string(budget) +
+                          " is below the cheapest allocation's cost " + std::to_string(spent));
+  // Max-heap of (slope, -row): equal slopes pop the lower row first.
+  using Entry = std::pair<double, int64_t>;
+  std::priority_queue<Entry> heap;
+  std::vector<uint8_t> next(static_cast<size_t>(rows), 0);
+  auto push = [&](int64_t i) {
+    double slope = 0.0;
+    const int b = next_hull_bits(error, cost, i, bits[static_cast<size_t>(i)], slope);
+    next[static_cast<size_t>(i)] = static_cast<uint8_t>(b);
+    if (b != 0) heap.emplace(slope, -i);
+  };
+  for (int64_t i = 0; i < rows; ++i) push(i);
+  while (!heap.empty()) {
+    const int64_t i = -heap.top().second;
+    heap.pop();
+    const int from = bits[static_cast<size_t>(i)], to = next[static_cast<size_t>(i)];
+    const double dc = err(cost, i, to) - err(cost, i, from);
+    if (spent + dc > budget) continue;  // retired: its later hull steps start from this one
+    spent += dc;
+    bits[static_cast<size_t>(i)] = static_cast<uint8_t>(to);
+    push(i);
+  }
+  return bits;
+}
+
+double allocation_cost(std::span<const double> cost, std::span<const uint8_t> bits) {
+  return allocation_error(cost, bits);
+}
+
 std::vector<uint8_t> allocate_bits_dp(std::span<const double> table, int64_t rows,
                                       int64_t total_bits) {
   check_table(table, rows, "allocate_bits_dp");

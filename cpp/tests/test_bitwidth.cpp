@@ -166,3 +166,96 @@ TEST(Bitwidth, AllocationBaselinesAndBudgets) {
   EXPECT_THROW(q::allocate_bits_greedy(t, rows + 1, 5 * rows), socllm::ShapeError);
   EXPECT_THROW(q::bit_allocation_from_name("fancy"), socllm::InvalidArgument);
 }
+
+namespace {
+// Summed cost and error of every allocation of `rows` channels (8^rows of them).
+template <class F>
+void each_allocation(int64_t rows, F&& f) {
+  std::vector<uint8_t> b(static_cast<size_t>(rows), 1);
+  while (true) {
+    f(b);
+    int64_t k = 0;
+    while (k < rows && b[static_cast<size_t>(k)] == 8) b[static_cast<size_t>(k++)] = 1;
+    if (k == rows) return;
+    ++b[static_cast<size_t>(k)];
+  }
+}
+}  // namespace
+
+TEST(Bitwidth, BudgetedWithCostBitsIsAlgorithm1) {
+  // Cost = bits and the closed form's convex drops: the cost-budgeted heap is Algorithm 1.
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    const int64_t rows = 4 + seed, cols = 32;
+    const auto W = random_rows(rows, cols, 300 + seed);
+    const auto t = q::channel_error_table(W.data(), rows, cols, q::ErrorMetric::ClosedForm);
+    std::vector<double> cost(t.size());
+    for (size_t k = 0; k < cost.size(); ++k) cost[k] = static_cast<double>(k % 8 + 1);
+    for (int64_t total = rows; total <= 8 * rows; ++total) {
+      const auto b = q::allocate_bits_budgeted(t, cost, rows, static_cast<double>(total));
+      EXPECT_EQ(b, q::allocate_bits_greedy(t, rows, total)) << "seed " << seed << " " << total;
+      EXPECT_EQ(q::allocation_cost(cost, b), static_cast<double>(total));
+    }
+  }
+}
+
+TEST(Bitwidth, BudgetedSkipsBitWidthsOffTheHull) {
+  // One channel; 2 bits costs almost as much as 3 (an extra weightlet), so the hull goes
+  // 1 -> 3 (slope 0.8 / 2 = 0.4 beats 1 -> 2's 0.5 / 1.9 = 0.26) and 2 bits is never taken.
+  std::vector<double> e = {1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.0};
+  std::vector<double> c = {1.0, 2.9, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0};
+  EXPECT_EQ(q::allocate_bits_budgeted(e, c, 1, 2.95), (std::vector<uint8_t>{1}));
+  EXPECT_EQ(q::allocate_bits_budgeted(e, c, 1, 3.0), (std::vector<uint8_t>{3}));
+  EXPECT_EQ(q::allocate_bits_budgeted(e, c, 1, 5.0), (std::vector<uint8_t>{4}));
+  // A bit-width cheaper and better than another is where a channel starts.
+  std::vector<double> c2 = {2.0, 1.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0};
+  EXPECT_EQ(q::allocate_bits_budgeted(e, c2, 1, 1.5), (std::vector<uint8_t>{2}));
+  EXPECT_THROW(q::allocate_bits_budgeted(e, c2, 1, 1.4), socllm::InvalidArgument);
+  std::vector<double> bad = e;
+  bad[3] = std::nan("");
+  EXPECT_THROW(q::allocate_bits_budgeted(bad, c, 1, 5.0), socllm::InvalidArgument);
+  EXPECT_THROW(q::allocate_bits_budgeted(e, c, 2, 5.0), socllm::ShapeError);
+  EXPECT_THROW(q::allocate_bits_budgeted(e, c, 1, std::nan("")), socllm::InvalidArgument);
+}
+
+TEST(Bitwidth, BudgetedIsOptimalWhereItIsLagrangian) {
+  // Costs like the cold-start model's: bytes plus an unpack cost per weightlet part (1, 2 and
+  // 4 bits one part; 3, 5, 6 two; 7 three; 8 one). Whenever the heap's result minimises
+  // e + λ·c channel by channel for some λ (no channel was retired), it is the exact minimum
+  // error among all allocations costing no more (Everett's theorem); brute force checks that.
+  const int parts[8] = {1, 1, 2, 1, 2, 2, 3, 1};
+  int checked = 0;
+  for (uint32_t seed = 0; seed < 8; ++seed) {
+    const int64_t rows = 3, cols = 24;
+    const auto W = random_rows(rows, cols, 500 + seed);
+    const auto t = q::channel_error_table(W.data(), rows, cols, q::ErrorMetric::ClosedForm);
+    std::vector<double> cost(t.size());
+    for (size_t k = 0; k < cost.size(); ++k)
+      cost[k] = static_cast<double>(k % 8 + 1) + 0.7 * parts[k % 8];
+    for (double budget = 5.2; budget <= 3 * 13.0; budget += 0.37) {
+      const auto b = q::allocate_bits_budgeted(t, cost, rows, budget);
+      const double spent = q::allocation_cost(cost, b), eb = q::allocation_error(t, b);
+      ASSERT_LE(spent, budget + 1e-12);
+      double best = 1e300;
+      each_allocation(rows, [&](const std::vector<uint8_t>& a) {
+        if (q::allocation_cost(cost, a) <= spent + 1e-12)
+          best = std::min(best, q::allocation_error(t, a));
+      });
+      ASSERT_GE(eb, best * (1 - 1e-12));  // nothing beats the brute-force optimum
+      bool lagrangian = false;
+      for (double lg = -12; lg <= 6 && !lagrangian; lg += 0.01) {
+        const double lambda = std::pow(10.0, lg);
+        bool all = true;
+        for (int64_t i = 0; i < rows && all; ++i)
+          for (int bb = 1; bb <= 8; ++bb)
+            if (t[i * 8 + bb - 1] + lambda * cost[i * 8 + bb - 1] <
+                t[i * 8 + b[i] - 1] + lambda * cost[i * 8 + b[i] - 1] - 1e-15)
+              all = false;
+        lagrangian = all;
+      }
+      if (!lagrangian) continue;
+      ++checked;
+      EXPECT_NEAR(eb, best, 1e-12 * best) << "seed " << seed << " budget " << budget;
+    }
+  }
+  EXPECT_GT(checked, 40);
+}

@@ -16,6 +16,20 @@ and reports, per weight tensor, how well the closed form ranks channels against 
 cosine distance (Spearman correlation at the average bit-width) and whether the heap's integer
 optimum differs from the rounded water-filling solution the closed form implies (channels that
 differ, summed-error gap); the report is the root attribute ``bitwidth_report`` (JSON).
+
+With ``bit_scope="global-ttft"`` (beyond the paper, issue 14 item 6) the stored bit-widths come
+instead from one heap over every output channel of the model (``allocate_bits_budgeted``) with
+a cold-start time budget: the modelled time of the per-tensor allocation at ``bits``, so the
+two are compared at equal TTFT. A channel's cost at B bits is its flash bytes over the device's
+flash bandwidth plus its unpacking time (``cold_start_cost_table``). Its error is the closed
+form weighted by what the channel contributes to its tensor's output,
+e_i(B) = RE_i(B) · ||W'_i||² · mean_j E[x'_j²] / E[||y||²] (W', x': the smoothed weights and
+inputs; E over the smoothing step's samples): the uniform-rounding estimate of the channel's
+share of its tensor's relative output error ||ΔY||² / ||Y||² up to a constant, the quantity
+step smoothing minimises, so summing it over the model weighs every tensor's relative output
+error equally (our choice: the paper allocates within a tensor only). ``bit_importance``
+selects this (``output-share``), the absolute output error without the per-tensor division
+(``output-absolute``) or the plain closed form, every channel alike (``none``).
 """
 
 from __future__ import annotations
@@ -38,7 +52,18 @@ SMOOTHING_OPTIONS = {
     "smoothing_windows": 8,
     "smoothing_rows": 128,
 }
-BITWIDTH_OPTIONS = {"bits": 5.0}
+BITWIDTH_SCOPES = ("per-tensor", "global-ttft")
+# What a channel's error is weighted by in the global heap (module doc): its share of its
+# tensor's output error (default), its absolute output error, or nothing (plain RE).
+BIT_IMPORTANCE = ("output-share", "output-absolute", "none")
+BITWIDTH_OPTIONS = {
+    "bits": 5.0,
+    "bit_scope": "per-tensor",
+    "cost_device": "snapdragon-8elite",
+    "bit_importance": "output-share",
+    "smoothing_windows": 8,
+    "smoothing_rows": 128,
+}
 SITES = tuple(_core.Calibration.sites())  # the linear input sites, in block order
 
 
@@ -129,15 +154,132 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def calibrate_bitwidths(model, data, *, bits: float = 5.0, progress: bool = True):
+def cold_start_cost_table(in_features: np.ndarray, device: str) -> tuple[np.ndarray, dict]:
+    """[channels, 8] modelled cold-start seconds of a channel of ``in_features`` weights at
+    1..8 bits on ``device``: (B/8 bytes per weight + its fp32 scale + 3 bits of width
+    metadata) / flash bandwidth, plus unpacking at the profile's weightlet rate (its number is
+    for the paper's mix; we take it as the 5-bit rate) times the measured time of a B-bit
+    weightlet mix relative to 5 bits. Returns the table and the inputs with their sources."""
+    from .devices import load_profile
+
+    prof = load_profile(device)
+    try:
+        flash = prof["cost_model"]["memory"]["flash_gbps"]
+        rate = prof["cost_model"]["cpu"]["unpack_weightlet_gweights_s"]
+        rel = prof["processors"]["cpu_all"]["unpack_weightlet_relative_time_by_bits"]
+    except KeyError as e:
+        raise InvalidArgumentError(
+            f"calibrate bitwidths: device {device!r} has no cold-start costs (missing {e}); "
+            "bit_scope global-ttft needs flash_gbps, unpack_weightlet_gweights_s and "
+            "unpack_weightlet_relative_time_by_bits"
+        ) from None
+    b = np.arange(1, 9, dtype=np.float64)
+    n = np.asarray(in_features, np.float64)[:, None]
+    flash_s_per_byte = 1.0 / (flash["value"] * 1e9)
+    unpack_s_per_weight = np.asarray(rel["value"], np.float64) / (rate["value"] * 1e9)
+    table = n * (b / 8.0 * flash_s_per_byte + unpack_s_per_weight) + (4.0 + 3.0 / 8.0) * (
+        flash_s_per_byte
+    )
+    sources = {
+        k: {"value": v["value"], "source": v["source"]}
+        for k, v in (("flash_gbps", flash), ("unpack_gweights_s", rate), ("unpack_relative", rel))
+    }
+    return table, sources
+
+
+def _global_ttft_bits(
+    model, data, tensors, device: str, importance: str, windows: int, rows: int, progress: bool
+) -> tuple[dict, dict]:
+    """Channel bits per (layer, tensor) from one heap over every channel at the per-tensor
+    allocation's modelled cold-start time, and the report (module doc)."""
+    X = linear_input_samples(model, data.provenance, windows, rows, progress)
+    errors, widths, per_tensor = [], [], []
+    for t in tqdm(tensors, desc="calibrate bitwidths: weights", disable=not progress):
+        x = X[(t["layer"], t["site"])].astype(np.float64)
+        if t["s_in"].size:
+            x = x / t["s_in"][None, :]
+        Ws = t["Ws"].astype(np.float64)
+        weight = (Ws * Ws).sum(1) * float((x * x).mean())  # E||ΔY_i||² / RE_i, up to 1/3
+        if importance == "output-share":
+            weight /= float(((x @ Ws.T) ** 2).sum(1).mean()) or 1.0
+        elif importance == "none":
+            weight = np.ones_like(weight)
+        errors.append(t["closed"] * weight[:, None])
+        widths.append(np.full(Ws.shape[0], Ws.shape[1]))
+        per_tensor.append(t["alloc"])
+    E, n_in = np.concatenate(errors), np.concatenate(widths)
+    C, sources = cold_start_cost_table(n_in, device)
+    pt = np.concatenate(per_tensor).astype(np.uint8)
+    budget = float(_core.quant.allocation_cost(C, pt))
+    g = _core.quant.allocate_bits_budgeted(E, C, budget)
+    out, start = {}, 0
+    for t in tensors:
+        rows = t["Ws"].shape[0]
+        out[(t["layer"], t["tensor"])] = g[start : start + rows]
+        start += rows
+    kinds: dict = {}
+    for t in tensors:
+        k = kinds.setdefault(t["tensor"], {"weights": 0, "per_tensor": 0.0, "global": 0.0})
+        gb = out[(t["layer"], t["tensor"])].astype(np.float64)
+        k["weights"] += t["Ws"].size
+        k["per_tensor"] += float(t["alloc"].astype(np.float64).sum() * t["Ws"].shape[1])
+        k["global"] += float(gb.sum() * t["Ws"].shape[1])
+    w = n_in.astype(np.float64)
+    report = {
+        "device": device,
+        "importance": importance,
+        "cost_inputs": sources,
+        "budget_s": budget,
+        "global_s": float(_core.quant.allocation_cost(C, g)),
+        "per_tensor_mean_bits": float((pt * w).sum() / w.sum()),
+        "global_mean_bits": float((g * w).sum() / w.sum()),
+        "per_tensor_weighted_error": float(_core.quant.allocation_error(E, pt)),
+        "global_weighted_error": float(_core.quant.allocation_error(E, g)),
+        "weight_share_by_bits": {
+            "per_tensor": [float(w[pt == b].sum() / w.sum()) for b in range(1, 9)],
+            "global": [float(w[g == b].sum() / w.sum()) for b in range(1, 9)],
+        },
+        "mean_bits_by_tensor": {
+            name: {
+                "per_tensor": k["per_tensor"] / k["weights"],
+                "global": k["global"] / k["weights"],
+            }
+            for name, k in kinds.items()
+        },
+    }
+    return out, report
+
+
+def calibrate_bitwidths(
+    model,
+    data,
+    *,
+    bits: float = 5.0,
+    bit_scope: str = "per-tensor",
+    cost_device: str = "snapdragon-8elite",
+    bit_importance: str = "output-share",
+    smoothing_windows: int = 8,
+    smoothing_rows: int = 128,
+    progress: bool = True,
+):
     """Adds channel_bits and the bitwidth_report attribute to ``data`` (module doc)."""
     _check_bits(bits)
+    if bit_scope not in BITWIDTH_SCOPES:
+        raise InvalidArgumentError(
+            f"calibrate bitwidths: bit_scope must be one of {', '.join(BITWIDTH_SCOPES)}, "
+            f"got {bit_scope!r}"
+        )
+    if bit_importance not in BIT_IMPORTANCE:
+        raise InvalidArgumentError(
+            f"calibrate bitwidths: bit_importance must be one of {', '.join(BIT_IMPORTANCE)}, "
+            f"got {bit_importance!r}"
+        )
     stats = data.stats
     n_layers = stats.array("act_absmax", "attn_in").shape[0]
     plan = f"edgeflow:bits={bits!r}"  # the calibrated smoothing of step smoothing
     weights = linear_weights(model.path)
     b_int = int(round(bits))
-    rows = []
+    rows, tensors = [], []
     per_site = {s: [] for s in SITES}
     with using_calibration(model, stats):
         todo = [(layer, site) for layer in range(n_layers) for site in SITES]
@@ -171,6 +313,39 @@ def calibrate_bitwidths(model, data, *, bits: float = 5.0, progress: bool = True
                         "waterfill_error_over_heap": e_wf / e_heap if e_heap > 0 else 1.0,
                     }
                 )
+                if bit_scope == "global-ttft":
+                    tensors.append(
+                        dict(
+                            layer=layer,
+                            site=site,
+                            tensor=name,
+                            Ws=Ws,
+                            s_in=s_in,
+                            closed=closed,
+                            alloc=alloc.copy(),
+                        )
+                    )
+    global_report = None
+    if bit_scope == "global-ttft":
+        chosen, global_report = _global_ttft_bits(
+            model,
+            data,
+            tensors,
+            cost_device,
+            bit_importance,
+            smoothing_windows,
+            smoothing_rows,
+            progress,
+        )
+        per_site = {
+            site: [
+                np.concatenate([chosen[(layer, n)] for n in SITE_TENSORS[site]]).astype(np.int64)
+                for layer in range(n_layers)
+            ]
+            for site in SITES
+        }
+        for r in rows:
+            r["global_mean_bits"] = float(chosen[(r["layer"], r["tensor"])].mean())
     for site in SITES:
         stats.set_array("channel_bits", site, np.stack(per_site[site]))
     rho = np.array([r["spearman_closed_vs_exact"] for r in rows], np.float64)
@@ -184,8 +359,11 @@ def calibrate_bitwidths(model, data, *, bits: float = 5.0, progress: bool = True
             sum(r["heap_vs_waterfill_channels"] > 0 for r in rows)
         ),
         "max_waterfill_error_over_heap": float(max(r["waterfill_error_over_heap"] for r in rows)),
+        "bit_scope": bit_scope,
+        "global_ttft": global_report,
         "per_tensor": rows,
     }
     data.provenance["bitwidth_report"] = json.dumps(summary)
     data.provenance["bitwidth_bits"] = bits
+    data.provenance["bitwidth_scope"] = bit_scope
     return data

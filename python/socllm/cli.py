@@ -458,6 +458,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="smoothing/bitwidths steps: EdgeFlow's average bits per output channel (default 5)",
     )
     k.add_argument(
+        "--bit-scope",
+        choices=("per-tensor", "global-ttft"),
+        default=None,
+        help="bitwidths step: Algorithm 1 per tensor (the paper), or one heap over every channel "
+        "at the per-tensor allocation's modelled cold-start time (global-ttft)",
+    )
+    k.add_argument(
+        "--bit-importance",
+        choices=("output-share", "output-absolute", "none"),
+        default=None,
+        help="bitwidths step, global-ttft: what weights a channel's error (calibrate_edgeflow)",
+    )
+    k.add_argument(
+        "--cost-device",
+        default=None,
+        help="bitwidths step, global-ttft: the device profile whose flash and unpack costs "
+        "price a bit (default snapdragon-8elite)",
+    )
+    k.add_argument(
         "--output-quant",
         choices=("none", "int8", "int16"),
         default=None,

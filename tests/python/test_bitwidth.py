@@ -125,3 +125,21 @@ def test_weightlet_layout_matches_its_definition(cols, group):
     np.testing.assert_array_equal(again.bits, bits)
     with pytest.raises(socllm.FormatError, match="metadata implies"):
         ops.WeightletTensor(24, cols, group, p.bit_metadata, p.data[:-1])
+
+
+def test_budgeted_allocation_binding():
+    """allocate_bits_budgeted with cost = bits is Algorithm 1 (C++ tests hold the rest)."""
+    W = _rows(12, 40, 9)
+    t = quant.error_table(W, "closed-form")
+    cost = np.tile(np.arange(1, 9, dtype=np.float64), (12, 1))
+    for total in (12, 40, 61, 96):
+        b = quant.allocate_bits_budgeted(t, cost, float(total))
+        np.testing.assert_array_equal(b, quant.allocate_bits_greedy(t, total))
+        assert quant.allocation_cost(cost, b) == total
+        assert quant.allocation_error(t, b) == pytest.approx(t[np.arange(12), b - 1].sum())
+    with pytest.raises(socllm.ShapeError, match="cost has 11 rows"):
+        quant.allocate_bits_budgeted(t, cost[:11], 40.0)
+    with pytest.raises(socllm.InvalidArgumentError, match="below the cheapest"):
+        quant.allocate_bits_budgeted(t, cost, 11.0)
+    with pytest.raises(socllm.ShapeError, match="bits must be \\[12\\]"):
+        quant.allocation_cost(cost, np.ones(5, np.uint8))

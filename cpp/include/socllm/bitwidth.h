@@ -65,6 +65,23 @@ std::vector<uint8_t> allocate_bits_dp(std::span<const double> table, int64_t row
 std::vector<uint8_t> allocate_bits_waterfill(const float* W, int64_t rows, int64_t cols,
                                              int64_t total_bits);
 
+// A cost budget instead of a bit budget, over any set of channels (beyond the paper, issue 14
+// item 6: one heap over every output channel of a model, the cost being modelled cold-start
+// time). error and cost are [rows, 8] (column B - 1); the allocation minimises the summed error
+// with the summed cost at most `budget`. Costs need not grow by the same step per bit (unpacking
+// 3 bits takes two weightlets, 4 bits one), so every channel walks the lower convex hull of its
+// (cost, error) points, dominated bit-widths skipped, and one max-heap over all channels takes
+// the hull step with the largest error drop per unit cost that still fits; a step that does not
+// fit retires its channel (Lagrangian bit allocation, Shoham & Gersho 1988: optimal for the
+// budget it spends when no channel is retired; with cost = bits and convex errors it is
+// Algorithm 1). Every channel starts at its cheapest bit-width. InvalidArgument if the budget
+// cannot pay for that, or a cost or error is not finite; ShapeError for mismatched tables.
+std::vector<uint8_t> allocate_bits_budgeted(std::span<const double> error,
+                                            std::span<const double> cost, int64_t rows,
+                                            double budget);
+// Summed cost of an allocation (cost table as above).
+double allocation_cost(std::span<const double> cost, std::span<const uint8_t> bits);
+
 // How bits are spread over the channels of one tensor (plan option `allocation`).
 enum class BitAllocation {
   Greedy,    // Algorithm 1 on the chosen metric (EdgeFlow)

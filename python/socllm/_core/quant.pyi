@@ -6,10 +6,14 @@ from __future__ import annotations
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['allocate_bits', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'total_bits']
+__all__: list[str] = ['allocate_bits', 'allocate_bits_budgeted', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'allocation_cost', 'allocation_error', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'total_bits']
 def allocate_bits(table: typing.Any, avg_bits: typing.SupportsFloat | typing.SupportsIndex, method: str = 'greedy') -> numpy.typing.NDArray[numpy.uint8]:
     """
     Bit-widths [rows] of one tensor at an average budget: greedy (Algorithm 1), uniform, int4-int8, cmpq.
+    """
+def allocate_bits_budgeted(error: typing.Any, cost: typing.Any, budget: typing.SupportsFloat | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Bit-widths [rows] minimising the summed error [rows, 8] with the summed cost [rows, 8] at most budget: one heap over the channels' convex hulls (bitwidth.h).
     """
 def allocate_bits_dp(table: typing.Any, total_bits: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
     """
@@ -22,6 +26,14 @@ def allocate_bits_greedy(table: typing.Any, total_bits: typing.SupportsInt | typ
 def allocate_bits_waterfill(W: typing.Any, total_bits: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
     """
     The closed form's continuous optimum, rounded to integers keeping the total.
+    """
+def allocation_cost(table: typing.Any, bits: typing.Any) -> float:
+    """
+    Summed table[i, bits[i] - 1]: the cost (or error) of an allocation.
+    """
+def allocation_error(table: typing.Any, bits: typing.Any) -> float:
+    """
+    Summed table[i, bits[i] - 1] (allocation_cost).
     """
 def dequantize(q: typing.Any, scales: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
     """

@@ -86,6 +86,20 @@ def evaluate(model, plan: str, windows, ref_lp, ref_top1) -> dict:
     }
 
 
+def fp32_reference(m, n_windows: int, seqlen: int, quiet: bool):
+    """The first n_windows held-out WikiText-2 windows of seqlen tokens and fp32's next-token
+    log-probabilities (fp16), argmax and per-token NLL (concatenated) on them."""
+    toks = held_out_tokens(corpus_tokens(m))
+    windows = [toks[i * seqlen : (i + 1) * seqlen] for i in range(n_windows)]
+    ref_lp, ref_top1, ref_nll = [], [], []
+    for w in tqdm(windows, desc="fp32", disable=quiet):
+        lp = log_softmax(m.logits(w, "fp32"))
+        ref_lp.append(lp.astype(np.float16))
+        ref_top1.append(lp.argmax(-1))
+        ref_nll.append(-lp[np.arange(len(w) - 1), w[1:]])
+    return windows, ref_lp, ref_top1, np.concatenate(ref_nll)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -100,20 +114,12 @@ def main(argv=None) -> int:
     if args.json:
         check_output_path(args.json, what="--json")
     m = socllm.load(args.model, calib=args.calib, progress=not args.quiet)
-    toks = held_out_tokens(corpus_tokens(m))
-    windows = [toks[i * args.seqlen : (i + 1) * args.seqlen] for i in range(args.windows)]
+    windows, ref_lp, ref_top1, ref_nll = fp32_reference(m, args.windows, args.seqlen, args.quiet)
     c = m.config
     q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
     n_params = c["n_layers"] * (
         c["d_model"] * (q + 2 * kv) + q * c["d_model"] + 3 * c["d_model"] * c["d_ff"]
     )
-    ref_lp, ref_top1, ref_nll = [], [], []
-    for w in tqdm(windows, desc="fp32", disable=args.quiet):
-        lp = log_softmax(m.logits(w, "fp32"))
-        ref_lp.append(lp.astype(np.float16))
-        ref_top1.append(lp.argmax(-1))
-        ref_nll.append(-lp[np.arange(len(w) - 1), w[1:]])
-    ref_nll = np.concatenate(ref_nll)
     jobs = [(b, name, plan) for b in args.bits for name, plan in plans_for(b).items()]
     jobs += [
         (args.ablation_bits, name, plan.format(b=args.ablation_bits))

@@ -26,15 +26,14 @@ from pathlib import Path
 
 import numpy as np
 import socllm
-from socllm.calibrate import corpus_tokens, held_out_tokens, load_calibration
+from socllm.calibrate import load_calibration
 from socllm.calibrate_edgeflow import using_calibration
 from socllm.calibration_steps import run_steps
 from socllm.io_utils import check_output_path, emit_json
 from socllm.report import paired_nll_vs
-from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgeflow_accuracy import evaluate, log_softmax  # noqa: E402
+from edgeflow_accuracy import evaluate, fp32_reference  # noqa: E402
 
 
 def metrics(ref_nll, r: dict, mean_bits: float, load_s: float) -> dict:
@@ -68,15 +67,7 @@ def main(argv=None) -> int:
     if args.json:
         check_output_path(args.json, what="--json")
     m = socllm.load(args.model, calib=args.calib, progress=not args.quiet)
-    toks = held_out_tokens(corpus_tokens(m))
-    windows = [toks[i * args.seqlen : (i + 1) * args.seqlen] for i in range(args.windows)]
-    ref_lp, ref_top1, ref_nll = [], [], []
-    for w in tqdm(windows, desc="fp32", disable=args.quiet):
-        lp = log_softmax(m.logits(w, "fp32"))
-        ref_lp.append(lp.astype(np.float16))
-        ref_top1.append(lp.argmax(-1))
-        ref_nll.append(-lp[np.arange(len(w) - 1), w[1:]])
-    ref_nll = np.concatenate(ref_nll)
+    windows, ref_lp, ref_top1, ref_nll = fp32_reference(m, args.windows, args.seqlen, args.quiet)
     rows = []
     for b in args.bits:
         t0 = time.perf_counter()

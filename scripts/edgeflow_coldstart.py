@@ -163,7 +163,12 @@ def speedups(rows, bits_list=(7, 4)):
     return out
 
 
-def ablation(cfg: str, params=None, prompt: int = 512, chunk: int = 128):
+def ablation(cfg: str, params=None, prompt: int = 512, chunk: int = 128, sync_us=None):
+    """The pipeline ablation; sync_us overrides the profile's CPU-NPU sync (an assumed 400 us
+    per edge, borrowed from HeteroLLM's GPU-NPU figure) to show what +Place pays for it."""
+    profile = system_profile("edgeflow", params)
+    if sync_us is not None:
+        profile["cost_model"]["sync"]["cpu_npu_us"]["value"] = sync_us
     steps = [
         ("llm.npu", "w8a8", "in-order"),
         ("+Place", "edgeflow", "in-order"),
@@ -172,9 +177,7 @@ def ablation(cfg: str, params=None, prompt: int = 512, chunk: int = 128):
     ]
     out, prev = [], None
     for name, plan, policy in steps:
-        s = socllm.simulate(
-            cfg, system_profile("edgeflow", params), plan, prompt, chunk=chunk, policy=policy
-        ).summary()
+        s = socllm.simulate(cfg, profile, plan, prompt, chunk=chunk, policy=policy).summary()
         procs = s["processors"] if "processors" in s else {}
         row = {
             "step": name,
@@ -235,7 +238,17 @@ def evaluate(configs, params=None) -> dict:
         "speedups": {str(k): v for k, v in speedups(rows).items()},
         "llmnpu_llama3_128_s": cold("llama-3-8b", "llm.npu+", 8, 128, params)["ttft_ms"] / 1e3,
         "long_prompt_vs_llmnpu": long_prompt_speedups(rows),
-        "ablation": {cfg: ablation(cfg, params) for cfg in ("llama-3-8b",)},
+        # chunks of 128 (4 chunks: stealing cannot trigger, at most 4 NPU tasks are ready) and
+        # of 32 (16 chunks: it can, at the price of 4x the NPU calls)
+        "ablation": {
+            **{
+                f"llama-3-8b, chunk {chunk}": ablation("llama-3-8b", params, chunk=chunk)
+                for chunk in (128, 32)
+            },
+            "llama-3-8b, chunk 128, no CPU-NPU sync cost": ablation(
+                "llama-3-8b", params, sync_us=0
+            ),
+        },
         "energy": energy_rows(params),
     }
 

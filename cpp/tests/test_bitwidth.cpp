@@ -168,7 +168,7 @@ TEST(Bitwidth, AllocationBaselinesAndBudgets) {
 }
 
 namespace {
-// Summed cost and error of every allocation of `rows` channels (8^rows of them).
+// Calls f on every allocation of `rows` channels (8^rows of them).
 template <class F>
 void each_allocation(int64_t rows, F&& f) {
   std::vector<uint8_t> b(static_cast<size_t>(rows), 1);

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
+from .calibrate_edgeflow import BIT_IMPORTANCE, BITWIDTH_SCOPES
 from .io_utils import check_distinct_outputs, check_output_path
 from .io_utils import emit_json as _emit_json
 
@@ -459,14 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument(
         "--bit-scope",
-        choices=("per-tensor", "global-ttft"),
+        choices=BITWIDTH_SCOPES,
         default=None,
         help="bitwidths step: Algorithm 1 per tensor (the paper), or one heap over every channel "
         "at the per-tensor allocation's modelled cold-start time (global-ttft)",
     )
     k.add_argument(
         "--bit-importance",
-        choices=("output-share", "output-absolute", "none"),
+        choices=BIT_IMPORTANCE,
         default=None,
         help="bitwidths step, global-ttft: what weights a channel's error (calibrate_edgeflow)",
     )

@@ -230,13 +230,14 @@ def cmd_calibrate(args) -> int:
 def cmd_cold_start(args) -> int:
     from .calibrate import corpus_tokens, held_out_tokens
     from .coldstart import cold_start
-    from .model import LanguageModel
+    from .model import FileTokenizer
     from .registry import resolve_model_file
 
     files = [resolve_model_file(m.strip(), progress=not args.quiet) for m in args.model.split(",")]
     _check_outputs({"--json": args.json}, [*files, *_inputs(None, args.calib)])
-    # The prompt: held-out WikiText-2 tokens of the first file's tokenizer.
-    prompt = held_out_tokens(corpus_tokens(LanguageModel(files[0])))[: args.prompt_tokens]
+    # The prompt: held-out WikiText-2 tokens of the first file's tokenizer (its weights are not
+    # loaded: that would put the file in the page cache before its cold start).
+    prompt = held_out_tokens(corpus_tokens(FileTokenizer(files[0])))[: args.prompt_tokens]
     rows = cold_start(
         files,
         prompt=prompt,

@@ -105,6 +105,28 @@ class PerplexityResult:
         return {k: v for k, v in self.__dict__.items() if k != "token_nll"}
 
 
+def _file_tokenizer(path: Path):
+    try:
+        return load_tokenizer_json(_read_tokenizer_json(path))
+    except FormatError:
+        raise
+    except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+        raise FormatError(f"{path}: tokenizer/json is not a valid tokenizer ({e})") from e
+
+
+class FileTokenizer:
+    """A model file's tokenizer without its weights (``tokenize``, ``tokenizer``: what
+    ``calibrate.corpus_tokens`` needs), for work that must not load the model, e.g. a cold
+    start's prompt."""
+
+    def __init__(self, model_file: str | os.PathLike):
+        self.path = Path(model_file)
+        self.tokenizer = _file_tokenizer(self.path)
+
+    def tokenize(self, text: str) -> list[int]:
+        return LanguageModel.tokenize(self, text)
+
+
 class LanguageModel:
     """A model loaded into the socllm engine. Create with :func:`socllm.load`."""
 
@@ -121,11 +143,7 @@ class LanguageModel:
         self._model = _core.Model.load(str(self.path))
         self._engine = _core.Engine(self._model)
         self.config: Mapping = MappingProxyType(dict(self._model.config))
-        tok_json = _read_tokenizer_json(self.path)
-        try:
-            self.tokenizer = load_tokenizer_json(tok_json)
-        except Exception as e:  # tokenizers raises a bare Exception on bad JSON
-            raise FormatError(f"{self.path}: tokenizer/json is not a valid tokenizer ({e})") from e
+        self.tokenizer = _file_tokenizer(self.path)
         self.calibration_path: Path | None = None
         self.calibration_provenance: dict = {}  # the loaded file's attributes (corpus, seed...)
         if calib is not None:

@@ -29,6 +29,23 @@ def test_tokenize_detokenize_round_trip(smollm):
     assert smollm.tokenize("") == []
 
 
+def test_file_tokenizer_is_the_models_without_its_weights(smollm, tmp_path):
+    from socllm.model import FileTokenizer
+
+    tok = FileTokenizer(smollm.path)
+    text = "The cold start reads 5-bit weightlets, then prefills."
+    assert tok.tokenize(text) == smollm.tokenize(text)
+    with pytest.raises(socllm.InvalidArgumentError, match="expects a str"):
+        tok.tokenize(b"bytes")
+    bad = tmp_path / "no_tokenizer.h5"
+    import h5py
+
+    with h5py.File(bad, "w") as f:
+        f.attrs["format"] = "socllm"
+    with pytest.raises(socllm.FormatError, match="has no tokenizer"):
+        FileTokenizer(bad)
+
+
 def test_logits_array_contract(smollm):
     ids = smollm.tokenize("The capital of France is")
     lg = smollm.logits(ids)

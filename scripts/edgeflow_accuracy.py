@@ -100,21 +100,30 @@ def fp32_reference(m, n_windows: int, seqlen: int, quiet: bool):
     return windows, ref_lp, ref_top1, np.concatenate(ref_nll)
 
 
+def add_window_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--windows", type=int, default=16)
+    ap.add_argument("--seqlen", type=int, default=512)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quiet", action="store_true")
+
+
+def load_with_reference(args):
+    """The model of --model/--calib and fp32_reference on its --windows x --seqlen tokens."""
+    if args.json:
+        check_output_path(args.json, what="--json")
+    m = socllm.load(args.model, calib=args.calib, progress=not args.quiet)
+    return (m, *fp32_reference(m, args.windows, args.seqlen, args.quiet))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--calib", required=True)
     ap.add_argument("--bits", type=float, nargs="+", default=[4.0, 5.0, 6.0, 7.0])
     ap.add_argument("--ablation-bits", type=float, default=5.0)
-    ap.add_argument("--windows", type=int, default=16)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--quiet", action="store_true")
+    add_window_args(ap)
     args = ap.parse_args(argv)
-    if args.json:
-        check_output_path(args.json, what="--json")
-    m = socllm.load(args.model, calib=args.calib, progress=not args.quiet)
-    windows, ref_lp, ref_top1, ref_nll = fp32_reference(m, args.windows, args.seqlen, args.quiet)
+    m, windows, ref_lp, ref_top1, ref_nll = load_with_reference(args)
     c = m.config
     q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
     n_params = c["n_layers"] * (

@@ -25,15 +25,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import socllm
 from socllm.calibrate import load_calibration
 from socllm.calibrate_edgeflow import using_calibration
 from socllm.calibration_steps import run_steps
-from socllm.io_utils import check_output_path, emit_json
+from socllm.io_utils import emit_json
 from socllm.report import paired_nll_vs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgeflow_accuracy import evaluate, fp32_reference  # noqa: E402
+from edgeflow_accuracy import add_window_args, evaluate, load_with_reference  # noqa: E402
 
 
 def metrics(ref_nll, r: dict, mean_bits: float, load_s: float) -> dict:
@@ -59,15 +58,9 @@ def main(argv=None) -> int:
         default=["output-share", "output-absolute", "none"],
         help="the global heap's error weightings to compare (calibrate_edgeflow.BIT_IMPORTANCE)",
     )
-    ap.add_argument("--windows", type=int, default=16)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--quiet", action="store_true")
+    add_window_args(ap)
     args = ap.parse_args(argv)
-    if args.json:
-        check_output_path(args.json, what="--json")
-    m = socllm.load(args.model, calib=args.calib, progress=not args.quiet)
-    windows, ref_lp, ref_top1, ref_nll = fp32_reference(m, args.windows, args.seqlen, args.quiet)
+    m, windows, ref_lp, ref_top1, ref_nll = load_with_reference(args)
     rows = []
     for b in args.bits:
         t0 = time.perf_counter()

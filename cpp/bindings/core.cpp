@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "socllm/handoff.h"
 
 namespace socllm::py_bind {
 
@@ -293,6 +294,37 @@ void init_core(py::module_& m) {
         return d;
       },
       "OpenBLAS kernel set (core name) and build configuration in use.");
+  m.def("wait_methods", &wait_method_names, "The handoff waiting methods (handoff.h).");
+  m.def(
+      "measure_handoff",
+      [](const std::string& method, const py::handle& iterations, double work_us,
+         double predicted_us, double sleep_margin_us, const py::handle& warmup) {
+        HandoffOptions o;
+        o.method = wait_method_from_name(method);
+        o.iterations = to_int64(iterations, "measure_handoff", "iterations");
+        o.warmup = to_int64(warmup, "measure_handoff", "warmup");
+        o.work_us = work_us;
+        o.predicted_us = predicted_us;
+        o.sleep_margin_us = sleep_margin_us;
+        HandoffSamples r;
+        {
+          py::gil_scoped_release nogil;
+          r = measure_handoff(o);
+        }
+        py::dict d;
+        d["latency_us"] =
+            py::array_t<double>(py::ssize_t(r.latency_us.size()), r.latency_us.data());
+        d["waiter_cpu_us"] =
+            py::array_t<double>(py::ssize_t(r.waiter_cpu_us.size()), r.waiter_cpu_us.data());
+        d["wait_us"] = py::array_t<double>(py::ssize_t(r.wait_us.size()), r.wait_us.data());
+        return d;
+      },
+      py::arg("method"), py::arg("iterations") = 1000, py::arg("work_us") = 200.0,
+      py::arg("predicted_us") = -1.0, py::arg("sleep_margin_us") = 100.0, py::arg("warmup") = 20,
+      "Two threads hand work over: a device thread busy-works work_us and raises a flag, this "
+      "thread waits by `method` (condvar, futex, spin, sleep-poll: sleep predicted_us - margin, "
+      "then poll; predicted_us < 0 = work_us). Per handoff: latency_us (flag raised -> seen), "
+      "waiter_cpu_us (this thread's CPU time in the wait), wait_us (handoff.h).");
 }
 
 }  // namespace socllm::py_bind

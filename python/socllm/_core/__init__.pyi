@@ -17,7 +17,7 @@ import typing
 from . import sim
 from . import ops
 from . import quant
-__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph']
+__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'measure_handoff', 'num_threads', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph', 'wait_methods']
 class GgufFile:
     """
     A GGUF file: metadata, tensor index, dequantization.
@@ -351,6 +351,10 @@ def log_level() -> str:
     ...
 def max_num_threads() -> int:
     ...
+def measure_handoff(method: str, iterations: typing.Any = 1000, work_us: typing.SupportsFloat | typing.SupportsIndex = 200.0, predicted_us: typing.SupportsFloat | typing.SupportsIndex = -1.0, sleep_margin_us: typing.SupportsFloat | typing.SupportsIndex = 100.0, warmup: typing.Any = 20) -> dict:
+    """
+    Two threads hand work over: a device thread busy-works work_us and raises a flag, this thread waits by `method` (condvar, futex, spin, sleep-poll: sleep predicted_us - margin, then poll; predicted_us < 0 = work_us). Per handoff: latency_us (flag raised -> seen), waiter_cpu_us (this thread's CPU time in the wait), wait_us (handoff.h).
+    """
 def num_threads() -> int:
     ...
 def prefill_graph_rows(prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex) -> int:
@@ -366,5 +370,9 @@ def set_num_threads(n: typing.Any) -> None:
 def task_graph(config: typing.Any, plan: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0) -> sim.TaskGraph:
     """
     The prefill task graph of a config (block.h), shadow loads expected (shadow_channels).
+    """
+def wait_methods() -> list[str]:
+    """
+    The handoff waiting methods (handoff.h).
     """
 DEFAULT_SHADOW_CHANNELS: float = 10.0

@@ -50,7 +50,6 @@ SYSTEMS = [
     ("edgeflow", 5),
     ("edgeflow", 4),
 ]
-NPU_SYSTEMS = ("edgeflow", "llm.npu+")
 PAPER_LLMNPU_TTFT_S = 9.1  # seed 004 Fig. 1: llm.npu+ cold start, Llama3-8B, 128 tokens
 PAPER_LONG_PROMPT_VS_LLMNPU = (1.37, 1.41)  # §5.2: MMLU and HellaSwag
 
@@ -73,9 +72,14 @@ FIT_BOUNDS = {
 _BASE = load_profile(DEVICE)
 
 
+def with_neutral(params: dict | None) -> dict:
+    """``params`` with every parameter it leaves out at its neutral value."""
+    return {**NEUTRAL, **(params or {})}
+
+
 def system_profile(system: str, params: dict | None) -> dict:
     """The device profile a system runs on under the system-level ``params``."""
-    p = {**NEUTRAL, **(params or {})}
+    p = with_neutral(params)
     prof = copy.deepcopy(_BASE)
     cm = prof["cost_model"]
     speed = p["cpu_speed"] * (p["mnn_speed"] if system == "mnn" else 1.0)
@@ -94,12 +98,13 @@ def system_profile(system: str, params: dict | None) -> dict:
 
 
 def cold(cfg: str, system: str, bits: float, prompt: int, params: dict | None) -> dict:
-    """One simulated cold start's summary; TTFT includes npu_setup_s for NPU systems."""
+    """One simulated cold start's summary; TTFT includes npu_setup_s for the systems whose
+    timeline uses the NPU."""
     s = socllm.simulate_cold_start(
         cfg, system_profile(system, params), system, bits=bits, prompt_len=prompt
     ).summary()
-    if system in NPU_SYSTEMS:
-        s["ttft_ms"] += 1e3 * {**NEUTRAL, **(params or {})}["npu_setup_s"]
+    if "npu" in s["processors"]:
+        s["ttft_ms"] += 1e3 * with_neutral(params)["npu_setup_s"]
     return s
 
 
@@ -233,7 +238,7 @@ def energy_rows(params) -> dict:
 def evaluate(configs, params=None) -> dict:
     rows = ttft_table(configs, params)
     return {
-        "params": {**NEUTRAL, **(params or {})},
+        "params": with_neutral(params),
         "rows": rows,
         "speedups": {str(k): v for k, v in speedups(rows).items()},
         "llmnpu_llama3_128_s": cold("llama-3-8b", "llm.npu+", 8, 128, params)["ttft_ms"] / 1e3,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <ctime>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -70,7 +71,7 @@ std::string wait_method_name(WaitMethod m) { return kNames[static_cast<int>(m)];
 std::vector<std::string> wait_method_names() { return {std::begin(kNames), std::end(kNames)}; }
 
 WaitMethod wait_method_from_name(const std::string& s) {
-  for (int i = 0; i < 4; ++i)
+  for (size_t i = 0; i < std::size(kNames); ++i)
     if (s == kNames[i]) return static_cast<WaitMethod>(i);
   throw InvalidArgument("[handoff] unknown wait method '" + s +
                         "' (known: condvar, futex, spin, sleep-poll)");

@@ -212,18 +212,15 @@ def _global_ttft_bits(
     pt = np.concatenate(per_tensor).astype(np.uint8)
     budget = float(_core.quant.allocation_cost(C, pt))
     g = _core.quant.allocate_bits_budgeted(E, C, budget)
-    out, start = {}, 0
+    out, kinds, start = {}, {}, 0
     for t in tensors:
-        rows = t["Ws"].shape[0]
-        out[(t["layer"], t["tensor"])] = g[start : start + rows]
-        start += rows
-    kinds: dict = {}
-    for t in tensors:
+        n_out, n_in_t = t["Ws"].shape
+        gb = out[(t["layer"], t["tensor"])] = g[start : start + n_out]
+        start += n_out
         k = kinds.setdefault(t["tensor"], {"weights": 0, "per_tensor": 0.0, "global": 0.0})
-        gb = out[(t["layer"], t["tensor"])].astype(np.float64)
         k["weights"] += t["Ws"].size
-        k["per_tensor"] += float(t["alloc"].astype(np.float64).sum() * t["Ws"].shape[1])
-        k["global"] += float(gb.sum() * t["Ws"].shape[1])
+        k["per_tensor"] += float(t["alloc"].astype(np.float64).sum() * n_in_t)
+        k["global"] += float(gb.astype(np.float64).sum() * n_in_t)
     w = n_in.astype(np.float64)
     report = {
         "device": device,

@@ -114,6 +114,22 @@ def _file_tokenizer(path: Path):
         raise FormatError(f"{path}: tokenizer/json is not a valid tokenizer ({e})") from e
 
 
+def _tokenize(tokenizer, text: str) -> list[int]:
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"tokenize expects a str, got {type(text).__name__}")
+    try:
+        return tokenizer.encode(text).ids
+    except TypeError:  # tokenizers' only word for a str it cannot take: not UTF-8 encodable
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"tokenize: the text has a lone surrogate {text[e.start]!r} at index "
+                f"{e.start} (not valid Unicode)"
+            ) from None
+        raise
+
+
 class FileTokenizer:
     """A model file's tokenizer without its weights (``tokenize``, ``tokenizer``: what
     ``calibrate.corpus_tokens`` needs), for work that must not load the model, e.g. a cold
@@ -124,7 +140,7 @@ class FileTokenizer:
         self.tokenizer = _file_tokenizer(self.path)
 
     def tokenize(self, text: str) -> list[int]:
-        return LanguageModel.tokenize(self, text)
+        return _tokenize(self.tokenizer, text)
 
 
 class LanguageModel:
@@ -284,19 +300,7 @@ class LanguageModel:
 
     # -- text <-> ids -------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise InvalidArgumentError(f"tokenize expects a str, got {type(text).__name__}")
-        try:
-            return self.tokenizer.encode(text).ids
-        except TypeError:  # tokenizers' only word for a str it cannot take: not UTF-8 encodable
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise InvalidArgumentError(
-                    f"tokenize: the text has a lone surrogate {text[e.start]!r} at index "
-                    f"{e.start} (not valid Unicode)"
-                ) from None
-            raise
+        return _tokenize(self.tokenizer, text)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         ids = _token_ids(ids, "detokenize")

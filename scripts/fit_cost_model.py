@@ -32,6 +32,7 @@ from socllm.devices.fit import (  # noqa: E402
     DEVICES,
     TABLE,
     borrowed,
+    characterizations_8gen3,
     cost_model_8gen3,
     fit,
     predict,
@@ -53,6 +54,7 @@ def main() -> int:
     fitted = fit(rows, train)
     p3 = json.loads((DEVICES / "snapdragon-8gen3.json").read_text())
     p3["cost_model"] = cost_model_8gen3(p3, fitted)
+    p3["characterizations"] = characterizations_8gen3(p3)
     preds = predict(rows, p3)
 
     print(

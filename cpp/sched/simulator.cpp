@@ -41,6 +41,10 @@ struct Problem {
   std::array<double, kProcs> power_w{};
   std::vector<std::vector<int64_t>> succ;
   std::vector<double> cpu_dur;  // durations on the CPU (position-steal), empty otherwise
+  // Memory contention (seed 002 §3.3): each task's DRAM bytes, and the bandwidth (bytes/µs)
+  // processors running at once share; null: none.
+  std::vector<double> bytes;
+  std::function<double(const std::vector<soc::Processor>&)> shared_bytes_per_us;
   // ready time of task t given the end times of its dependencies and where each ran (null:
   // where the graph places it)
   double ready_time(int64_t t, const std::vector<double>& end,
@@ -67,6 +71,9 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
     const size_t pi = proc_index(s.processor);
     u.busy_us += s.end_us - s.start_us;
     u.tasks += 1;
+    const size_t ti = static_cast<size_t>(s.task);
+    const double alone = s.processor == tasks[ti].processor ? pb.dur[ti] : pb.cpu_dur[ti];
+    u.contention_us += std::max(0.0, s.end_us - s.start_us - alone);
     u.first_start_us = seen[pi] ? std::min(u.first_start_us, s.start_us) : s.start_us;
     u.last_end_us = seen[pi] ? std::max(u.last_end_us, s.end_us) : s.end_us;
     seen[pi] = true;
@@ -98,6 +105,44 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
   }
 }
 
+// Max-min fair sharing of the bandwidth the running processors reach together (a DRAM
+// controller arbitrating its masters): tasks demanding less than an equal share get their
+// demand, the rest split what is left. A task's progress rate is its share / its demand (its
+// duration alone already holds its own processor's bandwidth limit, so one task alone runs at
+// rate 1). When a rate changes, the task's end moves so its remaining work is done at the new
+// rate.
+void share_bandwidth(const Problem& pb, const std::array<int64_t, kProcs>& running,
+                     const std::array<double, kProcs>& demand, std::array<double, kProcs>& rate,
+                     std::vector<double>& end, double now) {
+  std::vector<size_t> active;
+  std::vector<soc::Processor> procs;
+  for (size_t p = 0; p < kProcs; ++p)
+    if (running[p] >= 0 && static_cast<soc::Processor>(p) != soc::Processor::Io) {
+      active.push_back(p);
+      procs.push_back(static_cast<soc::Processor>(p));
+    }
+  std::array<double, kProcs> next;
+  next.fill(1.0);
+  if (active.size() >= 2) {
+    double left = pb.shared_bytes_per_us(procs);
+    std::sort(active.begin(), active.end(),
+              [&](size_t a, size_t b) { return demand[a] < demand[b]; });
+    for (size_t i = 0; i < active.size(); ++i) {
+      const size_t p = active[i];
+      const double fair = left / static_cast<double>(active.size() - i);
+      const double got = std::min(demand[p], fair);
+      next[p] = demand[p] > 0 ? got / demand[p] : 1.0;
+      left -= got;
+    }
+  }
+  for (size_t p = 0; p < kProcs; ++p) {
+    if (running[p] < 0 || next[p] == rate[p]) continue;
+    double& e = end[static_cast<size_t>(running[p])];
+    e = now + (e - now) * rate[p] / next[p];
+    rate[p] = next[p];
+  }
+}
+
 // Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
 // ready tasks (dependencies finished and synchronized by now).
 Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold = 5) {
@@ -113,6 +158,10 @@ Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold
   std::array<size_t, kProcs> head{};
   std::array<int64_t, kProcs> running;
   running.fill(-1);
+  // Progress rate of each processor's running task (1 = as fast as alone) and its bandwidth
+  // demand (bytes/µs alone).
+  std::array<double, kProcs> rate, demand{};
+  rate.fill(1.0);
   std::vector<soc::Processor> ran_on(n);
   for (size_t i = 0; i < n; ++i) ran_on[i] = tasks[i].processor;
   const bool by_position = policy == Policy::PositionFirst || policy == Policy::PositionSteal;
@@ -205,7 +254,10 @@ Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold
               : pb.cpu_dur[static_cast<size_t>(pick)];
       tl.spans[static_cast<size_t>(pick)] = {pick, now, now + d, ran_on[static_cast<size_t>(pick)]};
       end[static_cast<size_t>(pick)] = now + d;
+      rate[p] = 1.0;
+      demand[p] = pb.shared_bytes_per_us && d > 0 ? pb.bytes[static_cast<size_t>(pick)] / d : 0.0;
     }
+    if (pb.shared_bytes_per_us) share_bandwidth(pb, running, demand, rate, end, now);
     // Next event: the earliest completion, or a ready task whose sync delay ends.
     double next = kInf;
     for (size_t p = 0; p < kProcs; ++p) {
@@ -220,6 +272,7 @@ Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold
     for (size_t p = 0; p < kProcs; ++p) {
       const int64_t r = running[p];
       if (r < 0 || end[static_cast<size_t>(r)] > now) continue;
+      tl.spans[static_cast<size_t>(r)].end_us = end[static_cast<size_t>(r)];
       running[p] = -1;
       ++done;
       for (int64_t s : pb.succ[static_cast<size_t>(r)]) {
@@ -336,6 +389,8 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
   return tl;
 }
 
+Timeline optimal(const Problem& pb, const SimOptions& opts);
+
 Timeline run(const Problem& pb, const SimOptions& opts) {
   pb.g.validate();
   if (pb.dur.size() != pb.g.tasks().size())
@@ -354,6 +409,13 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
     throw InvalidArgument("[simulate] steal_threshold must be >= 0, got " +
                           std::to_string(opts.steal_threshold));
   if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy, opts.steal_threshold);
+  // Branch and bound works on fixed durations: the optimum ignores memory contention.
+  Problem fixed = pb;
+  fixed.shared_bytes_per_us = nullptr;
+  return optimal(fixed, opts);
+}
+
+Timeline optimal(const Problem& pb, const SimOptions& opts) {
   if (pb.g.size() > opts.optimal_max_tasks)
     throw InvalidArgument("[simulate] optimal policy on " + std::to_string(pb.g.size()) +
                           " tasks: at most " + std::to_string(opts.optimal_max_tasks) +
@@ -391,10 +453,12 @@ nlohmann::json Timeline::summary() const {
   for (int p = 0; p < soc::kNumProcessors; ++p) {
     const auto& u = usage[static_cast<size_t>(p)];
     if (u.tasks == 0) continue;
-    procs[soc::processor_name(static_cast<soc::Processor>(p))] = {{"busy_ms", u.busy_us / 1e3},
-                                                                  {"bubble_rate", u.bubble_rate},
-                                                                  {"tasks", u.tasks},
-                                                                  {"energy_mj", u.energy_mj}};
+    procs[soc::processor_name(static_cast<soc::Processor>(p))] = {
+        {"busy_ms", u.busy_us / 1e3},
+        {"bubble_rate", u.bubble_rate},
+        {"contention_ms", u.contention_us / 1e3},
+        {"tasks", u.tasks},
+        {"energy_mj", u.energy_mj}};
   }
   return {{"policy", policy},
           {"device", device},
@@ -420,12 +484,25 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
              task_durations_us(g, cost),
              [&cost](soc::Processor a, soc::Processor b) { return cost.sync_us(a, b); },
              {},
-             g.successors()};
+             g.successors(),
+             {},
+             {},
+             {}};
   const bool steal = opts.policy == Policy::PositionSteal;
   if (steal)  // what each task would take on the CPU, should it be stolen
     for (const auto& t : g.tasks())
       pb.cpu_dur.push_back(
           t.processor == soc::Processor::Npu ? cost.latency_us(t.ops, soc::Processor::Cpu) : 0.0);
+  if (opts.memory_contention && cost.has_memory_model()) {
+    for (const auto& t : g.tasks()) {
+      double b = 0;
+      for (const auto& o : t.ops) b += soc::dram_bytes(o);
+      pb.bytes.push_back(b);
+    }
+    pb.shared_bytes_per_us = [&cost](const std::vector<soc::Processor>& procs) {
+      return cost.shared_bandwidth_gbps(procs) * 1e3;  // GB/s = 1e3 bytes/µs
+    };
+  }
   for (int p = 0; p < soc::kNumProcessors; ++p) {
     const auto proc = static_cast<soc::Processor>(p);
     const bool used = (steal && proc == soc::Processor::Cpu) ||
@@ -444,7 +521,10 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
              duration_us,
              [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; },
              {},
-             g.successors()};
+             g.successors(),
+             {},
+             {},
+             {}};
   if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size())
     for (double d : duration_us) pb.cpu_dur.push_back(d * opts.steal_cpu_time_ratio);
   return run(pb, opts);

@@ -95,6 +95,32 @@ OpDesc OpDesc::from_json(const nlohmann::json& j) {
 
 // ---------------------------------------------------------------------------------------------
 
+std::vector<std::string> DeviceProfile::characterizations() const {
+  std::vector<std::string> out;
+  if (j_.contains("characterizations") && j_["characterizations"].is_object())
+    for (const auto& [k, _] : j_["characterizations"].items()) out.push_back(k);
+  return out;
+}
+
+DeviceProfile DeviceProfile::with_characterization(const std::string& name) const {
+  if (name.empty() || name == "default") return *this;
+  const auto known = characterizations();
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    std::string list = "default";
+    for (const auto& k : known) list += ", " + k;
+    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "' has no characterization '" +
+                          name + "' (known: " + list + ")");
+  }
+  const auto& c = j_["characterizations"][name];
+  if (!c.is_object() || !c.contains("cost_model") || !c["cost_model"].is_object())
+    throw FormatError("[DeviceProfile] profile '" + name_ + "': characterization '" + name +
+                      "' needs a 'cost_model' object (a merge patch of /cost_model)");
+  DeviceProfile out = *this;
+  out.j_["cost_model"].merge_patch(c["cost_model"]);
+  out.characterization_ = name;
+  return out;
+}
+
 DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
     throw FormatError("[DeviceProfile] " + origin + ": a profile is a JSON object with a 'name'");
@@ -129,7 +155,8 @@ std::string DeviceProfile::source(const std::string& pointer) const {
 
 // ---------------------------------------------------------------------------------------------
 
-CostModel::CostModel(DeviceProfile profile) : p_(std::move(profile)) {}
+CostModel::CostModel(DeviceProfile profile, SyncOptions sync)
+    : p_(std::move(profile)), sync_(sync) {}
 
 double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   const std::string pn = processor_name(on);
@@ -155,12 +182,31 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   const double padded = 2.0 * static_cast<double>(round_up(op.m, tm)) *
                         static_cast<double>(round_up(kg, tk)) *
                         static_cast<double>(round_up(op.n, tn));
+  // Weights streamed at the compute format (seed 001 Table 3's fit), or as stored when the
+  // kernel dequantizes on the fly (a W4A16 kernel reads int4 + scales: <dtype>_weights_as_stored).
+  const bool as_stored = p_.has(c + "weights_as_stored") &&
+                         p_.number(c + "weights_as_stored", why) > 0 && op.weight_bytes > 0;
   const double weight_bytes =
-      static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
+      as_stored ? static_cast<double>(op.weight_bytes) / static_cast<double>(g)
+                : static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
+  // Order and shape sensitivity of a weight-stall array (seed 002 §3.2, Fig. 5), when the
+  // characterization models them: the weights [n, k] stream through an array holding the
+  // activations [k, m] (HeteroLLM's order); efficiency grows with the streamed tensor's
+  // rows / columns r = n / k as e_min + (1 - e_min) r / (r + r_half) (Fig. 5 is only a plot:
+  // the form is our choice, e_min = the GPU level the worst case regresses to, r_half fitted), and
+  // drops by order_penalty (6x, Fig. 5) when the stationary operand is the larger one (m > n).
+  double efficiency = 1.0;
+  if (p_.has(c + "shape_ratio_half")) {
+    const double r = static_cast<double>(op.n) / static_cast<double>(std::max<int64_t>(kg, 1));
+    const double r_half = p_.number(c + "shape_ratio_half", why);
+    const double e_min = p_.number(c + "shape_efficiency_min", why);
+    efficiency = e_min + (1.0 - e_min) * r / (r + r_half);
+    if (op.m > op.n) efficiency /= p_.number(c + "order_penalty", why);
+  }
   // Roofline of one sub-matmul: compute on padded tiles vs streaming its weights (Table 3's
   // small-M rows follow the weight bytes on every processor).
-  double us = overhead +
-              static_cast<double>(g) * std::max(padded / (gops * 1e3), weight_bytes / (gbps * 1e3));
+  double us = overhead + static_cast<double>(g) * std::max(padded / (gops * efficiency * 1e3),
+                                                           weight_bytes / (gbps * 1e3));
   if (g > 1) {
     OpDesc red;
     red.kind = OpKind::Elementwise;
@@ -271,9 +317,36 @@ double CostModel::sync_us(Processor from, Processor to) const {
   if (from == to) return 0.0;
   const bool gpu = from == Processor::Gpu || to == Processor::Gpu;
   const bool npu = from == Processor::Npu || to == Processor::Npu;
-  const std::string key = gpu && npu ? "gpu_npu_us" : gpu ? "cpu_gpu_us" : "cpu_npu_us";
-  return p_.number("/cost_model/sync/" + key, std::string("synchronizing ") + processor_name(from) +
-                                                  " -> " + processor_name(to));
+  const std::string why =
+      std::string("synchronizing ") + processor_name(from) + " -> " + processor_name(to);
+  if (!(gpu && npu))
+    return p_.number(gpu ? "/cost_model/sync/cpu_gpu_us" : "/cost_model/sync/cpu_npu_us", why);
+  // GPU <-> NPU (seed 002 §3.1, §4.2; SyncOptions).
+  const std::string s = "/cost_model/sync/";
+  double us = p_.number(s + (sync_.fast ? "fast_gpu_npu_us" : "gpu_npu_us"), why);
+  if (to == Processor::Gpu && !(sync_.fast && sync_.gpu_queue_kept))
+    us += p_.number(s + (sync_.fast ? "fast_gpu_resubmit_us" : "gpu_resubmit_us"), why);
+  return us;
+}
+
+bool CostModel::has_memory_model() const {
+  return p_.has("/cost_model/memory/two_processors_gbps") && p_.has("/cost_model/memory/peak_gbps");
+}
+
+double CostModel::shared_bandwidth_gbps(const std::vector<Processor>& processors) const {
+  const std::string m = "/cost_model/memory/";
+  const std::string why =
+      "memory contention of " + std::to_string(processors.size()) + " processors";
+  if (processors.size() == 1)
+    return p_.number(
+        m + processor_name(processors[0] == Processor::CpuAux ? Processor::Cpu : processors[0]) +
+            std::string("_gbps"),
+        why);
+  return p_.number(m + (processors.size() == 2 ? "two_processors_gbps" : "peak_gbps"), why);
+}
+
+double dram_bytes(const OpDesc& op) {
+  return static_cast<double>(op.weight_bytes) + static_cast<double>(op.activation_bytes);
 }
 
 }  // namespace socllm::soc

@@ -369,3 +369,132 @@ TEST(Trace, OneTrackPerProcessorAndOneEventPerTask) {
   }
   EXPECT_EQ(complete, 4);
 }
+
+namespace {
+// A GPU + NPU profile with the memory model (seed 002 §3.3 shape, round numbers) and a
+// HeteroLLM-like characterization.
+nlohmann::json hetero_profile() {
+  auto n = [](double v) { return nlohmann::json{{"value", v}, {"unit", "-"}, {"source", "test"}}; };
+  nlohmann::json j = tiny_profile();
+  auto& cm = j["cost_model"];
+  for (const char* p : {"npu", "gpu"}) {
+    cm[p]["fp16_overhead_us"] = n(0);
+    cm[p]["fp16_compute_gops"] = n(1e9);  // memory-bound tasks
+    cm[p]["fp16_weight_gbps"] = n(40);
+    cm[p]["fp16_weights_as_stored"] = n(1);
+  }
+  cm["memory"]["npu_gbps"] = n(40);
+  cm["memory"]["gpu_gbps"] = n(40);
+  cm["memory"]["cpu_gbps"] = n(40);
+  cm["memory"]["two_processors_gbps"] = n(60);
+  cm["memory"]["peak_gbps"] = n(68);
+  cm["sync"]["gpu_npu_us"] = n(400);
+  cm["sync"]["gpu_resubmit_us"] = n(75);
+  cm["sync"]["fast_gpu_npu_us"] = n(5);
+  cm["sync"]["fast_gpu_resubmit_us"] = n(30);
+  cm["power"]["gpu_w"] = n(4);
+  j["characterizations"]["shapes"]["cost_model"]["npu"] = {{"fp16_compute_gops", n(1000)},
+                                                           {"fp16_shape_ratio_half", n(1)},
+                                                           {"fp16_shape_efficiency_min", n(0.1)},
+                                                           {"fp16_order_penalty", n(6)}};
+  return j;
+}
+
+// One fp16 matmul op streaming `bytes` of weights (1 row: memory-bound).
+sched::Task stream_task(const std::string& name, Processor p, int64_t bytes,
+                        std::vector<int64_t> deps = {}) {
+  sched::Task t;
+  t.name = name;
+  t.processor = p;
+  t.deps = std::move(deps);
+  soc::OpDesc o;
+  o.kind = soc::OpKind::MatMul;
+  o.dtype = soc::DType::Fp16;
+  o.m = 1;
+  o.k = 1000;
+  o.n = 1000;
+  o.weight_bytes = bytes;
+  t.ops = {o};
+  return t;
+}
+}  // namespace
+
+TEST(Simulator, MemoryContentionSharesBandwidthMaxMinFair) {
+  const soc::CostModel cm(soc::DeviceProfile::from_json(hetero_profile(), "test"));
+  ASSERT_TRUE(cm.has_memory_model());
+  // Each alone: 4 MB at 40 GB/s = 100 µs. Together they share 60 GB/s: 30 each, rate 0.75.
+  TaskGraph g;
+  g.add(stream_task("gpu", Processor::Gpu, 4'000'000));
+  g.add(stream_task("npu", Processor::Npu, 4'000'000));
+  auto t = sched::simulate(g, cm);
+  EXPECT_NEAR(t.spans[0].end_us, 100 / 0.75, 1e-9);
+  EXPECT_NEAR(t.spans[1].end_us, 100 / 0.75, 1e-9);
+  EXPECT_NEAR(t.usage[static_cast<size_t>(Processor::Gpu)].contention_us, 100 / 0.75 - 100, 1e-9);
+  // Off: each runs as alone.
+  sched::SimOptions off;
+  off.memory_contention = false;
+  EXPECT_DOUBLE_EQ(sched::simulate(g, cm, off).makespan_us, 100);
+  // Unequal lengths: the NPU's 50 µs task ends at 50 / 0.75; the GPU then has 50 µs of its own
+  // work left at rate 1.
+  TaskGraph h;
+  h.add(stream_task("gpu", Processor::Gpu, 4'000'000));
+  h.add(stream_task("npu", Processor::Npu, 2'000'000));
+  t = sched::simulate(h, cm);
+  EXPECT_NEAR(t.spans[1].end_us, 50 / 0.75, 1e-9);
+  EXPECT_NEAR(t.spans[0].end_us, 50 / 0.75 + 50, 1e-9);
+  // Max-min: a task demanding 10 GB/s (a 10x longer compute-bound op) keeps its demand; the
+  // other gets the 50 GB/s left, more than its 40: neither slows.
+  TaskGraph k;
+  k.add(stream_task("gpu", Processor::Gpu, 4'000'000));
+  auto slow = stream_task("npu", Processor::Npu, 4'000'000);
+  slow.ops[0].m = 500'000'000;  // 1e15 flops at 1e12 per µs: 1000 µs
+  k.add(slow);
+  sched::Timeline tk = sched::simulate(k, cm);
+  const double npu_alone = cm.latency_us(k.at(1).ops, Processor::Npu);
+  ASSERT_GT(npu_alone, 100.0);
+  // the NPU's demand 4e6 / npu_alone bytes/µs is below half of 60 GB/s
+  EXPECT_NEAR(tk.spans[0].end_us, 100, 1e-9);
+  EXPECT_NEAR(tk.spans[1].end_us, npu_alone, 1e-9);
+}
+
+TEST(CostModel, GpuNpuSynchronizationConventionalAndFast) {
+  const auto prof = soc::DeviceProfile::from_json(hetero_profile(), "test");
+  const soc::CostModel conv(prof);
+  EXPECT_DOUBLE_EQ(conv.sync_us(Processor::Gpu, Processor::Npu), 400);
+  EXPECT_DOUBLE_EQ(conv.sync_us(Processor::Npu, Processor::Gpu), 475);  // + emptied queue
+  const soc::CostModel prefill(prof, {.fast = true, .gpu_queue_kept = false});
+  EXPECT_DOUBLE_EQ(prefill.sync_us(Processor::Gpu, Processor::Npu), 5);
+  EXPECT_DOUBLE_EQ(prefill.sync_us(Processor::Npu, Processor::Gpu), 35);
+  const soc::CostModel decode(prof, {.fast = true, .gpu_queue_kept = true});
+  EXPECT_DOUBLE_EQ(decode.sync_us(Processor::Npu, Processor::Gpu), 5);
+  EXPECT_DOUBLE_EQ(decode.sync_us(Processor::Npu, Processor::Cpu), 7);  // not GPU-NPU
+}
+
+TEST(CostModel, CharacterizationPatchesAndNpuShapeSensitivity) {
+  const auto prof = soc::DeviceProfile::from_json(hetero_profile(), "test");
+  EXPECT_EQ(prof.characterizations(), std::vector<std::string>{"shapes"});
+  try {
+    (void)prof.with_characterization("qnn-magic");
+    FAIL() << "unknown characterization";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'qnn-magic'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("shapes"), std::string::npos);
+  }
+  const auto shaped = prof.with_characterization("shapes");
+  EXPECT_EQ(shaped.characterization(), "shapes");
+  EXPECT_DOUBLE_EQ(shaped.number("/cost_model/npu/fp16_compute_gops", "t"), 1000);
+  EXPECT_DOUBLE_EQ(shaped.number("/cost_model/npu/fp16_weight_gbps", "t"), 40);  // kept
+  const soc::CostModel cm(shaped);
+  soc::OpDesc mm;
+  mm.kind = soc::OpKind::MatMul;
+  mm.dtype = soc::DType::Fp16;
+  mm.m = 256;
+  mm.k = 4096;
+  mm.n = 4096;  // r = 1: efficiency 0.1 + 0.9 * 1/2 = 0.55
+  const double flops = 2.0 * 256 * 4096 * 4096;
+  EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), flops / (1000 * 0.55 * 1e3), 1e-6);
+  mm.n = 1024;  // FFN-down-like r = 1/4: 0.1 + 0.9 * 0.2 = 0.28
+  EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), flops / 4 / (1000 * 0.28 * 1e3), 1e-6);
+  mm.m = 2048;  // stationary activations larger than the streamed weights: 6x order penalty
+  EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), 8 * flops / 4 / (1000 * 0.28 / 6 * 1e3), 1e-6);
+}

@@ -17,7 +17,12 @@
 //                    ready takes the NPU's top ready task when more than `steal_threshold` (5 in
 //                    the paper) wait there, and runs it at its CPU cost;
 //   optimal          exact minimum makespan by branch and bound over all non-idling schedules
-//                    (small graphs only: InvalidArgument above `optimal_max_tasks`).
+//                    (small graphs only: InvalidArgument above `optimal_max_tasks`; on fixed
+//                    durations, without memory contention).
+// Memory contention (seed 002 §3.3; soc.h): with a cost model whose profile has the memory
+// model, tasks running at once on different processors share the bandwidth those processors
+// reach together, max-min fair by each task's DRAM bytes per µs; a task whose share is below its
+// demand progresses proportionally slower (ProcessorUsage::contention_us is the time it adds).
 #pragma once
 
 #include <array>
@@ -53,6 +58,8 @@ struct SimOptions {
   // task runs on the CPU than on the NPU (the 8 Elite profile's cpu_over_npu_matmul_time_ratio).
   int64_t steal_threshold = 5;
   double steal_cpu_time_ratio = 5.0;
+  // Share DRAM bandwidth between processors running at once (when the profile models it).
+  bool memory_contention = true;
 };
 
 struct TaskSpan {
@@ -70,6 +77,7 @@ struct ProcessorUsage {
   // "bubbles" of seed 001 §3.4 (37% on the critical path for in-order execution).
   double bubble_rate = 0;
   double first_start_us = 0, last_end_us = 0;
+  double contention_us = 0;  // time its tasks waited for DRAM bandwidth shared with others
 };
 
 struct Timeline {

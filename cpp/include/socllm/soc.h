@@ -86,6 +86,14 @@ class DeviceProfile {
   // From the JSON text of a profile; `origin` names it in error messages.
   static DeviceProfile from_json(const nlohmann::json& j, const std::string& origin);
   const std::string& name() const { return name_; }
+  // Named characterizations (/characterizations/<name>): alternative measurements of the same
+  // SoC by another software stack or tensor layout (e.g. seed 001's QNN FP16 matmul at 2 GFLOPS
+  // vs seed 002's ~10 TFLOPS), each a JSON merge patch of /cost_model with its sources.
+  std::vector<std::string> characterizations() const;
+  // This profile with /cost_model patched by characterization `name` ("" or "default": as is);
+  // InvalidArgument naming it and the known ones when absent.
+  DeviceProfile with_characterization(const std::string& name) const;
+  const std::string& characterization() const { return characterization_; }
   const nlohmann::json& json() const { return j_; }
   bool has(const std::string& pointer) const;
   // The "value" of the number at `pointer` (e.g. "/processors/npu/int8_gops"); MissingData
@@ -96,7 +104,19 @@ class DeviceProfile {
 
  private:
   std::string name_;
+  std::string characterization_ = "default";
   nlohmann::json j_;
+};
+
+// How results cross between the GPU and the NPU (seed 002 §3.1, §4.2). Conventional: a driver
+// synchronization and a buffer copy (/cost_model/sync/gpu_npu_us, >= 400 µs) and, into the GPU,
+// the resubmission of an emptied queue (gpu_resubmit_us, 50-100 µs). Fast: shared buffers and
+// predicted sleep then flag polling (fast_gpu_npu_us); into the GPU a resubmission only when the
+// GPU waited for the NPU (prefill is NPU-dominant: fast_gpu_resubmit_us), none when the NPU's
+// work is hidden under a queued GPU kernel (decode, GPU-dominant: gpu_queue_kept).
+struct SyncOptions {
+  bool fast = false;
+  bool gpu_queue_kept = false;
 };
 
 // Latency and power of operators on one device (parameters under /cost_model in the profile):
@@ -114,9 +134,14 @@ class DeviceProfile {
 //   flash reads: bytes / /cost_model/memory/flash_gbps; unpacking: weights /
 //   /cost_model/cpu/unpack_<format>_gweights_s (one thread; seed 004 §3.2, §5.4.2).
 // Synchronizing with Io costs nothing (a loader thread hands over a buffer in shared memory).
+//   memory contention (seed 002 §3.3): one processor alone reaches its own bandwidth
+//   (/cost_model/memory/<processor>_gbps, 40-45 GB/s), two together share
+//   two_processors_gbps (59.1), three or more peak_gbps (68); the simulator shares it among
+//   running tasks by their DRAM traffic (dram_bytes / duration).
 class CostModel {
  public:
-  explicit CostModel(DeviceProfile profile);
+  explicit CostModel(DeviceProfile profile, SyncOptions sync = {});
+  const SyncOptions& sync_options() const { return sync_; }
   const DeviceProfile& profile() const { return p_; }
   double latency_us(const OpDesc& op, Processor on) const;
   double latency_us(const std::vector<OpDesc>& ops, Processor on) const;
@@ -124,11 +149,20 @@ class CostModel {
   double active_power_w(Processor p) const;
   // Time for a result produced on `from` to be usable on `to` (0 on the same processor).
   double sync_us(Processor from, Processor to) const;
+  // The memory model, when the profile has one (else the simulator applies no contention).
+  bool has_memory_model() const;
+  // DRAM bandwidth available to `processors` running at once: alone, two, three or more.
+  double shared_bandwidth_gbps(const std::vector<Processor>& processors) const;
 
  private:
   double matmul_us(const OpDesc& op, Processor on) const;
   double attention_us(const OpDesc& op, Processor on) const;
   DeviceProfile p_;
+  SyncOptions sync_;
 };
+
+// DRAM bytes an op moves (its weights as stored and its activations): the simulator's
+// bandwidth demand of a task is their sum over its duration.
+double dram_bytes(const OpDesc& op);
 
 }  // namespace socllm::soc

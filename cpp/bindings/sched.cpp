@@ -6,12 +6,50 @@
 #include "socllm/block.h"
 #include "socllm/cold_start.h"
 #include "socllm/head_pipeline.h"
+#include "socllm/hetero.h"
+#include "socllm/partition.h"
 #include "socllm/plan.h"
 #include "socllm/simulate.h"
 #include "socllm/simulator.h"
 #include "socllm/task_graph.h"
 
 namespace socllm::py_bind {
+
+namespace {
+soc::DeviceProfile profile_from_py(const py::object& profile) {
+  const auto prof = py_to_json(profile);
+  return soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+}
+
+// The profiler's prediction mode from Python: predictor(op: dict, processor: str) -> µs; the
+// cost model's sync and contention. Calls back into Python: the GIL stays held.
+sched::PartitionCosts predicted_costs(const soc::CostModel& cost, const py::object& predictor) {
+  sched::PartitionCosts c = sched::PartitionCosts::of(cost);
+  c.time_us = [predictor](const soc::OpDesc& o, soc::Processor p) {
+    const double us = predictor(json_to_py(o.to_json()), soc::processor_name(p)).cast<double>();
+    if (!std::isfinite(us) || us < 0)
+      throw InvalidArgument("[partition] the predictor gave " + std::to_string(us) + " µs for " +
+                            json_text(o.to_json()) + " on " + soc::processor_name(p));
+    return us;
+  };
+  return c;
+}
+
+sched::PartitionRules rules_of(const soc::DeviceProfile& dev, int64_t decode_rows) {
+  auto r = sched::PartitionRules::from_profile(dev);
+  return decode_rows > 0 ? r.for_rows(decode_rows) : r;
+}
+
+py::dict time_to_py(const sched::PartitionTime& t) {
+  py::dict d;
+  d["total_us"] = t.total_us;
+  d["gpu_us"] = t.gpu_us;
+  d["npu_us"] = t.npu_us;
+  d["overlap_us"] = t.overlap_us;
+  d["sync_us"] = t.sync_us;
+  return d;
+}
+}  // namespace
 
 void init_sched(py::module_& s) {
   py::class_<sched::TaskGraph>(s, "TaskGraph")
@@ -168,6 +206,119 @@ void init_sched(py::module_& s) {
       "head_policy unless the graph was planned before.");
 
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
+
+  // partition.h, hetero.h
+  s.def(
+      "hetero_engines",
+      [] {
+        py::list l;
+        for (const auto& e : hetero_engines()) {
+          py::dict d;
+          d["name"] = e.name;
+          d["space"] = sched::partition_space_name(e.space);
+          d["description"] = e.description;
+          l.append(d);
+        }
+        return l;
+      },
+      "HeteroLLM's engines (hetero.h): name, partition space, description.");
+  s.def(
+      "make_partition",
+      [](int64_t rows, int64_t cols, const std::vector<int64_t>& npu_graphs, int64_t npu_cols,
+         const py::object& profile, int64_t decode_rows) {
+        return json_to_py(sched::make_partition(rows, cols, npu_graphs, npu_cols,
+                                                rules_of(profile_from_py(profile), decode_rows))
+                              .to_json());
+      },
+      py::arg("rows"), py::arg("cols"), py::arg("npu_graphs"), py::arg("npu_cols"),
+      py::arg("profile"), py::arg("decode_rows") = 0,
+      "A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the "
+      "first npu_cols columns, the GPU the rest; validated against the profile's NPU rules.");
+  s.def(
+      "validate_partition",
+      [](const py::object& partition, const py::object& profile, int64_t decode_rows) {
+        sched::validate(sched::MatmulPartition::from_json(py_to_json(partition)),
+                        rules_of(profile_from_py(profile), decode_rows));
+      },
+      py::arg("partition"), py::arg("profile"), py::arg("decode_rows") = 0);
+  s.def(
+      "npu_graph_cover",
+      [](int64_t rows, const std::string& how, const py::object& profile) {
+        const auto r = rules_of(profile_from_py(profile), 0);
+        if (how == "pipe") return sched::pipe_graphs(rows, r);
+        if (how == "padding") return sched::padded_graphs(rows, r);
+        throw InvalidArgument("[partition] cover must be pipe or padding, got '" + how + "'");
+      },
+      py::arg("rows"), py::arg("how"), py::arg("profile"));
+  s.def(
+      "solve_partition",
+      [](const py::object& op, const py::object& profile, const std::string& space,
+         const std::string& characterization, bool fast_sync, bool decode, int64_t col_step,
+         const py::object& predictor) {
+        const auto dev = profile_from_py(profile);
+        const auto cost = timing_cost_model(dev, characterization, fast_sync, decode);
+        const soc::OpDesc o = soc::OpDesc::from_json(py_to_json(op));
+        const auto rules = rules_of(dev.with_characterization(characterization), decode ? o.m : 0);
+        const auto costs = predictor.is_none() ? sched::PartitionCosts::of(cost)
+                                               : predicted_costs(cost, predictor);
+        const auto c = sched::solve_partition(o, rules, costs,
+                                              sched::partition_space_from_name(space), col_step);
+        py::dict d;
+        d["partition"] = json_to_py(c.partition.to_json());
+        d["time"] = time_to_py(c.time);
+        d["candidates"] = c.candidates;
+        return d;
+      },
+      py::arg("op"), py::arg("profile"), py::arg("space") = "tensor",
+      py::arg("characterization") = "heterollm", py::arg("fast_sync") = true,
+      py::arg("decode") = false, py::arg("col_step") = 0, py::arg("predictor") = py::none(),
+      "The partition solver (partition.h, seed 002 §4.3) for one linear op dict; predictor(op, "
+      "processor) -> µs replaces the cost model's times (the profiler's prediction mode).");
+  s.def(
+      "partition_time",
+      [](const py::object& op, const py::object& partition, const py::object& profile,
+         const std::string& characterization, bool fast_sync, bool decode) {
+        const auto cost =
+            timing_cost_model(profile_from_py(profile), characterization, fast_sync, decode);
+        return time_to_py(
+            sched::partition_time(soc::OpDesc::from_json(py_to_json(op)),
+                                  sched::MatmulPartition::from_json(py_to_json(partition)),
+                                  sched::PartitionCosts::of(cost)));
+      },
+      py::arg("op"), py::arg("partition"), py::arg("profile"),
+      py::arg("characterization") = "heterollm", py::arg("fast_sync") = true,
+      py::arg("decode") = false, "T_total of a partition under the cost model (real times).");
+  s.def(
+      "simulate_hetero",
+      [](const py::object& config, const py::object& profile, int64_t prompt_len,
+         const std::string& engine, bool fast_sync, const std::string& characterization,
+         const std::string& policy, const std::string& phase, const std::string& plan,
+         const py::object& predictor, bool solve_for_timing_sync) {
+        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+        const auto dev = profile_from_py(profile);
+        HeteroOptions o;
+        o.engine = engine;
+        o.fast_sync = fast_sync;
+        o.characterization = characterization;
+        o.policy = policy;
+        o.phase = phase;
+        o.plan = plan;
+        o.solve_for_timing_sync = solve_for_timing_sync;
+        if (predictor.is_none()) {
+          py::gil_scoped_release nogil;
+          return simulate_hetero(c, dev, prompt_len, o);
+        }
+        const auto cost = hetero_cost_model(dev, o);
+        const auto costs = predicted_costs(cost, predictor);
+        return simulate_hetero(c, dev, prompt_len, o, &costs);
+      },
+      py::arg("config"), py::arg("profile"), py::arg("prompt_len"),
+      py::arg("engine") = "hetero-tensor", py::arg("fast_sync") = true,
+      py::arg("characterization") = "heterollm", py::arg("policy") = "first-ready",
+      py::arg("phase") = "prefill", py::arg("plan") = "w4a16", py::arg("predictor") = py::none(),
+      py::arg("solve_for_timing_sync") = false,
+      "A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the "
+      "solver decides on predicted times, the timeline is the cost model's.");
 
   // cold_start.h
   py::class_<ColdStartTimeline>(s, "ColdStartTimeline", "A simulated cold start (cold_start.h).")

@@ -23,10 +23,18 @@ void init_soc(py::module_& s) {
       .def("has", &soc::DeviceProfile::has, py::arg("pointer"))
       .def("number", &soc::DeviceProfile::number, py::arg("pointer"),
            py::arg("needed_for") = "a lookup")
-      .def("source", &soc::DeviceProfile::source, py::arg("pointer"));
+      .def("source", &soc::DeviceProfile::source, py::arg("pointer"))
+      .def("characterizations", &soc::DeviceProfile::characterizations)
+      .def("with_characterization", &soc::DeviceProfile::with_characterization, py::arg("name"))
+      .def_property_readonly("characterization", &soc::DeviceProfile::characterization)
+      .def("to_json", [](const soc::DeviceProfile& p) { return json_to_py(p.json()); });
 
   py::class_<soc::CostModel>(s, "CostModel")
-      .def(py::init<soc::DeviceProfile>(), py::arg("profile"))
+      .def(py::init([](soc::DeviceProfile p, bool fast_sync, bool gpu_queue_kept) {
+             return soc::CostModel(std::move(p), {fast_sync, gpu_queue_kept});
+           }),
+           py::arg("profile"), py::arg("fast_sync") = false, py::arg("gpu_queue_kept") = false,
+           "fast_sync / gpu_queue_kept: GPU-NPU synchronization (soc.h SyncOptions)")
       .def_property_readonly("profile", &soc::CostModel::profile)
       .def(
           "latency_us",
@@ -41,9 +49,17 @@ void init_soc(py::module_& s) {
            [](const soc::CostModel& c, const std::string& p) {
              return c.active_power_w(soc::processor_from_name(p));
            })
-      .def("sync_us", [](const soc::CostModel& c, const std::string& a, const std::string& b) {
-        return c.sync_us(soc::processor_from_name(a), soc::processor_from_name(b));
-      });
+      .def("sync_us",
+           [](const soc::CostModel& c, const std::string& a, const std::string& b) {
+             return c.sync_us(soc::processor_from_name(a), soc::processor_from_name(b));
+           })
+      .def("shared_bandwidth_gbps",
+           [](const soc::CostModel& c, const std::vector<std::string>& procs) {
+             std::vector<soc::Processor> ps;
+             for (const auto& p : procs) ps.push_back(soc::processor_from_name(p));
+             return c.shared_bandwidth_gbps(ps);
+           })
+      .def("has_memory_model", &soc::CostModel::has_memory_model);
 }
 
 }  // namespace socllm::py_bind

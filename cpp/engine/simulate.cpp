@@ -15,6 +15,12 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
   return {build * scale, optimize * scale};
 }
 
+soc::CostModel timing_cost_model(const soc::DeviceProfile& device,
+                                 const std::string& characterization, bool fast_sync, bool decode) {
+  return soc::CostModel(device.with_characterization(characterization),
+                        {.fast = fast_sync, .gpu_queue_kept = decode && fast_sync});
+}
+
 PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile& device,
                                const std::string& policy, int64_t optimal_max_tasks,
                                const std::string& head_policy) {
@@ -24,7 +30,10 @@ PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile&
   o.policy = sched::policy_from_name(policy);
   o.optimal_max_tasks = optimal_max_tasks;
   const sched::HeadPolicy hp = sched::head_policy_from_name(head_policy);
-  const soc::CostModel cost(device);
+  const auto& m = graph.meta;
+  const soc::CostModel cost =
+      timing_cost_model(device, m.value("characterization", std::string()),
+                        m.value("fast_sync", false), m.value("phase", std::string()) == "decode");
   PrefillTimeline t;
   if (!graph.meta.contains("head_policy")) {
     t.head_plans = sched::apply_head_pipeline(graph, cost, hp);
@@ -88,6 +97,11 @@ nlohmann::json PrefillTimeline::summary() const {
       {"processors", s["processors"]},
       {"scheduler_decisions", s["decisions"]},
       {"scheduler_us_per_decision", s["decision_us_mean"]}});
+  if (graph.meta.value("phase", std::string()) == "decode") {
+    out["tpot_ms"] = prefill_ms;  // one decoding step
+    out["decode_tokens_per_s"] = prefill_ms > 0 ? 1e3 / prefill_ms : 0.0;
+    out["kv_len"] = prompt_len + 1;
+  }
   if (!head_plans.empty()) {
     double ns = 0;
     for (const auto& hp : head_plans) ns += hp["plan"]["planner_ns"].get<double>();

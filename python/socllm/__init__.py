@@ -23,9 +23,11 @@ from .registry import BUILTIN_MODELS, DEFAULT_MODEL
 from .timeline import (
     TaskGraph,
     Timeline,
+    hetero_engines,
     policies,
     simulate,
     simulate_cold_start,
+    simulate_hetero,
     simulate_model,
     task_graph,
 )
@@ -37,7 +39,9 @@ __all__ = [
     "LanguageModel",
     "PerplexityResult",
     "simulate",
+    "hetero_engines",
     "simulate_cold_start",
+    "simulate_hetero",
     "simulate_model",
     "Timeline",
     "TaskGraph",

@@ -303,14 +303,29 @@ def cmd_simulate(args) -> int:
     device_file = args.device if Path(args.device).is_file() else None  # a profile .json
     inputs = _inputs(args.model, args.calib, device_file)
     _check_outputs({"--trace": args.trace, "--json": args.json}, inputs)
-    if args.config is not None:
+    if args.engine is not None:
+        if args.config is None:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError("simulate --engine times a shape-only --config")
+        tl = sim.simulate_hetero(
+            args.config,
+            args.device,
+            args.engine,
+            args.prompt_len,
+            phase=args.phase,
+            fast_sync=not args.no_fast_sync,
+            characterization=args.characterization,
+            policy=args.policy or "first-ready",
+        )
+    elif args.config is not None:
         tl = sim.simulate(
             args.config,
             args.device,
             args.plan,
             args.prompt_len,
             chunk=args.chunk,
-            policy=args.policy,
+            policy=args.policy or "npu-stall-first",
             processor=args.processor,
             runtime_graph_build=args.runtime_graph_build,
         )
@@ -326,21 +341,30 @@ def cmd_simulate(args) -> int:
             args.device,
             args.plan,
             chunk=args.chunk or None,
-            policy=args.policy,
+            policy=args.policy or "npu-stall-first",
             processor=args.processor,
         )
     s = tl.summary()
-    busy = ", ".join(
-        f"{p} {v:.1f} ms ({100 * s['bubble_rate'][p]:.0f}% bubbles)"
-        for p, v in s["busy_ms"].items()
-    )
-    print(
-        f"{s['config']} on {s['device']}, plan {s['plan']}, {s['policy']}: "
-        f"prompt {s['prompt_len']}, "
-        f"prefill {s['prefill_ms']:.1f} ms = {s['prefill_tokens_per_s']:.1f} tokens/s, "
-        f"energy {s['energy_mj']:.0f} mJ; busy: {busy}",
-        file=sys.stderr,
-    )
+    if args.engine is not None and args.phase == "decode":
+        print(
+            f"{s['config']} on {s['device']} ({s['characterization']}), {s['engine']}, "
+            f"{'fast' if s['fast_sync'] else 'conventional'} sync: decode at {s['kv_len']} "
+            f"positions {s['tpot_ms']:.1f} ms = {s['decode_tokens_per_s']:.2f} tokens/s",
+            file=sys.stderr,
+        )
+    else:
+        busy = ", ".join(
+            f"{p} {v:.1f} ms ({100 * s['bubble_rate'][p]:.0f}% bubbles)"
+            for p, v in s["busy_ms"].items()
+        )
+        engine = f"engine {s['engine']}" if args.engine else f"plan {s['plan']}"
+        print(
+            f"{s['config']} on {s['device']}, {engine}, {s['policy']}: "
+            f"prompt {s['prompt_len']}, "
+            f"prefill {s['prefill_ms']:.1f} ms = {s['prefill_tokens_per_s']:.1f} tokens/s, "
+            f"energy {s['energy_mj']:.0f} mJ; busy: {busy}",
+            file=sys.stderr,
+        )
     if args.trace:
         tl.to_perfetto(args.trace)
         if args.trace != "-":
@@ -521,10 +545,30 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--policy",
         choices=[p["name"] for p in pols] + [p["alias"] for p in pols if p["alias"] != p["name"]],
-        default="npu-stall-first",
-        help="; ".join(f"{p['name']} ({p['alias']}): {p['description']}" for p in pols),
+        default=None,
+        help="default npu-stall-first (first-ready with --engine); "
+        + "; ".join(f"{p['name']} ({p['alias']}): {p['description']}" for p in pols),
     )
     m.add_argument("--processor", choices=("auto", "npu", "cpu", "gpu"), default="auto")
+    engines = _sim.hetero_engines()
+    m.add_argument(
+        "--engine",
+        choices=[e["name"] for e in engines],
+        default=None,
+        help="a HeteroLLM engine (seed 002; --plan and --chunk do not apply): "
+        + "; ".join(f"{e['name']}: {e['description']}" for e in engines),
+    )
+    m.add_argument("--phase", choices=("prefill", "decode"), default="prefill")
+    m.add_argument(
+        "--no-fast-sync",
+        action="store_true",
+        help="with --engine: conventional GPU-NPU synchronization (seed 002 §5.4 ablation)",
+    )
+    m.add_argument(
+        "--characterization",
+        default="heterollm",
+        help="with --engine: the device's FP16 NPU characterization (heterollm, llmnpu-table3)",
+    )
     m.add_argument(
         "--runtime-graph-build",
         action="store_true",

@@ -243,6 +243,54 @@ def simulate(
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 
 
+def hetero_engines() -> list[dict]:
+    """HeteroLLM's engines (cpp/include/socllm/hetero.h, seed 002 §5): ``name``, the partition
+    ``space`` its solver searches and a ``description``."""
+    return _core.sim.hetero_engines()
+
+
+def simulate_hetero(
+    config,
+    device: str | dict = "snapdragon-8gen3",
+    engine: str = "hetero-tensor",
+    prompt_len: int = 256,
+    *,
+    phase: str = "prefill",
+    fast_sync: bool = True,
+    characterization: str = "heterollm",
+    policy: str = "first-ready",
+    plan: str = "w4a16",
+    predictor=None,
+    solve_for_timing_sync: bool = False,
+) -> Timeline:
+    """A HeteroLLM engine (seed 002) on a config: its prefill of ``prompt_len`` tokens, or with
+    ``phase="decode"`` one decoding step on a KV cache of ``prompt_len``. Linears are cut
+    between the GPU and the NPU by the engine's partition solver (cpp/include/socllm/partition.h);
+    other ops run on the GPU in FP16. ``characterization`` picks the device profile's FP16 NPU
+    description (``heterollm``: ~10 TFLOPS with shape sensitivity; ``llmnpu-table3``: llm.npu's
+    measured 2 GFLOPS); ``fast_sync`` False times conventional GPU-NPU synchronization with the
+    same partitions (``solve_for_timing_sync`` re-solves them for it). ``predictor(op, processor)
+    -> µs``: the solver decides on predicted times (the profiler's prediction mode, e.g.
+    ``socllm.hetero.PartitionProfiler``), the timeline uses the cost model. summary() adds
+    ``engine``, ``partitions`` (per linear shape: the cut and its predicted µs) and, for decode,
+    ``decode_tokens_per_s``."""
+    profile = _profile(device)
+    res = _core.sim.simulate_hetero(
+        _config(config),
+        profile,
+        prompt_len,
+        engine,
+        fast_sync,
+        characterization,
+        policy,
+        phase,
+        plan,
+        predictor,
+        solve_for_timing_sync,
+    )
+    return Timeline(res, profile, 24, {"engine": engine})
+
+
 def simulate_cold_start(
     config,
     device: str | dict = "snapdragon-8elite",

@@ -38,7 +38,8 @@ struct PrefillTimeline {
   nlohmann::json head_plans = nlohmann::json::array();
   // graph meta (config, plan, prompt_len, chunk_len, resident_bytes) + policy, device,
   // prefill_ms, prefill_tokens_per_s, ttft_ms (the first token comes with the prefill's last
-  // task, the LM head), energy_mj, graph_build_ms, peak_memory_bytes (resident + the peak of
+  // task, the LM head); for a decoding step (meta phase "decode") tpot_ms and
+  // decode_tokens_per_s, energy_mj, graph_build_ms, peak_memory_bytes (resident + the peak of
   // running tasks' working bytes), tasks, busy_ms / bubble_rate per processor, scheduler
   // decisions and host µs per decision.
   nlohmann::json summary() const;
@@ -46,6 +47,13 @@ struct PrefillTimeline {
 
 // Run-time (build, optimize) ms of a whole model's NPU graph on a device (see the option above).
 std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c, const soc::DeviceProfile& p);
+
+// The cost model a graph is timed with: the device under a characterization (soc.h; "" the
+// default) with conventional or fast GPU-NPU synchronization (in decode the GPU's queue stays
+// filled, seed 002 §4.2). simulate_graph reads them from the graph's meta ("characterization",
+// "fast_sync", "phase"), so a graph times the same wherever it is replayed.
+soc::CostModel timing_cost_model(const soc::DeviceProfile& device,
+                                 const std::string& characterization, bool fast_sync, bool decode);
 
 // Times `graph` (whose meta gives prompt_len) under a policy on a device. Head-wise attention
 // groups are first planned under `head_policy` and the plan written into the graph (meta

@@ -7,10 +7,12 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_prefill', 'task_durations_us', 'to_trace_json']
+__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'hetero_engines', 'make_partition', 'npu_graph_cover', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_prefill', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
+        ...
+    def characterizations(self) -> list[str]:
         ...
     def has(self, pointer: str) -> bool:
         ...
@@ -18,18 +20,31 @@ class DeviceProfile:
         ...
     def source(self, pointer: str) -> str:
         ...
+    def to_json(self) -> typing.Any:
+        ...
+    def with_characterization(self, name: str) -> DeviceProfile:
+        ...
+    @property
+    def characterization(self) -> str:
+        ...
     @property
     def name(self) -> str:
         ...
 class CostModel:
-    def __init__(self, profile: DeviceProfile) -> None:
-        ...
+    def __init__(self, profile: DeviceProfile, fast_sync: bool = False, gpu_queue_kept: bool = False) -> None:
+        """
+        fast_sync / gpu_queue_kept: GPU-NPU synchronization (soc.h SyncOptions)
+        """
     def active_power_w(self, arg0: str) -> float:
+        ...
+    def has_memory_model(self) -> bool:
         ...
     def latency_us(self, op: typing.Any, processor: str) -> float:
         """
         Latency (µs) of one operator, given as a dict: {'op': 'matmul', 'dtype': 'int8', 'm':..., 'k':..., 'n':...} (see soc.h OpDesc), on 'npu' | 'cpu' | 'gpu'.
         """
+    def shared_bandwidth_gbps(self, arg0: collections.abc.Sequence[str]) -> float:
+        ...
     def sync_us(self, arg0: str, arg1: str) -> float:
         ...
     @property
@@ -124,6 +139,20 @@ def head_policies() -> list:
     """
     The head-pipeline policies (head_pipeline.h): name, description.
     """
+def hetero_engines() -> list:
+    """
+    HeteroLLM's engines (hetero.h): name, partition space, description.
+    """
+def make_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, npu_graphs: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], npu_cols: typing.SupportsInt | typing.SupportsIndex, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
+    """
+    A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the first npu_cols columns, the GPU the rest; validated against the profile's NPU rules.
+    """
+def npu_graph_cover(rows: typing.SupportsInt | typing.SupportsIndex, how: str, profile: typing.Any) -> list[int]:
+    ...
+def partition_time(op: typing.Any, partition: typing.Any, profile: typing.Any, characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False) -> dict:
+    """
+    T_total of a partition under the cost model (real times).
+    """
 def pipeline_latency_us(problem: typing.Any, launch_order: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], head_order: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], sequential: bool = False) -> float:
     """
     Latency (µs) of one order under Algorithm 1's model.
@@ -154,11 +183,21 @@ def simulate_graph(graph: TaskGraph, profile: typing.Any, policy: str = 'npu-sta
     """
     Times a task graph (meta must give prompt_len); head-wise attention planned under head_policy unless the graph was planned before.
     """
+def simulate_hetero(config: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, engine: str = 'hetero-tensor', fast_sync: bool = True, characterization: str = 'heterollm', policy: str = 'first-ready', phase: str = 'prefill', plan: str = 'w4a16', predictor: typing.Any = None, solve_for_timing_sync: bool = False) -> PrefillTimeline:
+    """
+    A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the solver decides on predicted times, the timeline is the cost model's.
+    """
 def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], rescore_share: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> PrefillTimeline:
     """
     A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).
     """
+def solve_partition(op: typing.Any, profile: typing.Any, space: str = 'tensor', characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, col_step: typing.SupportsInt | typing.SupportsIndex = 0, predictor: typing.Any = None) -> dict:
+    """
+    The partition solver (partition.h, seed 002 §4.3) for one linear op dict; predictor(op, processor) -> µs replaces the cost model's times (the profiler's prediction mode).
+    """
 def task_durations_us(graph: TaskGraph, cost: CostModel) -> list[float]:
     ...
 def to_trace_json(graph: TaskGraph, timeline: Timeline) -> typing.Any:
+    ...
+def validate_partition(partition: typing.Any, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     ...

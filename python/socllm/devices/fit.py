@@ -192,7 +192,34 @@ def cost_model_8gen3(profile: dict, fitted: dict) -> dict:
             "build_ms": ref(profile, "/graph/build_ms", "ms", "Gemma-2B, whole model"),
             "optimize_ms": ref(profile, "/graph/optimize_ms", "ms", "Gemma-2B, whole model"),
             "reference_linear_params": gemma_2b_linear_params(),
+            **online_prepare_model(profile),
         },
+    }
+
+
+def online_prepare_model(profile: dict) -> dict:
+    """Run-time graph preparation for one prompt length (seed 002 §5.2.2 Online-prepare): the
+    line through its two Llama-8B points, per token and at zero length, and Llama-3-8B's linear
+    weights (the engine scales by a model's linear weights: our assumption)."""
+    g = profile["graph"]
+    (l0, t0), (l1, t1) = (
+        (135, g["online_prepare_ms_llama8b_seq135"]["value"]),
+        (
+            1000,
+            g["online_prepare_ms_llama8b_seq1000"]["value"],
+        ),
+    )
+    slope = (t1 - t0) / (l1 - l0)
+    src = (
+        f"derived: the line through seed 002 §5.2.2's Llama-8B preparation times {t0} ms at "
+        f"{l0} tokens and {t1} ms at {l1} tokens"
+    )
+    return {
+        "online_prepare_base_ms": num(t0 - slope * l0, "ms", src, derived=True),
+        "online_prepare_ms_per_token": num(slope, "ms/token", src, derived=True),
+        "online_prepare_reference_linear_params": num(
+            llama3_8b_linear_params(), "params", "Llama-3-8B's linear weights (public config)"
+        ),
     }
 
 
@@ -239,8 +266,8 @@ def characterizations_8gen3(profile: dict) -> dict:
             "cost_model": {},
         },
         "heterollm": {
-            "_about": "HeteroLLM's 8 Gen 3 (seed 002): the NPU at ~10 TFLOPS FP16 with tensor order "
-            "and shape chosen well, the GPU at ~1 TFLOPS through PPL's OpenCL kernels; the "
+            "_about": "HeteroLLM's 8 Gen 3 (seed 002): the NPU at ~10 TFLOPS FP16 with tensor "
+            "order and shape chosen well, the GPU at ~1 TFLOPS through PPL's OpenCL kernels; the "
             "characterization every HeteroLLM engine uses (RESULTS, issue 15)",
             "stack": "QNN HTP FP16 graphs built per static shape (seed 002 §4.3, §5.1), W4A16 "
             "weights; GPU: PPL OpenCL W4A16 kernels",

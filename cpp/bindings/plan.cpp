@@ -74,6 +74,20 @@ void init_plan(py::module_& m) {
             return q;
           },
           py::arg("chunk_len"))
+      .def(
+          "with_partition",
+          [](const Plan& p, const std::string& op, const py::object& partition) {
+            return p.with_partition(op, sched::MatmulPartition::from_json(py_to_json(partition)));
+          },
+          py::arg("op"), py::arg("partition"),
+          "A copy whose linear `op` (qkv, o_proj, gate_up, down) runs as the partition's parts "
+          "(a dict as socllm._core.sim.make_partition / solve_partition give) when its input has "
+          "the partition's rows (seed 002 §4.1).")
+      .def_property_readonly(
+          "partitions",
+          [](const Plan& p) {
+            return json_to_py(p.to_json().value("partitions", nlohmann::json::object()));
+          })
       .def_static("op_classes",
                   [] {
                     std::vector<std::string> out;

@@ -564,7 +564,42 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
           std::memcpy(t.ptr() + r * w, in + rows[r] * w, static_cast<size_t>(w) * sizeof(float));
         (*hooks->site_inputs)[l][static_cast<size_t>(site)] = std::move(t);
       }
-      if (prep)
+      // Linears off the CPU in a float-path scheme compute tile by tile on the NPU's stage grid
+      // (seed 002 §4.3: 32 rows x 256 columns), one GEMM per tile, so a partition whose cuts
+      // are aligned to it computes every output tile as the whole linear does (plan.h).
+      const auto& part = plan.partitions[static_cast<size_t>(site)];
+      const bool tiled = prep && plan.at(OpClass::Linear).processor != soc::Processor::Cpu &&
+                         prep->at(l, site).float_path();
+      const int64_t cols = linear_out_width(c, site);
+      auto tiles = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        const sched::PartitionRules grid;
+        for (int64_t r = r0; r < r1;
+             r = std::min(r1, (r / grid.npu_row_align + 1) * grid.npu_row_align))
+          for (int64_t q = c0; q < c1;
+               q = std::min(c1, (q / grid.npu_col_align + 1) * grid.npu_col_align))
+            prep->at(l, site).forward_block(
+                in, out, ldo, r, std::min(r1, (r / grid.npu_row_align + 1) * grid.npu_row_align), q,
+                std::min(c1, (q / grid.npu_col_align + 1) * grid.npu_col_align));
+      };
+      if (part && part->rows == N) {  // HeteroLLM's partition: every part's block
+        if (part->cols != cols)
+          throw ShapeError("[Engine] the partition of linear site " +
+                           std::string(linear_site_name(site)) + " has " +
+                           std::to_string(part->cols) + " columns, the linear " +
+                           std::to_string(cols));
+        for (const auto& q : part->parts) {
+          if (tiled) tiles(q.row_begin, q.row_end, q.col_begin, q.col_end);
+          else if (prep)
+            prep->at(l, site).forward_block(in, out, ldo, q.row_begin, q.row_end, q.col_begin,
+                                            q.col_end);
+          else
+            k::linear(in + q.row_begin * w, q.rows(), w, w, site_weights(L, site) + q.col_begin * w,
+                      q.cols(), site_bias(L, site) ? site_bias(L, site) + q.col_begin : nullptr,
+                      out + q.row_begin * ldo + q.col_begin, ldo);
+        }
+      } else if (tiled) {
+        tiles(0, N, 0, cols);
+      } else if (prep)
         prep->at(l, site).forward(
             in, N, out, ldo, false, b.segments,
             shadow_sink

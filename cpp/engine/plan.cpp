@@ -1,5 +1,7 @@
 #include "socllm/plan.h"
 
+#include "socllm/block.h"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -498,6 +500,25 @@ Plan Plan::parse(const std::string& text) {
   return from_json(j);
 }
 
+namespace {
+// The linear op of a site as the block description names it ("qkv" ... "down").
+std::string linear_op_name(int site) {
+  for (const BlockOpInfo& info : decoder_block())
+    if (info.site && static_cast<int>(*info.site) == site) return info.name;
+  return "?";
+}
+
+int linear_site_of(const std::string& op) {
+  std::string known;
+  for (const BlockOpInfo& info : decoder_block()) {
+    if (!info.site) continue;
+    if (op == info.name) return static_cast<int>(*info.site);
+    known += (known.empty() ? "" : ", ") + std::string(info.name);
+  }
+  throw InvalidArgument("[Plan] partitions: '" + op + "' is not a linear (known: " + known + ")");
+}
+}  // namespace
+
 Plan Plan::from_json(const json& j) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
     throw InvalidArgument("[Plan.from_json] a plan is an object with a string 'name', got " +
@@ -521,6 +542,17 @@ Plan Plan::from_json(const json& j) {
     if (std::find(names.begin(), names.end(), key) != names.end() &&
         !(preset && plan.options.contains(key))) {
       attention_options[key] = v;
+      continue;
+    }
+    if (key == "partitions") {
+      if (!v.is_object())
+        throw InvalidArgument("[Plan] 'partitions' must map linears to partitions, got " +
+                              json_text(v));
+      for (const auto& [op, pj] : v.items()) {
+        const auto part = sched::MatmulPartition::from_json(pj);
+        sched::validate(part, sched::PartitionRules::structural());
+        plan.partitions[static_cast<size_t>(linear_site_of(op))] = part;
+      }
       continue;
     }
     if (key == "placement") {
@@ -594,8 +626,20 @@ Plan Plan::from_json(const json& j) {
   return plan;
 }
 
+Plan Plan::with_partition(const std::string& op, const sched::MatmulPartition& p,
+                          const sched::PartitionRules& rules) const {
+  sched::validate(p, rules);
+  Plan out = *this;
+  out.partitions[static_cast<size_t>(linear_site_of(op))] = p;
+  return out;
+}
+
 json Plan::to_json() const {
   json j = {{"name", name}};
+  json parts = json::object();
+  for (size_t s = 0; s < partitions.size(); ++s)
+    if (partitions[s]) parts[linear_op_name(static_cast<int>(s))] = partitions[s]->to_json();
+  if (!parts.empty()) j["partitions"] = parts;
   for (const auto& [k, v] : options.items()) j[k] = v;
   j["chunk_len"] = chunk_len;
   if (!attention.is_fp32()) j["attention"] = attention.to_json();

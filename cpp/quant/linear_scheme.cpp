@@ -701,28 +701,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
   if (packed_) {
     forward_integer(xs.data(), N, y, ldy, accumulate);
   } else {
-    switch (scheme_.activations) {
-      case ActFormat::F32: break;
-      case ActFormat::F16:
-        for (float& v : xs) v = round_to_f16(v);
-        break;
-      case ActFormat::Int8StaticPerTensor: {
-        std::vector<int8_t> q(xs.size());
-        quantize_static(xs.data(), N * in_, act_scale_, 8, q.data());
-        for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(q[i]) * act_scale_;
-        break;
-      }
-      case ActFormat::Int8DynamicPerRow:
-      case ActFormat::Int8DynamicPerGroup: {
-        const QuantSpec spec{8,
-                             scheme_.activations == ActFormat::Int8DynamicPerRow
-                                 ? Granularity::PerChannel
-                                 : Granularity::PerGroup,
-                             scheme_.group_size};
-        dequantize_weights(quantize_weights(xs.data(), N, in_, spec), xs.data());
-        break;
-      }
-    }
+    quantize_activations_float(xs, N);
     kernels::linear(xs.data(), N, in_, in_, w_hat_.data(), out_,
                     bias_.empty() ? nullptr : bias_.data(), y, ldy, accumulate);
   }
@@ -736,6 +715,57 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
     kernels::linear(p.x.data(), p.rows.end - p.rows.begin, nc, nc, wo.data(), out_, nullptr,
                     y + p.rows.begin * ldy, ldy, /*accumulate=*/true);
   }
+}
+
+void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t N) const {
+  switch (scheme_.activations) {
+    case ActFormat::F32: break;
+    case ActFormat::F16:
+      for (float& v : xs) v = round_to_f16(v);
+      break;
+    case ActFormat::Int8StaticPerTensor: {
+      std::vector<int8_t> q(xs.size());
+      quantize_static(xs.data(), N * in_, act_scale_, 8, q.data());
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(q[i]) * act_scale_;
+      break;
+    }
+    case ActFormat::Int8DynamicPerRow:
+    case ActFormat::Int8DynamicPerGroup: {
+      const QuantSpec spec{8,
+                           scheme_.activations == ActFormat::Int8DynamicPerRow
+                               ? Granularity::PerChannel
+                               : Granularity::PerGroup,
+                           scheme_.group_size};
+      dequantize_weights(quantize_weights(xs.data(), N, in_, spec), xs.data());
+      break;
+    }
+  }
+}
+
+bool PreparedLinear::float_path() const {
+  return !(packed_ || scheme_.outlier_threshold || scheme_.shadow || !post_.empty() ||
+           !smooth_.empty());
+}
+
+void PreparedLinear::forward_block(const float* x, float* y, int64_t ldy, int64_t row_begin,
+                                   int64_t row_end, int64_t col_begin, int64_t col_end) const {
+  if (!float_path())
+    throw Unsupported(
+        "[PreparedLinear] a partitioned linear runs a float-path scheme (dequantized "
+        "weights without outlier parts or smoothing, e.g. w4a16); got " +
+        json_text(scheme_.to_json()));
+  if (row_begin < 0 || row_end <= row_begin || col_begin < 0 || col_end > out_ ||
+      col_end <= col_begin)
+    throw ShapeError("[PreparedLinear] block rows [" + std::to_string(row_begin) + ", " +
+                     std::to_string(row_end) + "), columns [" + std::to_string(col_begin) + ", " +
+                     std::to_string(col_end) + ") of a linear with " + std::to_string(out_) +
+                     " outputs");
+  const int64_t n = row_end - row_begin;
+  std::vector<float> xs(x + row_begin * in_, x + row_end * in_);
+  quantize_activations_float(xs, n);
+  kernels::linear(xs.data(), n, in_, in_, w_hat_.data() + col_begin * in_, col_end - col_begin,
+                  bias_.empty() ? nullptr : bias_.data() + col_begin,
+                  y + row_begin * ldy + col_begin, ldy);
 }
 
 void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y,

@@ -175,6 +175,15 @@ class PreparedLinear {
   void forward(const float* x, int64_t N, float* y, int64_t ldy, bool accumulate,
                std::span<const RowSegment> segments, ShadowStats* call_stats = nullptr) const;
 
+  // The block y[row_begin:row_end, col_begin:col_end] (ldy) = x[rows] · W[cols]^T + b[cols] of a
+  // partitioned linear (seed 002 §4.1: the GPU's and the NPU's parts): each output element is
+  // computed as forward() computes it. Float-path schemes only (Unsupported otherwise).
+  void forward_block(const float* x, float* y, int64_t ldy, int64_t row_begin, int64_t row_end,
+                     int64_t col_begin, int64_t col_end) const;
+
+  // forward_block runs this scheme: dequantized weights, no outlier parts or smoothing.
+  bool float_path() const;
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   const LinearScheme& scheme() const { return scheme_; }
@@ -206,6 +215,9 @@ class PreparedLinear {
 
  private:
   void forward_integer(const float* xs, int64_t N, float* y, int64_t ldy, bool accumulate) const;
+  // The float path's activation format applied in place to xs [N, in] (fp16 rounding, int8
+  // fake quantization).
+  void quantize_activations_float(std::vector<float>& xs, int64_t N) const;
   // y += the residuals beyond the threshold times their weight columns (hot: resident; cold:
   // fetched from the float copy standing for the model file, and counted).
   void add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y, int64_t ldy,

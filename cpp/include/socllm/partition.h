@@ -60,6 +60,8 @@ struct PartitionRules {
   static PartitionRules from_profile(const soc::DeviceProfile& p);
   // Decode: one pre-built graph of the decoding shape (seed 002 §4.1.2).
   PartitionRules for_rows(int64_t decode_rows) const;
+  // No NPU constraints (any alignment and graph length): checks a partition's structure only.
+  static PartitionRules structural() { return {1, 1, {}}; }
 };
 
 // InvalidArgument naming the part and the value: parts outside the tensor, empty, overlapping or

@@ -27,6 +27,7 @@
 
 #include "socllm/attention_scheme.h"
 #include "socllm/linear_scheme.h"
+#include "socllm/partition.h"
 #include "socllm/soc.h"
 
 namespace socllm {
@@ -67,6 +68,16 @@ struct Plan {
   std::array<OpPlacement, kNumOpClasses> placement{};
   // > 0: prefill runs in chunks of this many rows on static graphs, the last chunk padded.
   int64_t chunk_len = 0;
+  // HeteroLLM's tensor partitions (partition.h, seed 002 §4.1) per linear site: a linear whose
+  // input has the partition's rows runs as its parts (GPU and NPU sub-blocks of the output);
+  // other row counts run whole. JSON "partitions": {"qkv" | "o_proj" | "gate_up" | "down":
+  // MatmulPartition.to_json()}.
+  std::array<std::optional<sched::MatmulPartition>, 4> partitions{};
+  // A copy with `p` on the linear named `op` ("qkv", "o_proj", "gate_up", "down"); validated
+  // against `rules` (InvalidArgument naming the op or the part).
+  Plan with_partition(
+      const std::string& op, const sched::MatmulPartition& p,
+      const sched::PartitionRules& rules = sched::PartitionRules::structural()) const;
 
   static std::vector<std::string> known();
   static std::string known_list();  // "(known plans: a, b)", for error messages

@@ -115,6 +115,10 @@ class Plan:
         ...
     def with_chunk_len(self, chunk_len: typing.SupportsInt | typing.SupportsIndex) -> Plan:
         ...
+    def with_partition(self, op: str, partition: typing.Any) -> Plan:
+        """
+        A copy whose linear `op` (qkv, o_proj, gate_up, down) runs as the partition's parts (a dict as socllm._core.sim.make_partition / solve_partition give) when its input has the partition's rows (seed 002 §4.1).
+        """
     @property
     def attention(self) -> typing.Any:
         """
@@ -128,6 +132,9 @@ class Plan:
         ...
     @property
     def needs_calibration(self) -> bool:
+        ...
+    @property
+    def partitions(self) -> typing.Any:
         ...
     @property
     def placement(self) -> dict:

@@ -1,0 +1,192 @@
+"""HeteroLLM (seed 002) on the one task graph: engines, partitions, the solver, fast sync, and
+the partitioned numerics on the real model (issue 15)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import socllm
+from socllm import _core
+from socllm.devices import load_profile
+
+ENGINES = [e["name"] for e in socllm.hetero_engines()]
+LINEARS = ("qkv", "o_proj", "gate_up", "down")
+
+
+@pytest.fixture(scope="module")
+def gen3():
+    return load_profile("snapdragon-8gen3")
+
+
+def tok_s(tl, phase="prefill"):
+    s = tl.summary()
+    return s["decode_tokens_per_s"] if phase == "decode" else s["prefill_tokens_per_s"]
+
+
+def test_every_engine_runs_prefill_and_decode_and_orders_as_designed(gen3):
+    prefill = {e: tok_s(socllm.simulate_hetero("llama-3-8b", gen3, e, 525)) for e in ENGINES}
+    # the solver's spaces nest: tensor contains layer, which contains gpu-only and npu-pipe
+    assert prefill["hetero-tensor"] >= prefill["hetero-layer"] - 1e-9
+    assert prefill["hetero-layer"] >= max(prefill["gpu-only"], prefill["npu-pipe"]) - 1e-9
+    # at a misaligned length pipe pads less than padding; online-prepare pays its graphs
+    assert prefill["npu-pipe"] > prefill["npu-padding"] > prefill["gpu-only"]
+    tl = socllm.simulate_hetero("llama-3-8b", gen3, "npu-online-prepare", 525)
+    s = tl.summary()
+    assert s["graph_build_ms"] == pytest.approx(
+        _core.sim.DeviceProfile.from_json(gen3).number("/cost_model/graph/online_prepare_base_ms")
+        + 525 * gen3["cost_model"]["graph"]["online_prepare_ms_per_token"]["value"]
+    )
+    dec = {
+        e: tok_s(socllm.simulate_hetero("llama-3-8b", gen3, e, 256, phase="decode"), "decode")
+        for e in ("gpu-only", "hetero-layer", "hetero-tensor")
+    }
+    # decode: Hetero-layer keeps the GPU (§5.3); row cutting adds the NPU's bandwidth
+    assert dec["hetero-layer"] == pytest.approx(dec["gpu-only"])
+    assert 1.0 < dec["hetero-tensor"] / dec["gpu-only"] < 59.1 / 43.3 + 1e-9
+
+
+def test_decode_without_fast_sync_keeps_partitions_and_pays_sync(gen3):
+    fast = socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensor", 256, phase="decode")
+    slow = socllm.simulate_hetero(
+        "llama-3-8b", gen3, "hetero-tensor", 256, phase="decode", fast_sync=False
+    )
+    sf, ss = fast.summary(), slow.summary()
+    assert [p["partition"] for p in sf["partitions"]] == [p["partition"] for p in ss["partitions"]]
+    assert ss["fast_sync"] is False and sf["fast_sync"] is True
+    # each cut linear crosses GPU->NPU (400 µs) and NPU->GPU (400 + 75 µs resubmission)
+    cm = gen3["cost_model"]["sync"]
+    edge_us = 2 * cm["gpu_npu_us"]["value"] + cm["gpu_resubmit_us"]["value"]
+    cut = sum(1 for t in fast.graph.to_json()["tasks"] if t["processor"] == "npu")
+    assert ss["tpot_ms"] - sf["tpot_ms"] > 0.5 * cut * (edge_us - 10) / 1e3
+    # re-solved for conventional sync, the engine falls back to the GPU alone
+    resolved = socllm.simulate_hetero(
+        "llama-3-8b",
+        gen3,
+        "hetero-tensor",
+        256,
+        phase="decode",
+        fast_sync=False,
+        solve_for_timing_sync=True,
+    ).summary()
+    assert {p["partition"]["kind"] for p in resolved["partitions"]} == {"gpu-all"}
+
+
+def test_graph_replays_with_its_characterization_and_sync(gen3):
+    tl = socllm.simulate_hetero("internlm-1.8b", gen3, "hetero-tensor", 256)
+    again = tl.with_policy("first-ready")
+    assert again.summary()["prefill_ms"] == pytest.approx(tl.summary()["prefill_ms"])
+    assert tl.summary()["characterization"] == "heterollm"
+    # every linear task became its parts: the parts' output elements add up per linear
+    tasks = tl.graph.to_json()["tasks"]
+    parts = [t for t in tasks if t["ops"][0].get("op_class") == "linear"]
+    per_layer = {}
+    for t in parts:
+        op = t["ops"][0]
+        per_layer.setdefault((t["layer"], op["name"]), 0)
+        per_layer[(t["layer"], op["name"])] += op["n"]
+    assert len(per_layer) == 24 * 4
+
+
+def test_hetero_bad_input_is_typed_and_named(gen3):
+    with pytest.raises(socllm.InvalidArgumentError, match="hetero-tensr"):
+        socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensr", 256)
+    with pytest.raises(socllm.InvalidArgumentError, match="'decoding'"):
+        socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensor", 256, phase="decoding")
+    with pytest.raises(socllm.InvalidArgumentError, match="heterollm"):
+        socllm.simulate_hetero("llama-3-8b", "snapdragon-8gen2", "hetero-tensor", 256)
+    no_gpu = copy.deepcopy(gen3)
+    del no_gpu["cost_model"]["gpu"]
+    del no_gpu["characterizations"]["heterollm"]["cost_model"]["gpu"]
+    with pytest.raises(socllm.InvalidArgumentError, match="/cost_model/gpu/"):
+        socllm.simulate_hetero("llama-3-8b", no_gpu, "hetero-layer", 256)
+    no_sync = copy.deepcopy(gen3)
+    del no_sync["cost_model"]["sync"]["gpu_npu_us"]
+    with pytest.raises(socllm.InvalidArgumentError, match="gpu_npu_us"):
+        socllm.simulate_hetero("llama-3-8b", no_sync, "hetero-layer", 256, fast_sync=False)
+    with pytest.raises(socllm.ContextOverflowError, match="8192"):
+        socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensor", 9000)
+    with pytest.raises(socllm.InvalidArgumentError, match="FP16"):
+        socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensor", 256, plan="w8a8")
+    op = {"op": "matmul", "dtype": "fp16", "m": 256, "k": 4096, "n": 4096}
+    with pytest.raises(socllm.InvalidArgumentError, match="predictor gave -1"):
+        _core.sim.solve_partition(op, gen3, predictor=lambda o, p: -1.0)
+    with pytest.raises(socllm.InvalidArgumentError, match="aligned to 256"):
+        _core.sim.make_partition(256, 4096, [256], 1000, gen3)
+    with pytest.raises(socllm.InvalidArgumentError, match="'attn'"):
+        socllm.Plan("w4a16").with_partition("attn", _core.sim.make_partition(8, 256, [], 0, gen3))
+
+
+def test_cli_simulate_engine(tmp_path):
+    out = tmp_path / "s.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "socllm",
+            "simulate",
+            "--config",
+            "llama-3-8b",
+            "--engine",
+            "hetero-tensor",
+            "--phase",
+            "decode",
+            "--prompt-len",
+            "256",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(out.read_text())
+    assert s["engine"] == "hetero-tensor" and s["decode_tokens_per_s"] > 0
+    assert "tokens/s" in r.stderr
+
+
+def _hetero_plan():
+    return socllm.Plan(
+        "w4a16:linear=npu,norm=gpu,rope=gpu,attention=gpu,activation=gpu,residual=gpu"
+    )
+
+
+def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(smollm, gen3):
+    """Seed 002 §4.1 on SmolLM2 in W4A16/FP16: the solver's partitions at a misaligned length
+    and one partition of every kind give the same logits, bit for bit, as the whole linears."""
+    ids = list(range(200, 300))  # 100 tokens: 96 on NPU graphs + a 4-row margin
+    base = _hetero_plan()
+    ref = smollm.prefill(ids, base, all_positions=True)
+    widths = dict(zip(LINEARS, (960, 576, 3072, 576), strict=True))
+    solved = socllm.simulate_hetero(smollm, gen3, "hetero-tensor", len(ids)).summary()
+    plan = base
+    for p in solved["partitions"]:
+        plan = plan.with_partition(p["site"], p["partition"])
+    kinds = {p["partition"]["kind"] for p in solved["partitions"]}
+    assert kinds - {"gpu-all", "npu-all"}, kinds  # the solver does cut
+    np.testing.assert_array_equal(smollm.prefill(ids, plan, all_positions=True), ref)
+    for graphs, cols in (([128], 256), ([64], None), ([64, 32], None), ([64, 32], 256)):
+        plan = base
+        for site, n in widths.items():
+            part = _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3)
+            plan = plan.with_partition(site, part)
+        kind = part["kind"]
+        got = smollm.prefill(ids, plan, all_positions=True)
+        assert np.array_equal(got, ref), kind
+    # decode: row cutting one token between the GPU and the NPU
+    c1, c2 = smollm.new_cache(), smollm.new_cache()
+    smollm.step(c1, ids, plan=base)
+    smollm.step(c2, ids, plan=base)
+    dec = base
+    for site, n in widths.items():
+        dec = dec.with_partition(site, _core.sim.make_partition(1, n, [1], 256, gen3, 1))
+    np.testing.assert_array_equal(smollm.step(c1, [7], plan=base), smollm.step(c2, [7], plan=dec))
+    # a partitioned integer scheme is refused by name, not computed wrongly
+    with pytest.raises(socllm.UnsupportedError, match="float-path"):
+        w8 = socllm.Plan("llm-int8")  # float outlier columns: not one GEMM per block
+        part = _core.sim.make_partition(len(ids), 960, [64, 32], 960, gen3)
+        smollm.prefill(ids, w8.with_partition("qkv", part))

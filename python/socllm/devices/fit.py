@@ -244,7 +244,7 @@ def memory_contention_model(profile: dict) -> dict:
 # HeteroLLM's NPU shape-efficiency half point r_half (cost_model.cpp): fitted by
 # `scripts/heterollm_fidelity.py --fit` to one number (Hetero-tensor prefill of Llama-8B at 1024
 # tokens, 247.9 tok/s, seed 002 §5.2.1); every other HeteroLLM figure is held out.
-HETEROLLM_SHAPE_RATIO_HALF = {"value": 2.0, "fitted_to": "Hetero-tensor Llama-8B 1024: 247.9 tok/s"}
+HETEROLLM_SHAPE_RATIO_HALF = {"value": 5.3991, "fitted_to": "Hetero-tensor Llama-8B 1024: 247.9 tok/s"}
 
 
 def characterizations_8gen3(profile: dict) -> dict:

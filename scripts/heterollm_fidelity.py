@@ -77,7 +77,7 @@ def main() -> int:
         r = fit_r_half(prof)
         fit_py = ROOT / "python" / "socllm" / "devices" / "fit.py"
         text = re.sub(
-            r'(HETEROLLM_SHAPE_RATIO_HALF = \{"value": )[0-9.e-]+',
+            r"(HETEROLLM_SHAPE_RATIO_HALF = )[0-9.e-]+",
             rf"\g<1>{r:.4f}",
             fit_py.read_text(),
         )

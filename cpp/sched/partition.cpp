@@ -321,9 +321,11 @@ PartitionChoice solve_partition(const soc::OpDesc& linear, const PartitionRules&
   const int64_t rows = linear.m, cols = linear.n;
   PartitionChoice best;
   best.time.total_us = std::numeric_limits<double>::infinity();
+  PartitionRules active = rules;  // col_step > 0: a finer column grid
+  if (col_step > 0) active.npu_col_align = std::gcd(col_step, rules.npu_col_align);
   auto consider = [&](const std::vector<int64_t>& graphs, int64_t npu_cols) {
     MatmulPartition p =
-        graphs.empty() ? gpu_all(rows, cols) : make_partition(rows, cols, graphs, npu_cols, rules);
+        graphs.empty() ? gpu_all(rows, cols) : make_partition(rows, cols, graphs, npu_cols, active);
     const PartitionTime t = partition_time(linear, p, costs);
     ++best.candidates;
     if (t.total_us < best.time.total_us) {
@@ -347,13 +349,11 @@ PartitionChoice solve_partition(const soc::OpDesc& linear, const PartitionRules&
       break;
     case PartitionSpace::Tensor: {
       const int64_t step = col_step > 0 ? col_step : rules.npu_col_align;
-      PartitionRules r = rules;
-      if (col_step > 0) r.npu_col_align = std::gcd(col_step, rules.npu_col_align);
       std::vector<std::vector<int64_t>> covers;
-      for (int64_t m = r.npu_row_align; m < rows; m += r.npu_row_align)
-        covers.push_back(pipe_graphs(m, r));
-      covers.push_back(pipe_graphs(rows, r));
-      covers.push_back(padded_graphs(rows, r));
+      for (int64_t m = rules.npu_row_align; m < rows; m += rules.npu_row_align)
+        covers.push_back(pipe_graphs(m, rules));
+      covers.push_back(pipe_graphs(rows, rules));
+      covers.push_back(padded_graphs(rows, rules));
       consider({}, 0);
       for (const auto& cover : covers) {
         for (int64_t c = step; c < cols; c += step) consider(cover, c);

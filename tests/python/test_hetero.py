@@ -190,3 +190,28 @@ def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(s
         w8 = socllm.Plan("llm-int8")  # float outlier columns: not one GEMM per block
         part = _core.sim.make_partition(len(ids), 960, [64, 32], 960, gen3)
         smollm.prefill(ids, w8.with_partition("qkv", part))
+
+
+def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3):
+    from socllm.hetero import (
+        PartitionProfiler,
+        grid_regret,
+        linear_shapes,
+        noisy,
+        sample_shapes,
+        solver_regret,
+    )
+
+    prof = PartitionProfiler(gen3).fit(sample_shapes(400, seed=1))
+    acc = prof.accuracy(sample_shapes(100, seed=2), "gpu")
+    assert 0 <= acc["mape"] < 0.5 and 0 <= acc["within_10pct"] <= 1
+    ops = linear_shapes(socllm.configs.load_config("internlm-1.8b"), 300)
+    exact = solver_regret(prof, ops, prof.real)
+    assert all(abs(r["regret"]) < 1e-12 for r in exact)
+    rough = solver_regret(prof, ops, noisy(prof, 0.4))
+    assert all(r["regret"] >= -1e-12 for r in rough)  # the optimum is a lower bound
+    assert all(abs(r["regret"]) < 1e-12 for r in grid_regret(prof, ops[:1], col_step=128))
+    with pytest.raises(socllm.InvalidArgumentError, match="'tpu'"):
+        prof.predict(ops[0], "tpu")
+    with pytest.raises(socllm.InvalidArgumentError, match="'magic'"):
+        PartitionProfiler(gen3, mode="magic")

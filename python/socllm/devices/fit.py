@@ -244,7 +244,8 @@ def memory_contention_model(profile: dict) -> dict:
 # HeteroLLM's NPU shape-efficiency half point r_half (cost_model.cpp): fitted by
 # `scripts/heterollm_fidelity.py --fit` to one number (Hetero-tensor prefill of Llama-8B at 1024
 # tokens, 247.9 tok/s, seed 002 §5.2.1); every other HeteroLLM figure is held out.
-HETEROLLM_SHAPE_RATIO_HALF = {"value": 5.3991, "fitted_to": "Hetero-tensor Llama-8B 1024: 247.9 tok/s"}
+HETEROLLM_SHAPE_RATIO_HALF = 5.3991
+HETEROLLM_SHAPE_FIT_TARGET = "Hetero-tensor Llama-8B 1024: 247.9 tok/s"
 
 
 def characterizations_8gen3(profile: dict) -> dict:
@@ -296,11 +297,11 @@ def characterizations_8gen3(profile: dict) -> dict:
                         derived=True,
                     ),
                     "fp16_shape_ratio_half": num(
-                        HETEROLLM_SHAPE_RATIO_HALF["value"],
+                        HETEROLLM_SHAPE_RATIO_HALF,
                         "rows/columns",
                         "fitted: seed 002 Fig. 5 is only a plot; the half point of the "
                         "efficiency in the streamed weight's rows/columns, fitted to "
-                        f"{HETEROLLM_SHAPE_RATIO_HALF['fitted_to']} (§5.2.1) by "
+                        f"{HETEROLLM_SHAPE_FIT_TARGET} (§5.2.1) by "
                         "scripts/heterollm_fidelity.py --fit",
                         fitted=True,
                     ),

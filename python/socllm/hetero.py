@@ -1,0 +1,276 @@
+"""HeteroLLM's performance profiler and the partition solver's evaluation (seed 002 §4.3).
+
+The profiler has the paper's two modes:
+
+* real execution: the cost model's time of an operator on a processor of the device profile
+  (what a phone measurement would give), or for the host CPU a measurement of this machine's
+  kernel (:meth:`PartitionProfiler.measure_host`);
+* prediction: a decision-tree regressor (scikit-learn) per processor trained on sampled shapes,
+  and for the GPU also the paper's fixed-rate estimate ("a fixed TFLOPS rate").
+
+:func:`solver_regret` compares the solver deciding on predicted times with the optimum under
+the real times; :func:`grid_regret` the aligned grid (256 columns, 32 rows) with a finer one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _core
+from .devices import load_profile
+from .errors import InvalidArgumentError
+
+Op = dict
+Predictor = Callable[[Op, str], float]
+
+# Widths of linears in the models HeteroLLM evaluates (Llama-3-8B, Llama-2-7B, Llama-3.2-3B,
+# InternLM2-1.8B: d_model, fused qkv, fused gate/up, FFN) from which shapes are sampled.
+MODEL_WIDTHS = (2048, 3072, 4096, 5120, 6144, 8192, 11008, 12288, 14336, 16384, 22016, 28672)
+
+
+def matmul(m: int, k: int, n: int, dtype: str = "fp16", bits_per_weight: float = 4.5) -> Op:
+    """A linear's op dict (soc.h OpDesc) with W4A16 weight bytes (4-bit codes + fp16 group
+    scales of 32: 4.5 bits per weight) and fp16 activations."""
+    return {
+        "op": "matmul",
+        "dtype": dtype,
+        "op_class": "linear",
+        "m": int(m),
+        "k": int(k),
+        "n": int(n),
+        "weight_bytes": int(k * n * bits_per_weight / 8),
+        "activation_bytes": int(2 * m * (k + n)),
+    }
+
+
+def sample_shapes(count: int, seed: int = 0, decode_share: float = 0.1) -> list[Op]:
+    """Shapes a solver meets: rows from static graph sizes, aligned and misaligned lengths and
+    decode (1); k from the model widths; n from whole widths and 256-aligned parts of them."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        u = rng.random()
+        if u < decode_share:
+            m = 1
+        elif u < 0.5:
+            m = int(2 ** rng.integers(5, 11))  # 32 .. 1024
+        else:
+            m = int(rng.integers(1, 1025))
+        k = int(rng.choice(MODEL_WIDTHS))
+        full = int(rng.choice(MODEL_WIDTHS))
+        n = full if rng.random() < 0.3 else int(256 * rng.integers(1, full // 256 + 1))
+        out.append(matmul(m, k, n))
+    return out
+
+
+def _features(ops: Sequence[Op]) -> np.ndarray:
+    m = np.array([o["m"] for o in ops], dtype=float)
+    k = np.array([o["k"] for o in ops], dtype=float)
+    n = np.array([o["n"] for o in ops], dtype=float)
+    # the NPU's stage tiles (seed 002 §4.3: 32 rows, 256 columns) as the padded sizes
+    mp, np_ = np.ceil(m / 32) * 32, np.ceil(n / 256) * 256
+    return np.column_stack(
+        [
+            np.log2(m),
+            np.log2(k),
+            np.log2(n),
+            np.log2(m * k * n),
+            np.log2(n / k),
+            np.log2(mp * k * np_),
+            np.log2(k * n),
+        ]
+    )
+
+
+@dataclass
+class PartitionProfiler:
+    """The profiler of one device under a characterization (soc.h): ``real`` times from the
+    cost model (``mode="cost-model"``) or measured on this machine's CPU (``mode="host"``: the
+    processor is the host, whatever it is called), ``fit`` a decision tree per processor,
+    ``predict`` from it."""
+
+    device: str | dict = "snapdragon-8gen3"
+    mode: str = "cost-model"
+    characterization: str = "heterollm"
+    fast_sync: bool = True
+    decode: bool = False
+    profile: dict = field(init=False, repr=False)
+    models: dict = field(default_factory=dict, repr=False)
+    gpu_gflops: float | None = None  # the fixed-rate GPU estimate, once fitted
+
+    def __post_init__(self):
+        if self.mode not in ("cost-model", "host"):
+            raise InvalidArgumentError(
+                f"PartitionProfiler: mode must be cost-model or host, got {self.mode!r}"
+            )
+        self._measured: dict = {}
+        self.profile = self.device if isinstance(self.device, dict) else load_profile(self.device)
+        dev = _core.sim.DeviceProfile.from_json(self.profile, self.profile["name"])
+        self._cost = _core.sim.CostModel(
+            dev.with_characterization(self.characterization),
+            fast_sync=self.fast_sync,
+            gpu_queue_kept=self.decode and self.fast_sync,
+        )
+
+    def real(self, op: Op, processor: str) -> float:
+        """Real-execution mode: the cost model's µs, or the host's measured µs (cached)."""
+        if self.mode == "host":
+            key = (op["m"], op["k"], op["n"])
+            if key not in self._measured:
+                self._measured[key] = self.measure_host(op)
+            return self._measured[key]
+        return self._cost.latency_us(op, processor)
+
+    @staticmethod
+    def measure_host(op: Op, repeats: int = 3, seed: int = 0) -> float:
+        """Real-execution mode on this machine: the best of ``repeats`` runs of the engine's
+        fp32 linear kernel (OpenBLAS) for the op's shape, in µs."""
+        from . import ops as _ops
+
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((op["m"], op["k"]), dtype=np.float32)
+        w = rng.standard_normal((op["n"], op["k"]), dtype=np.float32)
+        best = math.inf
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            _ops.linear_f32(x, w)
+            best = min(best, (time.perf_counter() - t0) * 1e6)
+        return best
+
+    def fit(self, shapes: Sequence[Op], processors: Iterable[str] = ("npu", "gpu"), **tree):
+        """Trains one decision-tree regressor per processor on log(µs) of ``shapes`` (real
+        times), and the GPU's fixed rate (least squares on compute-bound shapes)."""
+        try:
+            from sklearn.tree import DecisionTreeRegressor
+        except ImportError as e:  # pragma: no cover - the profiler extra installs it
+            raise InvalidArgumentError(
+                "the profiler's prediction mode needs scikit-learn (pip install socllm[profiler])"
+            ) from e
+        if not shapes:
+            raise InvalidArgumentError("PartitionProfiler.fit: no training shapes")
+        X = _features(shapes)
+        params = {"min_samples_leaf": 2, "random_state": 0, **tree}
+        for p in processors:
+            y = np.log([self.real(o, p) for o in shapes])
+            self.models[p] = DecisionTreeRegressor(**params).fit(X, y)
+        if "gpu" in processors:
+            flops = np.array([2.0 * o["m"] * o["k"] * o["n"] for o in shapes])
+            t = np.array([self.real(o, "gpu") for o in shapes])
+            big = flops >= np.quantile(flops, 0.5)
+            self.gpu_gflops = float(np.sum(flops[big] ** 2) / np.sum(flops[big] * t[big]) / 1e3)
+        return self
+
+    def predict(self, op: Op, processor: str) -> float:
+        """Prediction mode: µs from the processor's tree (raises if it was not fitted)."""
+        if processor not in self.models:
+            raise InvalidArgumentError(
+                f"PartitionProfiler: no model for processor {processor!r} "
+                f"(fitted: {sorted(self.models)})"
+            )
+        return float(np.exp(self.models[processor].predict(_features([op]))[0]))
+
+    def predict_gpu_rate(self, op: Op) -> float:
+        """The paper's GPU estimate: flops at the fitted fixed rate."""
+        if self.gpu_gflops is None:
+            raise InvalidArgumentError("PartitionProfiler: fit() the GPU first")
+        return 2.0 * op["m"] * op["k"] * op["n"] / (self.gpu_gflops * 1e3)
+
+    def accuracy(self, shapes: Sequence[Op], processor: str, gpu_rate: bool = False) -> dict:
+        """Mean absolute percentage error and the share within ±10% on (held-out) shapes."""
+        real = np.array([self.real(o, processor) for o in shapes])
+        pred = np.array(
+            [self.predict_gpu_rate(o) if gpu_rate else self.predict(o, processor) for o in shapes]
+        )
+        err = np.abs(pred - real) / real
+        return {
+            "processor": processor,
+            "model": "fixed rate" if gpu_rate else "decision tree",
+            "shapes": len(shapes),
+            "mape": float(err.mean()),
+            "within_10pct": float((err <= 0.10).mean()),
+            "max_ape": float(err.max()),
+        }
+
+
+def noisy(profiler: PartitionProfiler, sigma: float, seed: int = 0) -> Predictor:
+    """Real times with a log-normal error of ``sigma`` per (shape, processor): the solver's
+    sensitivity to a predictor of that accuracy (the same op always gets the same error)."""
+
+    def predict(op: Op, processor: str) -> float:
+        key = repr((op["m"], op["k"], op["n"], processor, seed)).encode()
+        eps = np.random.default_rng(zlib.crc32(key)).standard_normal()
+        return profiler.real(op, processor) * math.exp(sigma * eps)
+
+    return predict
+
+
+def linear_shapes(config: dict, prompt_len: int) -> list[Op]:
+    """The four linears of a config's block (fused qkv and gate/up) for ``prompt_len`` rows."""
+    d, hd = config["d_model"], config.get("head_dim") or config["d_model"] // config["n_heads"]
+    q, kv = config["n_heads"] * hd, config["n_kv_heads"] * hd
+    ff = config["d_ff"]
+    return [
+        matmul(prompt_len, d, q + 2 * kv),
+        matmul(prompt_len, q, d),
+        matmul(prompt_len, d, 2 * ff),
+        matmul(prompt_len, ff, d),
+    ]
+
+
+def solver_regret(
+    profiler: PartitionProfiler, ops: Sequence[Op], predictor: Predictor | None
+) -> list[dict]:
+    """Per op: the solver's choice on predicted times, timed with the real ones, against the
+    optimum under the real times (regret = chosen / best - 1; 0 for a perfect predictor)."""
+    out = []
+    for op in ops:
+        kw = {
+            "characterization": profiler.characterization,
+            "fast_sync": profiler.fast_sync,
+            "decode": op["m"] == 1 and profiler.decode,
+        }
+        best = _core.sim.solve_partition(op, profiler.profile, **kw)
+        chosen = _core.sim.solve_partition(op, profiler.profile, predictor=predictor, **kw)
+        real = _core.sim.partition_time(op, chosen["partition"], profiler.profile, **kw)
+        out.append(
+            {
+                "m": op["m"],
+                "k": op["k"],
+                "n": op["n"],
+                "best_us": best["time"]["total_us"],
+                "chosen_us": real["total_us"],
+                "predicted_us": chosen["time"]["total_us"],
+                "regret": real["total_us"] / best["time"]["total_us"] - 1.0,
+                "best_kind": best["partition"]["kind"],
+                "chosen_kind": chosen["partition"]["kind"],
+            }
+        )
+    return out
+
+
+def grid_regret(profiler: PartitionProfiler, ops: Sequence[Op], col_step: int = 32) -> list[dict]:
+    """The aligned grid's optimum against a finer column grid's (both with real times): what
+    pruning the search to 256-aligned cuts loses (§4.3)."""
+    out = []
+    for op in ops:
+        kw = {"characterization": profiler.characterization, "fast_sync": profiler.fast_sync}
+        aligned = _core.sim.solve_partition(op, profiler.profile, **kw)
+        fine = _core.sim.solve_partition(op, profiler.profile, col_step=col_step, **kw)
+        out.append(
+            {
+                "m": op["m"],
+                "k": op["k"],
+                "n": op["n"],
+                "aligned_us": aligned["time"]["total_us"],
+                "fine_us": fine["time"]["total_us"],
+                "candidates": [aligned["candidates"], fine["candidates"]],
+                "regret": aligned["time"]["total_us"] / fine["time"]["total_us"] - 1.0,
+            }
+        )
+    return out

@@ -36,6 +36,7 @@ from socllm.devices.fit import (  # noqa: E402
     cost_model_8gen3,
     fit,
     predict,
+    scenarios_8gen3,
 )
 from socllm.io_utils import atomic_write_text  # noqa: E402
 
@@ -55,6 +56,7 @@ def main() -> int:
     p3 = json.loads((DEVICES / "snapdragon-8gen3.json").read_text())
     p3["cost_model"] = cost_model_8gen3(p3, fitted)
     p3["characterizations"] = characterizations_8gen3(p3)
+    p3["scenarios"] = scenarios_8gen3()
     preds = predict(rows, p3)
 
     print(

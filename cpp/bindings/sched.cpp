@@ -160,7 +160,7 @@ void init_sched(py::module_& s) {
          double shadow_channels, int64_t optimal_max_tasks, const std::string& head_policy,
          const std::string& attention_cpu_core, int64_t max_fused_heads,
          const std::vector<double>& head_ratios, const std::vector<int64_t>& head_buckets,
-         double rescore_share) {
+         double rescore_share, const std::string& co_runner) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         const auto prof = py_to_json(profile);
@@ -177,6 +177,7 @@ void init_sched(py::module_& s) {
         o.attention.head_ratios = head_ratios;
         o.attention.head_buckets = head_buckets;
         o.attention.rescore_share = rescore_share;
+        o.co_runner = co_runner;
         py::gil_scoped_release nogil;
         return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
       },
@@ -187,6 +188,7 @@ void init_sched(py::module_& s) {
       py::arg("attention_cpu_core") = "auto", py::arg("max_fused_heads") = 4,
       py::arg("head_ratios") = std::vector<double>{},
       py::arg("head_buckets") = std::vector<int64_t>{}, py::arg("rescore_share") = 1.0,
+      py::arg("co_runner") = "",
       "A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the "
       "head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).");
 
@@ -254,9 +256,9 @@ void init_sched(py::module_& s) {
       "solve_partition",
       [](const py::object& op, const py::object& profile, const std::string& space,
          const std::string& characterization, bool fast_sync, bool decode, int64_t col_step,
-         const py::object& predictor) {
+         const py::object& predictor, const std::string& co_runner) {
         const auto dev = profile_from_py(profile);
-        const auto cost = timing_cost_model(dev, characterization, fast_sync, decode);
+        const auto cost = timing_cost_model(dev, characterization, fast_sync, decode, co_runner);
         const soc::OpDesc o = soc::OpDesc::from_json(py_to_json(op));
         const auto rules = rules_of(dev.with_characterization(characterization), decode ? o.m : 0);
         const auto costs = predictor.is_none() ? sched::PartitionCosts::of(cost)
@@ -272,14 +274,16 @@ void init_sched(py::module_& s) {
       py::arg("op"), py::arg("profile"), py::arg("space") = "tensor",
       py::arg("characterization") = "heterollm", py::arg("fast_sync") = true,
       py::arg("decode") = false, py::arg("col_step") = 0, py::arg("predictor") = py::none(),
+      py::arg("co_runner") = "",
       "The partition solver (partition.h, seed 002 §4.3) for one linear op dict; predictor(op, "
       "processor) -> µs replaces the cost model's times (the profiler's prediction mode).");
   s.def(
       "partition_time",
       [](const py::object& op, const py::object& partition, const py::object& profile,
-         const std::string& characterization, bool fast_sync, bool decode) {
-        const auto cost =
-            timing_cost_model(profile_from_py(profile), characterization, fast_sync, decode);
+         const std::string& characterization, bool fast_sync, bool decode,
+         const std::string& co_runner) {
+        const auto cost = timing_cost_model(profile_from_py(profile), characterization, fast_sync,
+                                            decode, co_runner);
         return time_to_py(
             sched::partition_time(soc::OpDesc::from_json(py_to_json(op)),
                                   sched::MatmulPartition::from_json(py_to_json(partition)),
@@ -287,13 +291,15 @@ void init_sched(py::module_& s) {
       },
       py::arg("op"), py::arg("partition"), py::arg("profile"),
       py::arg("characterization") = "heterollm", py::arg("fast_sync") = true,
-      py::arg("decode") = false, "T_total of a partition under the cost model (real times).");
+      py::arg("decode") = false, py::arg("co_runner") = "",
+      "T_total of a partition under the cost model (real times).");
   s.def(
       "simulate_hetero",
       [](const py::object& config, const py::object& profile, int64_t prompt_len,
          const std::string& engine, bool fast_sync, const std::string& characterization,
          const std::string& policy, const std::string& phase, const std::string& plan,
-         const py::object& predictor, bool solve_for_timing_sync) {
+         const py::object& predictor, bool solve_for_timing_sync, const std::string& co_runner,
+         bool solve_for_co_runner) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const auto dev = profile_from_py(profile);
         HeteroOptions o;
@@ -304,6 +310,8 @@ void init_sched(py::module_& s) {
         o.phase = phase;
         o.plan = plan;
         o.solve_for_timing_sync = solve_for_timing_sync;
+        o.co_runner = co_runner;
+        o.solve_for_co_runner = solve_for_co_runner;
         if (predictor.is_none()) {
           py::gil_scoped_release nogil;
           return simulate_hetero(c, dev, prompt_len, o);
@@ -316,7 +324,8 @@ void init_sched(py::module_& s) {
       py::arg("engine") = "hetero-tensor", py::arg("fast_sync") = true,
       py::arg("characterization") = "heterollm", py::arg("policy") = "first-ready",
       py::arg("phase") = "prefill", py::arg("plan") = "w4a16", py::arg("predictor") = py::none(),
-      py::arg("solve_for_timing_sync") = false,
+      py::arg("solve_for_timing_sync") = false, py::arg("co_runner") = "",
+      py::arg("solve_for_co_runner") = false,
       "A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the "
       "solver decides on predicted times, the timeline is the cost model's.");
 

@@ -59,7 +59,10 @@ void init_soc(py::module_& s) {
              for (const auto& p : procs) ps.push_back(soc::processor_from_name(p));
              return c.shared_bandwidth_gbps(ps);
            })
-      .def("has_memory_model", &soc::CostModel::has_memory_model);
+      .def("has_memory_model", &soc::CostModel::has_memory_model)
+      .def("with_co_runner", &soc::CostModel::with_co_runner, py::arg("scenario"))
+      .def_property_readonly("co_runner", &soc::CostModel::co_runner)
+      .def("scenarios", &soc::CostModel::scenarios);
 }
 
 }  // namespace socllm::py_bind

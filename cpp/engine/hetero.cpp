@@ -74,7 +74,8 @@ double online_prepare_ms(const ModelConfig& c, const soc::DeviceProfile& device,
 }
 
 soc::CostModel hetero_cost_model(const soc::DeviceProfile& device, const HeteroOptions& o) {
-  return timing_cost_model(device, o.characterization, o.fast_sync, o.phase == "decode");
+  return timing_cost_model(device, o.characterization, o.fast_sync, o.phase == "decode",
+                           o.co_runner);
 }
 
 sched::TaskGraph hetero_task_graph(const ModelConfig& c, const soc::DeviceProfile& device,
@@ -103,8 +104,9 @@ sched::TaskGraph hetero_task_graph(const ModelConfig& c, const soc::DeviceProfil
 
   sched::PartitionRules rules = sched::PartitionRules::from_profile(dev);
   if (decode) rules = rules.for_rows(rows);  // a pre-built graph of the decoding shape
-  const soc::CostModel solver_cost = timing_cost_model(
-      device, o.characterization, o.fast_sync || !o.solve_for_timing_sync, decode);
+  const soc::CostModel solver_cost =
+      timing_cost_model(device, o.characterization, o.fast_sync || !o.solve_for_timing_sync, decode,
+                        o.solve_for_co_runner ? o.co_runner : "");
   const sched::PartitionCosts real = sched::PartitionCosts::of(solver_cost);
   const sched::PartitionCosts& solver_costs = costs ? *costs : real;
   // One solve per linear shape (every layer has the same four).
@@ -186,6 +188,8 @@ sched::TaskGraph hetero_task_graph(const ModelConfig& c, const soc::DeviceProfil
   out.meta["partitions"] = partitions;
   out.meta["predicted_partitions"] = costs != nullptr;
   out.meta["solve_for_timing_sync"] = o.solve_for_timing_sync;
+  out.meta["co_runner"] = cost.co_runner();
+  out.meta["solve_for_co_runner"] = o.solve_for_co_runner;
   return out;
 }
 

@@ -16,9 +16,11 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
 }
 
 soc::CostModel timing_cost_model(const soc::DeviceProfile& device,
-                                 const std::string& characterization, bool fast_sync, bool decode) {
+                                 const std::string& characterization, bool fast_sync, bool decode,
+                                 const std::string& co_runner) {
   return soc::CostModel(device.with_characterization(characterization),
-                        {.fast = fast_sync, .gpu_queue_kept = decode && fast_sync});
+                        {.fast = fast_sync, .gpu_queue_kept = decode && fast_sync})
+      .with_co_runner(co_runner);
 }
 
 PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile& device,
@@ -31,9 +33,9 @@ PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile&
   o.optimal_max_tasks = optimal_max_tasks;
   const sched::HeadPolicy hp = sched::head_policy_from_name(head_policy);
   const auto& m = graph.meta;
-  const soc::CostModel cost =
-      timing_cost_model(device, m.value("characterization", std::string()),
-                        m.value("fast_sync", false), m.value("phase", std::string()) == "decode");
+  const soc::CostModel cost = timing_cost_model(
+      device, m.value("characterization", std::string()), m.value("fast_sync", false),
+      m.value("phase", std::string()) == "decode", m.value("co_runner", std::string()));
   PrefillTimeline t;
   if (!graph.meta.contains("head_policy")) {
     t.head_plans = sched::apply_head_pipeline(graph, cost, hp);
@@ -57,8 +59,10 @@ PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
                             std::to_string(opts.shadow_channels));
     g.expected = expected_shadow_loads(c, *plan.linear.shadow, opts.shadow_channels);
   }
-  return simulate_graph(prefill_task_graph(c, plan, prompt_len, chunk_len, g), device, opts.policy,
-                        opts.optimal_max_tasks, opts.head_policy);
+  sched::TaskGraph graph = prefill_task_graph(c, plan, prompt_len, chunk_len, g);
+  if (!opts.co_runner.empty()) graph.meta["co_runner"] = opts.co_runner;
+  return simulate_graph(std::move(graph), device, opts.policy, opts.optimal_max_tasks,
+                        opts.head_policy);
 }
 
 nlohmann::json PrefillTimeline::summary() const {

@@ -5,13 +5,14 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 
 namespace socllm::sched {
 
 namespace {
 // The policies, defined once: canonical name, the earlier short name (still accepted), and what
 // each does (listed by policies(), shown by `socllm simulate --help` and socllm.policies()).
-constexpr std::array<PolicyInfo, 6> kPolicies = {{
+constexpr std::array<PolicyInfo, 7> kPolicies = {{
     {Policy::InOrder, "in-order", "inorder",
      "each processor runs its tasks in program order, chunk after chunk (llm.npu's baseline, "
      "seed 001 Fig. 13a)"},
@@ -27,6 +28,10 @@ constexpr std::array<PolicyInfo, 6> kPolicies = {{
      "NPU's top ready task when more than steal_threshold wait there"},
     {Policy::Optimal, "optimal", "optimal",
      "exact minimum makespan by branch and bound over non-idling schedules (small graphs only)"},
+    {Policy::MllmExecutor, "mllm-executor", "mllm",
+     "the executor llm.npu released (mllm QNNPipelineExecutor::run): a thread per chunk from a "
+     "pool of 4, subgraphs in order, one lock per subgraph index taken in chunk order, "
+     "processors first come first served"},
 }};
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr size_t kProcs = static_cast<size_t>(soc::kNumProcessors);
@@ -478,7 +483,32 @@ std::vector<double> task_durations_us(const TaskGraph& g, const soc::CostModel& 
   return d;
 }
 
-Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptions& opts) {
+TaskGraph executor_graph(const TaskGraph& g, int64_t threads) {
+  if (threads < 1)
+    throw InvalidArgument("[simulate] executor_threads must be >= 1, got " +
+                          std::to_string(threads));
+  TaskGraph out = g;
+  std::map<int64_t, std::vector<int64_t>> by_chunk;  // chunk -> its tasks in program order
+  for (const auto& t : g.tasks())
+    if (t.chunk >= 0) by_chunk[t.chunk].push_back(t.id);
+  std::vector<const std::vector<int64_t>*> chunks;
+  for (const auto& [_, ids] : by_chunk) chunks.push_back(&ids);
+  for (size_t c = 1; c < chunks.size(); ++c) {
+    const auto &cur = *chunks[c], &prev = *chunks[c - 1];
+    for (size_t i = 0; i < std::min(cur.size(), prev.size()); ++i) out.add_dep(cur[i], prev[i]);
+    if (c >= static_cast<size_t>(threads))
+      out.add_dep(cur.front(), chunks[c - static_cast<size_t>(threads)]->back());
+  }
+  return out;
+}
+
+Timeline simulate(const TaskGraph& g0, const soc::CostModel& cost, const SimOptions& opts_in) {
+  // mllm-executor: its locks as dependencies, then first come first served.
+  const bool executor = opts_in.policy == Policy::MllmExecutor;
+  const TaskGraph exec = executor ? executor_graph(g0, opts_in.executor_threads) : TaskGraph{};
+  const TaskGraph& g = executor ? exec : g0;
+  SimOptions opts = opts_in;
+  if (executor) opts.policy = Policy::Fifo;
   g.validate();
   Problem pb{g,
              task_durations_us(g, cost),
@@ -512,11 +542,17 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
   }
   Timeline tl = run(pb, opts);
   tl.device = cost.profile().name();
+  if (executor) tl.policy = policy_name(Policy::MllmExecutor);
   return tl;
 }
 
-Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, double sync_us,
-                  const SimOptions& opts) {
+Timeline simulate(const TaskGraph& g0, const std::vector<double>& duration_us, double sync_us,
+                  const SimOptions& opts_in) {
+  const bool executor = opts_in.policy == Policy::MllmExecutor;
+  const TaskGraph exec = executor ? executor_graph(g0, opts_in.executor_threads) : TaskGraph{};
+  const TaskGraph& g = executor ? exec : g0;
+  SimOptions opts = opts_in;
+  if (executor) opts.policy = Policy::Fifo;
   Problem pb{g,
              duration_us,
              [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; },
@@ -527,7 +563,9 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
              {}};
   if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size())
     for (double d : duration_us) pb.cpu_dur.push_back(d * opts.steal_cpu_time_ratio);
-  return run(pb, opts);
+  Timeline tl = run(pb, opts);
+  if (executor) tl.policy = policy_name(Policy::MllmExecutor);
+  return tl;
 }
 
 nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {

@@ -212,12 +212,18 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
     red.kind = OpKind::Elementwise;
     red.dtype = DType::Fp16;
     red.elements = op.m * op.n * g;
-    us += latency_us(red, on);
+    us += alone_latency_us(red, on);
   }
   return us;
 }
 
 double CostModel::latency_us(const OpDesc& op, Processor on) const {
+  const double share =
+      busy_share_[static_cast<size_t>(on == Processor::CpuAux ? Processor::Cpu : on)];
+  return alone_latency_us(op, on) / (1.0 - share);
+}
+
+double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
   if (on == Processor::CpuAux) on = Processor::Cpu;  // a CPU core: the CPU's rates
   const std::string pn = processor_name(on);
   const std::string c = "/cost_model/" + pn + "/";
@@ -337,12 +343,52 @@ double CostModel::shared_bandwidth_gbps(const std::vector<Processor>& processors
   const std::string m = "/cost_model/memory/";
   const std::string why =
       "memory contention of " + std::to_string(processors.size()) + " processors";
+  double gbps = 0;
   if (processors.size() == 1)
-    return p_.number(
+    gbps = p_.number(
         m + processor_name(processors[0] == Processor::CpuAux ? Processor::Cpu : processors[0]) +
             std::string("_gbps"),
         why);
-  return p_.number(m + (processors.size() == 2 ? "two_processors_gbps" : "peak_gbps"), why);
+  else gbps = p_.number(m + (processors.size() == 2 ? "two_processors_gbps" : "peak_gbps"), why);
+  if (dram_taken_gbps_ > 0)  // a co-runner's traffic comes off what the SoC's peak leaves
+    gbps = std::min(gbps, p_.number(m + "peak_gbps", why) - dram_taken_gbps_);
+  return gbps;
+}
+
+std::vector<std::string> CostModel::scenarios() const {
+  std::vector<std::string> out = {"none"};
+  const auto& j = p_.json();
+  if (j.contains("scenarios") && j["scenarios"].is_object())
+    for (const auto& [k, v] : j["scenarios"].items())
+      if (v.is_object()) out.push_back(k);
+  return out;
+}
+
+CostModel CostModel::with_co_runner(const std::string& scenario) const {
+  CostModel out = *this;
+  out.busy_share_.fill(0.0);
+  out.dram_taken_gbps_ = 0;
+  out.co_runner_ = scenario.empty() ? "none" : scenario;
+  if (scenario.empty() || scenario == "none") return out;
+  const auto known = scenarios();
+  if (std::find(known.begin(), known.end(), scenario) == known.end()) {
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw InvalidArgument("[CostModel] profile '" + p_.name() + "' has no co-runner scenario '" +
+                          scenario + "' (known: " + list + ")");
+  }
+  const std::string base = "/scenarios/" + scenario + "/";
+  const std::string why = "co-runner scenario '" + scenario + "'";
+  for (Processor p : {Processor::Npu, Processor::Cpu, Processor::Gpu}) {
+    const std::string key = base + processor_name(p) + "_time_share";
+    const double share = p_.has(key) ? p_.number(key, why) : 0.0;
+    if (!(share >= 0 && share < 1))
+      throw InvalidArgument("[CostModel] " + key + " = " + std::to_string(share) +
+                            " (a time share in [0, 1))");
+    out.busy_share_[static_cast<size_t>(p)] = share;
+  }
+  out.dram_taken_gbps_ = p_.has(base + "dram_gbps") ? p_.number(base + "dram_gbps", why) : 0.0;
+  return out;
 }
 
 double dram_bytes(const OpDesc& op) {

@@ -498,3 +498,37 @@ TEST(CostModel, CharacterizationPatchesAndNpuShapeSensitivity) {
   mm.m = 2048;  // stationary activations larger than the streamed weights: 6x order penalty
   EXPECT_NEAR(cm.latency_us(mm, Processor::Npu), 8 * flops / 4 / (1000 * 0.28 / 6 * 1e3), 1e-6);
 }
+
+TEST(Simulator, MllmExecutorLocksSubgraphIndicesInChunkOrder) {
+  // Three chunks of two tasks (NPU then CPU), chunks independent in the graph. The released
+  // executor runs a chunk's i-th subgraph after the previous chunk's i-th, and with one thread
+  // chunk after chunk.
+  TaskGraph g;
+  for (int64_t c = 0; c < 3; ++c) {
+    sched::Task a;
+    a.name = "c" + std::to_string(c) + ".npu";
+    a.processor = Processor::Npu;
+    a.chunk = c;
+    const int64_t ia = g.add(a);
+    sched::Task b;
+    b.name = "c" + std::to_string(c) + ".cpu";
+    b.processor = Processor::Cpu;
+    b.chunk = c;
+    b.deps = {ia};
+    g.add(b);
+  }
+  const std::vector<double> d = {1, 5, 1, 5, 1, 5};
+  sched::SimOptions o;
+  o.policy = Policy::MllmExecutor;
+  auto t = sched::simulate(g, d, 0, o);
+  EXPECT_EQ(t.policy, "mllm-executor");
+  // 4 threads: NPU tasks at 0, 1, 2; CPU tasks serialized 1-6, 6-11, 11-16
+  EXPECT_DOUBLE_EQ(t.makespan_us, 16);
+  o.executor_threads = 1;  // chunk after chunk: (1 + 5) x 3
+  EXPECT_DOUBLE_EQ(sched::simulate(g, d, 0, o).makespan_us, 18);
+  const auto eg = sched::executor_graph(g, 1);
+  EXPECT_EQ(eg.at(2).deps, (std::vector<int64_t>{0, 1}));  // index lock, then the pool
+  EXPECT_EQ(eg.at(3).deps, (std::vector<int64_t>{2, 1}));
+  o.executor_threads = 0;
+  EXPECT_THROW(sched::simulate(g, d, 0, o), InvalidArgument);
+}

@@ -14,6 +14,7 @@ the real times; :func:`grid_regret` the aligned grid (256 columns, 32 rows) with
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import zlib
@@ -274,3 +275,147 @@ def grid_regret(profiler: PartitionProfiler, ops: Sequence[Op], col_step: int = 
             }
         )
     return out
+
+
+# -- a whole session, and re-partitioning at run time -----------------------------------------
+
+
+@dataclass
+class Session:
+    """A prefill and ``len(steps) - 1`` decoding steps of one request, one after another on one
+    timeline (a step starts when the previous one's LM head has given its token)."""
+
+    steps: list  # socllm.Timeline per phase: the prefill, then each decoding step
+    co_runner: list[str]  # the co-running app during each step ("" none)
+    resolved: list[bool]  # whether the step's partitions were re-solved
+
+    def offsets_us(self) -> list[float]:
+        out, t = [], 0.0
+        for s in self.steps:
+            out.append(t)
+            t += s.core.makespan_us
+        return out
+
+    def summary(self) -> dict:
+        tpot = np.array([s.core.makespan_us / 1e3 for s in self.steps[1:]])
+        busy: dict = {}
+        for s in self.steps:
+            for p, v in s.summary()["busy_ms"].items():
+                busy[p] = busy.get(p, 0.0) + v
+        total_ms = sum(s.core.makespan_us for s in self.steps) / 1e3
+        return {
+            "ttft_ms": self.steps[0].core.makespan_us / 1e3,
+            "new_tokens": len(tpot),
+            "tpot_ms_mean": float(tpot.mean()) if len(tpot) else 0.0,
+            "tpot_ms_p50": float(np.quantile(tpot, 0.5)) if len(tpot) else 0.0,
+            "tpot_ms_p99": float(np.quantile(tpot, 0.99)) if len(tpot) else 0.0,
+            "tpot_ms_max": float(tpot.max()) if len(tpot) else 0.0,
+            "decode_tokens_per_s": float(len(tpot) / (tpot.sum() / 1e3)) if len(tpot) else 0.0,
+            "session_ms": total_ms,
+            "energy_mj": sum(s.core.energy_mj for s in self.steps),
+            "busy_ms": busy,
+            "re_solved_steps": int(sum(self.resolved)),
+        }
+
+    def to_perfetto(self, path):
+        """One Chrome / Perfetto trace of the whole session (one track per processor)."""
+        from pathlib import Path as _Path
+
+        from .io_utils import write_output
+
+        events = []
+        for i, (s, off) in enumerate(zip(self.steps, self.offsets_us(), strict=True)):
+            tr = _core.sim.to_trace_json(s.graph, s.core)
+            for e in tr["traceEvents"]:
+                if e.get("ph") == "M":
+                    if i == 0:
+                        events.append(e)
+                    continue
+                e = dict(e)
+                e["ts"] += off
+                e["name"] = f"{'prefill' if i == 0 else f'token{i}'}.{e['name']}"
+                events.append(e)
+        trace = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": self.summary()}
+        write_output(path, json.dumps(trace) + "\n")
+        return _Path(path)
+
+
+def _measured_slowdown(step, cost_alone) -> dict:
+    """Per processor: the time its tasks took in a timed step over what the profile (no
+    co-runner) predicts for them: what a runtime measures to notice drift."""
+    spans = step.core.spans
+    took, predicted = {}, {}
+    for t in step.graph.to_json()["tasks"]:
+        p = t["processor"]
+        took[p] = took.get(p, 0.0) + float(spans[t["id"], 1] - spans[t["id"], 0])
+        predicted[p] = predicted.get(p, 0.0) + sum(cost_alone.latency_us(o, p) for o in t["ops"])
+    return {p: took[p] / predicted[p] for p in took if predicted[p] > 0}
+
+
+def simulate_session(
+    config,
+    device: str | dict = "snapdragon-8gen3",
+    engine: str = "hetero-tensor",
+    prompt_len: int = 256,
+    new_tokens: int = 32,
+    *,
+    co_runner: str = "",
+    co_runner_steps: tuple[int, int] = (0, 0),
+    repartition: str = "static",
+    drift_threshold: float = 0.1,
+    fast_sync: bool = True,
+    characterization: str = "heterollm",
+) -> Session:
+    """A session of a HeteroLLM engine: the prefill of ``prompt_len`` tokens, then
+    ``new_tokens`` decoding steps (KV length growing by one each). ``co_runner`` runs during
+    decoding steps ``co_runner_steps = (first, end)`` (1-based, end exclusive).
+
+    ``repartition`` (beyond the paper, issue 15 item 10): ``static`` keeps the partitions the
+    profile gives; ``adaptive`` measures each step's per-processor time against what the
+    profile predicts for its tasks, relative to the same ratio on a step without the co-runner
+    (contention between the GPU and NPU is expected, not drift), and when a processor drifts by
+    more than ``drift_threshold`` scales the predictor by it and re-solves the next step's
+    partitions (one step late, as a runtime that measures must be); ``oracle`` solves every step
+    knowing the co-runner exactly."""
+    if repartition not in ("static", "adaptive", "oracle"):
+        raise InvalidArgumentError(
+            f"repartition must be static, adaptive or oracle, got {repartition!r}"
+        )
+    if new_tokens < 0:
+        raise InvalidArgumentError(f"new_tokens must be >= 0, got {new_tokens}")
+    from .timeline import _profile, simulate_hetero
+
+    profile = _profile(device)
+    dev = _core.sim.DeviceProfile.from_json(profile, profile["name"])
+    alone = _core.sim.CostModel(
+        dev.with_characterization(characterization), fast_sync=fast_sync, gpu_queue_kept=fast_sync
+    )
+    first, end = co_runner_steps
+    kw = {"fast_sync": fast_sync, "characterization": characterization}
+    steps = [simulate_hetero(config, profile, engine, prompt_len, **kw)]
+    runner, resolved = [""], [False]
+    factor: dict = {}  # the adaptive runtime's current drift per processor
+    if repartition == "adaptive":  # the profiled ratio of a clean step (offline)
+        clean = simulate_hetero(config, profile, engine, prompt_len, phase="decode", **kw)
+        baseline = _measured_slowdown(clean, alone)
+
+    def predictor(op, p):
+        return alone.latency_us(op, p) * factor.get(p, 1.0)
+
+    for i in range(1, new_tokens + 1):
+        app = co_runner if first <= i < end else ""
+        args = {"phase": "decode", "co_runner": app, **kw}
+        if repartition == "oracle":
+            args["solve_for_co_runner"] = True
+        elif repartition == "adaptive" and any(
+            abs(f - 1.0) > drift_threshold for f in factor.values()
+        ):
+            args["predictor"] = predictor
+        step = simulate_hetero(config, profile, engine, prompt_len + i - 1, **args)
+        steps.append(step)
+        runner.append(app)
+        resolved.append("predictor" in args or "solve_for_co_runner" in args)
+        if repartition == "adaptive":
+            ratio = _measured_slowdown(step, alone)
+            factor = {p: r / baseline.get(p, r) for p, r in ratio.items()}
+    return Session(steps, runner, resolved)

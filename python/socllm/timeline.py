@@ -203,6 +203,7 @@ def simulate(
     head_ratios: Sequence[float] | None = None,
     head_buckets: Sequence[int] | None = None,
     rescore_share: float = 1.0,
+    co_runner: str = "",
 ) -> Timeline:
     """Prefill timeline of a config (a name of ``socllm.configs``, a dict, or a loaded model's
     config) on a device: one call into C++ (module doc).
@@ -220,7 +221,9 @@ def simulate(
     ``head_ratios`` / ``head_buckets``: ``[n_layers * n_heads]`` keep ratios and scale-bucket
     ids per head (e.g. from a calibration; None: the plan's keep, one bucket per layer);
     ``rescore_share``: for certified shadow-attn, the share of causal pairs rescored in fp32 (1:
-    the bound's worst case; ``simulate_model`` uses what the engine rescored)."""
+    the bound's worst case; ``simulate_model`` uses what the engine rescored).
+    ``co_runner``: a co-running app of the profile's ``scenarios`` (seed 000 Table 9) sharing
+    the SoC's processors and memory bandwidth."""
     p = _plan(plan, processor)
     profile = _profile(device)
     res = _core.sim.simulate_prefill(
@@ -239,6 +242,7 @@ def simulate(
         [float(x) for x in head_ratios] if head_ratios is not None else [],
         [int(x) for x in head_buckets] if head_buckets is not None else [],
         float(rescore_share),
+        co_runner,
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 
@@ -262,6 +266,8 @@ def simulate_hetero(
     plan: str = "w4a16",
     predictor=None,
     solve_for_timing_sync: bool = False,
+    co_runner: str = "",
+    solve_for_co_runner: bool = False,
 ) -> Timeline:
     """A HeteroLLM engine (seed 002) on a config: its prefill of ``prompt_len`` tokens, or with
     ``phase="decode"`` one decoding step on a KV cache of ``prompt_len``. Linears are cut
@@ -273,7 +279,9 @@ def simulate_hetero(
     -> µs``: the solver decides on predicted times (the profiler's prediction mode, e.g.
     ``socllm.hetero.PartitionProfiler``), the timeline uses the cost model. summary() adds
     ``engine``, ``partitions`` (per linear shape: the cut and its predicted µs) and, for decode,
-    ``decode_tokens_per_s``."""
+    ``decode_tokens_per_s``. ``co_runner``: a co-running app of the profile's ``scenarios``
+    (seed 000 Table 9, seed 002 §5.5) sharing the SoC; the solver ignores it unless
+    ``solve_for_co_runner`` (re-partitioning for what is left)."""
     profile = _profile(device)
     res = _core.sim.simulate_hetero(
         _config(config),
@@ -287,6 +295,8 @@ def simulate_hetero(
         plan,
         predictor,
         solve_for_timing_sync,
+        co_runner,
+        solve_for_co_runner,
     )
     return Timeline(res, profile, 24, {"engine": engine})
 

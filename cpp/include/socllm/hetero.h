@@ -45,6 +45,11 @@ struct HeteroOptions {
   // is timed with (seed 002 §5.4's ablation swaps only the mechanism); true: re-solved for the
   // synchronization it is timed with (an engine that knows its sync is slow).
   bool solve_for_timing_sync = false;
+  // A co-running app (the profile's /scenarios): the graph is timed sharing the SoC with it; the
+  // solver decides as the profile alone says unless solve_for_co_runner (re-partitioning for
+  // what the processors have left, beyond the paper).
+  std::string co_runner;
+  bool solve_for_co_runner = false;
 };
 
 // The plan a HeteroLLM engine runs: the linear scheme of `plan`, the linears on the NPU (the GPU

@@ -27,6 +27,7 @@ struct PrefillSimOptions {
   // greedy = Algorithm 1, optimal).
   AttentionTimingOptions attention;
   std::string head_policy = "greedy";
+  std::string co_runner;  // a co-running app of the profile's /scenarios ("": none)
 };
 
 // A simulated prefill: the graph, its schedule, and summary() numbers.
@@ -50,10 +51,12 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c, const soc
 
 // The cost model a graph is timed with: the device under a characterization (soc.h; "" the
 // default) with conventional or fast GPU-NPU synchronization (in decode the GPU's queue stays
-// filled, seed 002 §4.2). simulate_graph reads them from the graph's meta ("characterization",
-// "fast_sync", "phase"), so a graph times the same wherever it is replayed.
+// filled, seed 002 §4.2), sharing the SoC with a co-running app (soc.h with_co_runner).
+// simulate_graph reads them from the graph's meta ("characterization", "fast_sync", "phase",
+// "co_runner"), so a graph times the same wherever it is replayed.
 soc::CostModel timing_cost_model(const soc::DeviceProfile& device,
-                                 const std::string& characterization, bool fast_sync, bool decode);
+                                 const std::string& characterization, bool fast_sync, bool decode,
+                                 const std::string& co_runner = "");
 
 // Times `graph` (whose meta gives prompt_len) under a policy on a device. Head-wise attention
 // groups are first planned under `head_policy` and the plan written into the graph (meta

@@ -16,6 +16,11 @@
 //   position-steal   position-first plus EdgeFlow's CPU task stealing (§4.3): a CPU with nothing
 //                    ready takes the NPU's top ready task when more than `steal_threshold` (5 in
 //                    the paper) wait there, and runs it at its CPU cost;
+//   mllm-executor    the executor llm.npu released (UbiquitousLearning/mllm,
+//                    QNNPipelineExecutor::run): one thread per chunk from a pool of
+//                    `executor_threads` (4), each running its chunk's subgraphs in order; one lock
+//                    per subgraph index, taken in chunk order (a chunk's i-th subgraph after the
+//                    previous chunk's i-th); the processors serve whoever is ready first (FIFO);
 //   optimal          exact minimum makespan by branch and bound over all non-idling schedules
 //                    (small graphs only: InvalidArgument above `optimal_max_tasks`; on fixed
 //                    durations, without memory contention).
@@ -37,7 +42,15 @@
 
 namespace socllm::sched {
 
-enum class Policy : int { InOrder = 0, Fifo, OutOfOrder, PositionFirst, PositionSteal, Optimal };
+enum class Policy : int {
+  InOrder = 0,
+  Fifo,
+  OutOfOrder,
+  PositionFirst,
+  PositionSteal,
+  Optimal,
+  MllmExecutor
+};
 struct PolicyInfo {
   Policy policy;
   const char* name;   // canonical
@@ -60,7 +73,14 @@ struct SimOptions {
   double steal_cpu_time_ratio = 5.0;
   // Share DRAM bandwidth between processors running at once (when the profile models it).
   bool memory_contention = true;
+  // mllm-executor: chunks in flight at once (the released executor's ThreadPool(4)).
+  int64_t executor_threads = 4;
 };
+
+// The released llm.npu executor's order as dependencies (policy mllm-executor): the i-th task of
+// a chunk (program order) after the i-th of the previous chunk, and a chunk's first task after
+// the last task of the chunk `threads` before it (a pool thread frees when its chunk ends).
+TaskGraph executor_graph(const TaskGraph& g, int64_t threads);
 
 struct TaskSpan {
   int64_t task = -1;

@@ -8,6 +8,7 @@
 // operator that needed it when one is absent.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -142,6 +143,14 @@ class CostModel {
  public:
   explicit CostModel(DeviceProfile profile, SyncOptions sync = {});
   const SyncOptions& sync_options() const { return sync_; }
+  // A copy sharing the SoC with a co-running app (/scenarios/<name>: seed 000 Table 9's and
+  // seed 002 §5.5's situations): each processor keeps 1 - <processor>_time_share of its time
+  // (operators take 1 / (1 - share) as long) and the app's DRAM traffic (dram_gbps) comes off
+  // the bandwidth the SoC's peak leaves. "" or "none": no co-runner. InvalidArgument naming an
+  // unknown scenario and the known ones.
+  CostModel with_co_runner(const std::string& scenario) const;
+  const std::string& co_runner() const { return co_runner_; }
+  std::vector<std::string> scenarios() const;
   const DeviceProfile& profile() const { return p_; }
   double latency_us(const OpDesc& op, Processor on) const;
   double latency_us(const std::vector<OpDesc>& ops, Processor on) const;
@@ -155,10 +164,14 @@ class CostModel {
   double shared_bandwidth_gbps(const std::vector<Processor>& processors) const;
 
  private:
+  double alone_latency_us(const OpDesc& op, Processor on) const;  // without a co-runner
   double matmul_us(const OpDesc& op, Processor on) const;
   double attention_us(const OpDesc& op, Processor on) const;
   DeviceProfile p_;
   SyncOptions sync_;
+  std::string co_runner_ = "none";
+  std::array<double, kNumProcessors> busy_share_{};  // taken by the co-runner
+  double dram_taken_gbps_ = 0;
 };
 
 // DRAM bytes an op moves (its weights as stored and its activations): the simulator's

@@ -43,9 +43,16 @@ class CostModel:
         """
         Latency (µs) of one operator, given as a dict: {'op': 'matmul', 'dtype': 'int8', 'm':..., 'k':..., 'n':...} (see soc.h OpDesc), on 'npu' | 'cpu' | 'gpu'.
         """
+    def scenarios(self) -> list[str]:
+        ...
     def shared_bandwidth_gbps(self, arg0: collections.abc.Sequence[str]) -> float:
         ...
     def sync_us(self, arg0: str, arg1: str) -> float:
+        ...
+    def with_co_runner(self, scenario: str) -> CostModel:
+        ...
+    @property
+    def co_runner(self) -> str:
         ...
     @property
     def profile(self) -> DeviceProfile:
@@ -149,7 +156,7 @@ def make_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing
     """
 def npu_graph_cover(rows: typing.SupportsInt | typing.SupportsIndex, how: str, profile: typing.Any) -> list[int]:
     ...
-def partition_time(op: typing.Any, partition: typing.Any, profile: typing.Any, characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False) -> dict:
+def partition_time(op: typing.Any, partition: typing.Any, profile: typing.Any, characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, co_runner: str = '') -> dict:
     """
     T_total of a partition under the cost model (real times).
     """
@@ -183,15 +190,15 @@ def simulate_graph(graph: TaskGraph, profile: typing.Any, policy: str = 'npu-sta
     """
     Times a task graph (meta must give prompt_len); head-wise attention planned under head_policy unless the graph was planned before.
     """
-def simulate_hetero(config: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, engine: str = 'hetero-tensor', fast_sync: bool = True, characterization: str = 'heterollm', policy: str = 'first-ready', phase: str = 'prefill', plan: str = 'w4a16', predictor: typing.Any = None, solve_for_timing_sync: bool = False) -> PrefillTimeline:
+def simulate_hetero(config: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, engine: str = 'hetero-tensor', fast_sync: bool = True, characterization: str = 'heterollm', policy: str = 'first-ready', phase: str = 'prefill', plan: str = 'w4a16', predictor: typing.Any = None, solve_for_timing_sync: bool = False, co_runner: str = '', solve_for_co_runner: bool = False) -> PrefillTimeline:
     """
     A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the solver decides on predicted times, the timeline is the cost model's.
     """
-def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], rescore_share: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> PrefillTimeline:
+def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], rescore_share: typing.SupportsFloat | typing.SupportsIndex = 1.0, co_runner: str = '') -> PrefillTimeline:
     """
     A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).
     """
-def solve_partition(op: typing.Any, profile: typing.Any, space: str = 'tensor', characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, col_step: typing.SupportsInt | typing.SupportsIndex = 0, predictor: typing.Any = None) -> dict:
+def solve_partition(op: typing.Any, profile: typing.Any, space: str = 'tensor', characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, col_step: typing.SupportsInt | typing.SupportsIndex = 0, predictor: typing.Any = None, co_runner: str = '') -> dict:
     """
     The partition solver (partition.h, seed 002 §4.3) for one linear op dict; predictor(op, processor) -> µs replaces the cost model's times (the profiler's prediction mode).
     """

@@ -160,7 +160,8 @@ void init_sched(py::module_& s) {
          double shadow_channels, int64_t optimal_max_tasks, const std::string& head_policy,
          const std::string& attention_cpu_core, int64_t max_fused_heads,
          const std::vector<double>& head_ratios, const std::vector<int64_t>& head_buckets,
-         double rescore_share, const std::string& co_runner) {
+         double rescore_share, const std::string& co_runner,
+         const std::string& characterization) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         const auto prof = py_to_json(profile);
@@ -178,6 +179,7 @@ void init_sched(py::module_& s) {
         o.attention.head_buckets = head_buckets;
         o.attention.rescore_share = rescore_share;
         o.co_runner = co_runner;
+        o.characterization = characterization;
         py::gil_scoped_release nogil;
         return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
       },
@@ -188,7 +190,7 @@ void init_sched(py::module_& s) {
       py::arg("attention_cpu_core") = "auto", py::arg("max_fused_heads") = 4,
       py::arg("head_ratios") = std::vector<double>{},
       py::arg("head_buckets") = std::vector<int64_t>{}, py::arg("rescore_share") = 1.0,
-      py::arg("co_runner") = "",
+      py::arg("co_runner") = "", py::arg("characterization") = "",
       "A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the "
       "head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).");
 

@@ -61,6 +61,7 @@ PrefillTimeline simulate_prefill(const ModelConfig& c, const Plan& plan,
   }
   sched::TaskGraph graph = prefill_task_graph(c, plan, prompt_len, chunk_len, g);
   if (!opts.co_runner.empty()) graph.meta["co_runner"] = opts.co_runner;
+  if (!opts.characterization.empty()) graph.meta["characterization"] = opts.characterization;
   return simulate_graph(std::move(graph), device, opts.policy, opts.optimal_max_tasks,
                         opts.head_policy);
 }

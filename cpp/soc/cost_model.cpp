@@ -253,6 +253,9 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
       if (op.bytes > 0)
         us += static_cast<double>(op.bytes) /
               (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+      // What a shadow part costs beyond its arithmetic when a characterization fits it from
+      // end-to-end numbers (gathering, dispatch, merging; scripts/llmnpu_e2e_fit.py).
+      if (p_.has(c + "outlier_fixed_us")) us += p_.number(c + "outlier_fixed_us", what);
       return us;
     }
     case OpKind::Attention:  // compute-bound in prefill; no weights

@@ -204,6 +204,7 @@ def simulate(
     head_buckets: Sequence[int] | None = None,
     rescore_share: float = 1.0,
     co_runner: str = "",
+    characterization: str = "",
 ) -> Timeline:
     """Prefill timeline of a config (a name of ``socllm.configs``, a dict, or a loaded model's
     config) on a device: one call into C++ (module doc).
@@ -223,7 +224,8 @@ def simulate(
     ``rescore_share``: for certified shadow-attn, the share of causal pairs rescored in fp32 (1:
     the bound's worst case; ``simulate_model`` uses what the engine rescored).
     ``co_runner``: a co-running app of the profile's ``scenarios`` (seed 000 Table 9) sharing
-    the SoC's processors and memory bandwidth."""
+    the SoC's processors and memory bandwidth; ``characterization``: one of the profile's
+    named cost-model variants (e.g. ``llmnpu-e2e``, fitted to end-to-end numbers)."""
     p = _plan(plan, processor)
     profile = _profile(device)
     res = _core.sim.simulate_prefill(
@@ -243,6 +245,7 @@ def simulate(
         [int(x) for x in head_buckets] if head_buckets is not None else [],
         float(rescore_share),
         co_runner,
+        characterization,
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 

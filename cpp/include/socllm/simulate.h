@@ -28,6 +28,7 @@ struct PrefillSimOptions {
   AttentionTimingOptions attention;
   std::string head_policy = "greedy";
   std::string co_runner;  // a co-running app of the profile's /scenarios ("": none)
+  std::string characterization;  // of the device profile ("": its default cost model)
 };
 
 // A simulated prefill: the graph, its schedule, and summary() numbers.

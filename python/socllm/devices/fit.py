@@ -248,6 +248,38 @@ HETEROLLM_SHAPE_RATIO_HALF = 5.3991
 HETEROLLM_SHAPE_FIT_TARGET = "Hetero-tensor Llama-8B 1024: 247.9 tok/s"
 
 
+# llm.npu's system-level parameters (issue 15 item 9), fitted by `scripts/llmnpu_e2e_fit.py
+# --write` to Qwen1.5-1.8B's end-to-end numbers only (seed 001 §4.4 Fig. 16's pruning curve and
+# llama.cpp's speed from §1): whole-model NPU and CPU time over the micro-benchmarks' and the
+# fixed cost of one shadow part.
+LLMNPU_E2E = {"npu_time_scale": 2.3773, "cpu_time_scale": 1.4546, "shadow_fixed_us": 11611.0909}
+
+
+def llmnpu_e2e_patch(cm: dict, params: dict) -> dict:
+    """The cost-model patch of characterization `llmnpu-e2e`: the micro-benchmark fit (`cm`)
+    with NPU and CPU times scaled and a fixed cost per shadow part."""
+    src = (
+        "fitted by scripts/llmnpu_e2e_fit.py to Qwen1.5-1.8B's end-to-end prefill (seed 001 §4.4 "
+        "Fig. 16: 156 / 544 / 596 tok/s at pruning 0 / 80 / 100%; §1: llama.cpp)"
+    )
+    out: dict = {"npu": {}, "cpu": {}}
+    for proc, scale in (("npu", params["npu_time_scale"]), ("cpu", params["cpu_time_scale"])):
+        for key, v in cm[proc].items():
+            if not isinstance(v, dict) or "value" not in v:
+                continue
+            if key.endswith("_overhead_us"):
+                value = v["value"] * scale
+            elif key.endswith(("_compute_gops", "_weight_gbps")) or key == "elementwise_gelems":
+                value = v["value"] / scale
+            else:
+                continue
+            out[proc][key] = num(
+                value, v["unit"], f"{v['source']}; x {scale:.3f} in time, {src}", fitted=True
+            )
+    out["cpu"]["outlier_fixed_us"] = num(params["shadow_fixed_us"], "us", src, fitted=True)
+    return out
+
+
 def characterizations_8gen3(profile: dict) -> dict:
     """The two descriptions of the 8 Gen 3's FP16 NPU the seeds give (they differ 5000x), each a
     merge patch of the cost model with the stack and layout it assumes."""
@@ -265,6 +297,14 @@ def characterizations_8gen3(profile: dict) -> dict:
             "layout": "activations [M, K] x weights [K, N] (weights the stationary operand)",
             "source": "seed 001 §2.2 Table 3: 64x2048x2048 NPU FP16 in 252 ms (2.1 GFLOPS)",
             "cost_model": {},
+        },
+        "llmnpu-e2e": {
+            "_about": "The default cost model with llm.npu's system-level parameters fitted to "
+            "one model's end-to-end numbers (RESULTS, issue 15 item 9)",
+            "stack": "llm.npu (mllm + QNN) and llama.cpp as whole systems, not micro-benchmarks",
+            "layout": "as llmnpu-table3",
+            "source": "seed 001 §1, §4.4 Fig. 16 (Qwen1.5-1.8B)",
+            "cost_model": llmnpu_e2e_patch(profile["cost_model"], LLMNPU_E2E),
         },
         "heterollm": {
             "_about": "HeteroLLM's 8 Gen 3 (seed 002): the NPU at ~10 TFLOPS FP16 with tensor "

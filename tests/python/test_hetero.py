@@ -215,3 +215,76 @@ def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3)
         prof.predict(ops[0], "tpu")
     with pytest.raises(socllm.InvalidArgumentError, match="'magic'"):
         PartitionProfiler(gen3, mode="magic")
+
+
+def test_co_runner_takes_its_share_of_the_processors(gen3):
+    share = gen3["scenarios"]["mobile-game"]["gpu_time_share"]["value"]
+    alone = socllm.simulate_hetero("llama-3-8b", gen3, "gpu-only", 256).summary()
+    game = socllm.simulate_hetero(
+        "llama-3-8b", gen3, "gpu-only", 256, co_runner="mobile-game"
+    ).summary()
+    # every task is on the GPU, which keeps 1 - share of its time (no concurrency: no DRAM limit)
+    assert game["prefill_ms"] == pytest.approx(alone["prefill_ms"] / (1 - share), rel=1e-9)
+    assert game["co_runner"] == "mobile-game"
+    resolved = socllm.simulate_hetero(
+        "llama-3-8b", gen3, "hetero-tensor", 256, co_runner="mobile-game", solve_for_co_runner=True
+    ).summary()
+    static = socllm.simulate_hetero(
+        "llama-3-8b", gen3, "hetero-tensor", 256, co_runner="mobile-game"
+    ).summary()
+    assert resolved["prefill_ms"] <= static["prefill_ms"]
+    llm = socllm.simulate("qwen1.5-1.8b", gen3, "shadow-outlier", 512, co_runner="taking-photos")
+    assert (
+        llm.summary()["prefill_ms"]
+        > socllm.simulate("qwen1.5-1.8b", gen3, "shadow-outlier", 512).summary()["prefill_ms"]
+    )
+    with pytest.raises(socllm.InvalidArgumentError, match="'gaming'"):
+        socllm.simulate_hetero("llama-3-8b", gen3, "gpu-only", 256, co_runner="gaming")
+
+
+def test_session_and_run_time_repartitioning(gen3, tmp_path):
+    from socllm.hetero import simulate_session
+
+    s = simulate_session("internlm-1.8b", gen3, prompt_len=128, new_tokens=6)
+    summ = s.summary()
+    assert summ["ttft_ms"] == pytest.approx(s.steps[0].core.makespan_us / 1e3)
+    assert summ["new_tokens"] == 6
+    assert summ["session_ms"] == pytest.approx(summ["ttft_ms"] + summ["tpot_ms_mean"] * 6, rel=1e-9)
+    trace = json.loads(s.to_perfetto(tmp_path / "s.json").read_text())
+    names = {e["name"].split(".")[0] for e in trace["traceEvents"] if e.get("ph") == "X"}
+    assert names == {"prefill", *(f"token{i}" for i in range(1, 7))}
+    runs = {
+        mode: simulate_session(
+            "internlm-1.8b",
+            gen3,
+            prompt_len=128,
+            new_tokens=8,
+            co_runner="mobile-game",
+            co_runner_steps=(3, 7),
+            repartition=mode,
+        ).summary()
+        for mode in ("static", "adaptive", "oracle")
+    }
+    assert runs["static"]["re_solved_steps"] == 0
+    assert 0 < runs["adaptive"]["re_solved_steps"] < 8
+    assert runs["oracle"]["tpot_ms_max"] <= runs["static"]["tpot_ms_max"] + 1e-9
+    with pytest.raises(socllm.InvalidArgumentError, match="'sometimes'"):
+        simulate_session("internlm-1.8b", gen3, repartition="sometimes")
+
+
+def test_mllm_executor_policy_and_llmnpu_e2e_characterization(gen3):
+    assert "mllm-executor" in [p["name"] for p in socllm.policies()]
+    tl = socllm.simulate("qwen1.5-1.8b", gen3, "shadow-outlier", 1024, policy="mllm-executor")
+    assert tl.summary()["policy"] == "mllm-executor"
+    # the fitted shadow part's fixed cost makes pruning pay, as in seed 001 Fig. 16
+    speed = {
+        r: socllm.simulate(
+            "qwen1.5-1.8b",
+            gen3,
+            f"shadow-outlier:pruning_rate={r}",
+            1024,
+            characterization="llmnpu-e2e",
+        ).summary()["prefill_tokens_per_s"]
+        for r in (0.0, 1.0)
+    }
+    assert speed[1.0] > 2 * speed[0.0]

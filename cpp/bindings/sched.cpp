@@ -160,8 +160,7 @@ void init_sched(py::module_& s) {
          double shadow_channels, int64_t optimal_max_tasks, const std::string& head_policy,
          const std::string& attention_cpu_core, int64_t max_fused_heads,
          const std::vector<double>& head_ratios, const std::vector<int64_t>& head_buckets,
-         double rescore_share, const std::string& co_runner,
-         const std::string& characterization) {
+         double rescore_share, const std::string& co_runner, const std::string& characterization) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
         const auto prof = py_to_json(profile);

@@ -262,10 +262,9 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
       // Compute-bound in prefill; a decoding step streams the KV cache (its activation bytes)
       // at the DRAM rate: a roofline like the matmuls'.
       if (on == Processor::Cpu && !op.core.empty()) return attention_us(op, on);
-      return std::max(
-          rate_us(op.flops(), std::string(dtype_name(op.dtype)) + "_compute_gops", 1e3),
-          static_cast<double>(op.activation_bytes) /
-              (p_.number("/cost_model/memory/dram_gbps", what) * 1e3));
+      return std::max(rate_us(op.flops(), std::string(dtype_name(op.dtype)) + "_compute_gops", 1e3),
+                      static_cast<double>(op.activation_bytes) /
+                          (p_.number("/cost_model/memory/dram_gbps", what) * 1e3));
     case OpKind::MatMul: return matmul_us(op, on);
     case OpKind::AttnMatMul:
     case OpKind::TopK:

@@ -27,7 +27,7 @@ struct PrefillSimOptions {
   // greedy = Algorithm 1, optimal).
   AttentionTimingOptions attention;
   std::string head_policy = "greedy";
-  std::string co_runner;  // a co-running app of the profile's /scenarios ("": none)
+  std::string co_runner;         // a co-running app of the profile's /scenarios ("": none)
   std::string characterization;  // of the device profile ("": its default cost model)
 };
 

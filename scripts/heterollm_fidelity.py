@@ -155,6 +155,10 @@ def main() -> int:
         for n in (64, 256, 1024)
     ]
     at525 = misaligned[525]
+    power = {}  # §5.6: Llama-8B prefill at 256, average power (W) and energy (mJ)
+    for e in ("gpu-only", "hetero-layer", "hetero-tensor"):
+        s = socllm.simulate_hetero("llama-3-8b", prof, e, 256).summary()
+        power[e] = (s["energy_mj"] / s["prefill_ms"], s["energy_mj"])
     rows = [
         row(
             "Hetero-tensor prefill Llama-8B 1024 (tok/s)",
@@ -227,6 +231,21 @@ def main() -> int:
             "with the game: Hetero-tensor loss (re-solved for the game)",
             0.0726,
             game_loss(prof, "hetero-tensor", solve_for_co_runner=True),
+        ),
+        row(
+            "power, Hetero-tensor over Hetero-layer (Llama-8B 256)",
+            1.232,
+            power["hetero-tensor"][0] / power["hetero-layer"][0],
+        ),
+        row(
+            "energy, Hetero-tensor over Hetero-layer",
+            1.033,
+            power["hetero-tensor"][1] / power["hetero-layer"][1],
+        ),
+        row(
+            "energy efficiency, Hetero-tensor over PPL-OpenCL (gpu-only)",
+            5.87,
+            power["gpu-only"][1] / power["hetero-tensor"][1],
         ),
         row(
             "decode with fast sync over without, Llama-8B",

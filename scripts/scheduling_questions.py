@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import socllm
+from socllm.configs import load_config
 from socllm.hetero import simulate_session
 from socllm.io_utils import atomic_write_text
 
@@ -68,6 +69,32 @@ def main() -> int:
                 f"  chunk {chunk:>3} prompt {n:>4}: "
                 + "  ".join(f"{p} {row[p]:.0f}" for p in POLICIES)
             )
+
+    print(
+        "1b. against the optimum: one layer of Qwen1.5-1.8B (branch and bound needs small graphs)"
+    )
+    one_layer = {**load_config("qwen1.5-1.8b"), "n_layers": 1}
+    out["optimum_one_layer"] = []
+    for n in (512, 768):
+        row = {
+            "prompt_len": n,
+            "tasks": len(socllm.task_graph(one_layer, "shadow-outlier", n, 256)),
+        }
+        for p in (*POLICIES, "optimal"):
+            row[p] = socllm.simulate(
+                one_layer,
+                "snapdragon-8gen3",
+                "shadow-outlier",
+                n,
+                chunk=256,
+                policy=p,
+                optimal_max_tasks=40,
+            ).summary()["prefill_ms"]
+        out["optimum_one_layer"].append(row)
+        print(
+            f"  prompt {n} ({row['tasks']} tasks): "
+            + "  ".join(f"{p} {row[p]:.2f}" for p in (*POLICIES, "optimal"))
+        )
 
     print("2. Hetero-tensor session, Llama-8B, prompt 256 + 64 tokens")
     sess = simulate_session("llama-3-8b", prompt_len=256, new_tokens=64)

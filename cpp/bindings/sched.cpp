@@ -163,9 +163,7 @@ void init_sched(py::module_& s) {
          double rescore_share, const std::string& co_runner, const std::string& characterization) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const Plan p = plan_from_py(plan);
-        const auto prof = py_to_json(profile);
-        const auto dev =
-            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        const auto dev = profile_from_py(profile);
         PrefillSimOptions o;
         o.policy = policy;
         o.runtime_graph_build = runtime_graph_build;
@@ -197,9 +195,7 @@ void init_sched(py::module_& s) {
       "simulate_graph",
       [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
          int64_t optimal_max_tasks, const std::string& head_policy) {
-        const auto prof = py_to_json(profile);
-        const auto dev =
-            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        const auto dev = profile_from_py(profile);
         py::gil_scoped_release nogil;
         return simulate_graph(g, dev, policy, optimal_max_tasks, head_policy);
       },
@@ -237,6 +233,17 @@ void init_sched(py::module_& s) {
       py::arg("profile"), py::arg("decode_rows") = 0,
       "A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the "
       "first npu_cols columns, the GPU the rest; validated against the profile's NPU rules.");
+  s.def(
+      "row_partition",
+      [](int64_t rows, int64_t cols, double npu_share, const py::object& profile,
+         int64_t decode_rows) {
+        return json_to_py(sched::row_cut_share(rows, cols, npu_share,
+                                               rules_of(profile_from_py(profile), decode_rows))
+                              .to_json());
+      },
+      py::arg("rows"), py::arg("cols"), py::arg("npu_share"), py::arg("profile"),
+      py::arg("decode_rows") = 0,
+      "A row cut giving the NPU npu_share of the output columns (aligned; seed 002 §4.1).");
   s.def(
       "validate_partition",
       [](const py::object& partition, const py::object& profile, int64_t decode_rows) {
@@ -341,9 +348,7 @@ void init_sched(py::module_& s) {
          double bits, int64_t prompt_len, int64_t chunk_len, const std::string& policy,
          const std::string& unpack_format, int64_t steal_threshold) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
-        const auto prof = py_to_json(profile);
-        const auto dev =
-            soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
+        const auto dev = profile_from_py(profile);
         ColdStartOptions o;
         o.system = cold_start_system_from_name(system);
         o.bits = bits;

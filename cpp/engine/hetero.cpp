@@ -13,20 +13,20 @@ using sched::PartitionSpace;
 using soc::Processor;
 
 constexpr std::array<HeteroEngineInfo, 6> kEngines = {{
-    {"gpu-only", PartitionSpace::GpuOnly, true,
+    {"gpu-only", PartitionSpace::GpuOnly,
      "every op on the GPU (PPL-OpenCL, seed 002's GPU baseline)"},
-    {"npu-padding", PartitionSpace::NpuPadding, true,
+    {"npu-padding", PartitionSpace::NpuPadding,
      "linears on the NPU, the prompt padded to the next pre-built static graph (§5.2.2 Padding)"},
-    {"npu-pipe", PartitionSpace::NpuPipe, true,
+    {"npu-pipe", PartitionSpace::NpuPipe,
      "linears on the NPU over pre-built graphs of decreasing sizes, the margin padded to the "
      "smallest (§5.2.2 Pipe: multi-sequence-length cutting without the GPU)"},
-    {"npu-online-prepare", PartitionSpace::NpuOnline, true,
+    {"npu-online-prepare", PartitionSpace::NpuOnline,
      "linears on the NPU on graphs prepared at run time for the exact length, preparation "
      "included (§5.2.2 Online-prepare)"},
-    {"hetero-layer", PartitionSpace::Layer, true,
+    {"hetero-layer", PartitionSpace::Layer,
      "each linear wholly on the faster of the GPU and the NPU (pipe cover), other ops on the GPU "
      "(§5 Hetero-layer)"},
-    {"hetero-tensor", PartitionSpace::Tensor, true,
+    {"hetero-tensor", PartitionSpace::Tensor,
      "each linear cut between the GPU and the NPU by the partition solver (§4.1, §4.3 "
      "Hetero-tensor)"},
 }};

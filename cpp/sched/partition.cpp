@@ -230,6 +230,20 @@ MatmulPartition row_cut(int64_t rows, int64_t cols, int64_t npu_cols, const Part
   return make_partition(rows, cols, padded_graphs(rows, rules), npu_cols, rules);
 }
 
+MatmulPartition row_cut_share(int64_t rows, int64_t cols, double npu_share,
+                              const PartitionRules& rules) {
+  if (!(npu_share >= 0.0 && npu_share <= 1.0))
+    throw InvalidArgument("[partition] the NPU's share must be in [0, 1], got " +
+                          std::to_string(npu_share));
+  const int64_t a = std::max<int64_t>(rules.npu_col_align, 1);
+  int64_t npu_cols =
+      std::llround(npu_share * static_cast<double>(cols) / static_cast<double>(a)) * a;
+  if (npu_share == 1.0) npu_cols = cols;
+  npu_cols = std::min(npu_cols, cols);
+  if (npu_cols <= 0) return gpu_all(rows, cols);
+  return row_cut(rows, cols, npu_cols, rules);
+}
+
 std::vector<int64_t> padded_graphs(int64_t rows, const PartitionRules& rules) {
   if (rows <= 0) throw InvalidArgument("[partition] rows must be > 0, got " + std::to_string(rows));
   const auto& g = rules.npu_graph_rows;

@@ -95,6 +95,11 @@ TEST(Partition, BadPartitionsAreTypedErrorsNamingTheValue) {
   expect_error<InvalidArgument>([&] { sched::validate(bad, r); }, "GPU or the NPU");
   expect_error<InvalidArgument>([&] { (void)sched::MatmulPartition::from_json({{"rows", 4}}); },
                                 "partition");
+  expect_error<InvalidArgument>([&] { (void)sched::row_cut_share(256, 1024, 1.5, r); }, "1.5");
+  expect_error<InvalidArgument>([&] { (void)sched::row_cut_share(256, 1024, -0.1, r); }, "-0.1");
+  EXPECT_EQ(sched::row_cut_share(256, 1024, 0.7, r).parts[0].col_end, 768);  // 716.8 -> 768
+  EXPECT_EQ(sched::row_cut_share(256, 1024, 0.0, r).kind(), CutKind::GpuAll);
+  EXPECT_EQ(sched::row_cut_share(256, 1024, 1.0, r).kind(), CutKind::NpuAll);
   expect_error<InvalidArgument>([&] { (void)sched::partition_space_from_name("tensr"); }, "tensr");
 }
 

@@ -117,6 +117,9 @@ def test_hetero_bad_input_is_typed_and_named(gen3):
         _core.sim.solve_partition(op, gen3, predictor=lambda o, p: -1.0)
     with pytest.raises(socllm.InvalidArgumentError, match="aligned to 256"):
         _core.sim.make_partition(256, 4096, [256], 1000, gen3)
+    with pytest.raises(socllm.InvalidArgumentError, match="1.5"):
+        _core.sim.row_partition(256, 4096, 1.5, gen3)
+    assert _core.sim.row_partition(256, 4096, 0.75, gen3)["npu_share"] == 0.75
     with pytest.raises(socllm.InvalidArgumentError, match="'attn'"):
         socllm.Plan("w4a16").with_partition("attn", _core.sim.make_partition(8, 256, [], 0, gen3))
 

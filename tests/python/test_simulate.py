@@ -110,6 +110,7 @@ def test_summary_trace_and_policies(tmp_path):
         "position-first",
         "position-steal",
         "optimal",
+        "mllm-executor",
     }
     assert all(p["description"] for p in socllm.policies())
     for key in (

@@ -26,7 +26,6 @@ namespace socllm {
 struct HeteroEngineInfo {
   const char* name;
   sched::PartitionSpace space;  // what the solver may choose for each linear
-  bool needs_gpu;
   const char* description;
 };
 std::span<const HeteroEngineInfo> hetero_engines();

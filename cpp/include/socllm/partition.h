@@ -77,6 +77,10 @@ MatmulPartition make_partition(int64_t rows, int64_t cols, const std::vector<int
                                int64_t npu_cols, const PartitionRules& rules);
 MatmulPartition gpu_all(int64_t rows, int64_t cols);
 MatmulPartition row_cut(int64_t rows, int64_t cols, int64_t npu_cols, const PartitionRules& rules);
+// A row cut giving the NPU `npu_share` of the output columns, rounded to the column alignment
+// (0: gpu-all, 1: npu-all on padded graphs); InvalidArgument naming a share outside [0, 1].
+MatmulPartition row_cut_share(int64_t rows, int64_t cols, double npu_share,
+                              const PartitionRules& rules);
 // Static graphs covering `rows`: "padding" the smallest one holding them (beyond the largest:
 // as many largest as needed, the rest padded); "pipe" the multi-sequence-length cover: rows
 // rounded up to the row alignment and split into the static shapes largest first (§5.2.2).

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'hetero_engines', 'make_partition', 'npu_graph_cover', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_prefill', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
+__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'hetero_engines', 'make_partition', 'npu_graph_cover', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'row_partition', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_prefill', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
@@ -175,6 +175,10 @@ def policies() -> list:
 def policy_name(policy: str) -> str:
     """
     Canonical name of a policy name or alias (InvalidArgument if unknown).
+    """
+def row_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, npu_share: typing.SupportsFloat | typing.SupportsIndex, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
+    """
+    A row cut giving the NPU npu_share of the output columns (aligned; seed 002 §4.1).
     """
 def simulate(graph: TaskGraph, cost: CostModel, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> Timeline:
     ...

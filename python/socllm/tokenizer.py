@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 from tokenizers.models import BPE
 
 from socllm.errors import UnsupportedError
@@ -74,6 +82,10 @@ PRE_TOKENIZER_SPLITS: dict[str, str] = {
     **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], _GPT4O_SPLIT),
 }
 
+# Architectures whose sentencepiece (`llama`) vocabulary transformers builds as GemmaTokenizer
+# (gguf_tokenizer_mapping.py GGUF_SENTENCEPIECE_BUILDERS), and that class's named special tokens.
+GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
+_GEMMA_MASK = "<mask>"
 # GPT2Tokenizer's default unk/bos/eos; transformers marks it special whenever the vocabulary has it.
 _GPT2_DEFAULT_SPECIAL = "<|endoftext|>"
 
@@ -108,17 +120,23 @@ def tokenizer_from_gguf_vocab(
     *,
     unk_id: int = -1,
     pad_id: int = -1,
+    arch: str = "",
 ) -> Tokenizer:
-    """Byte-level BPE tokenizer for a GGUF whose `tokenizer.ggml.model` is `gpt2`.
+    """The tokenizer transformers builds for a GGUF vocabulary: byte-level BPE for
+    `tokenizer.ggml.model` `gpt2`, or Gemma's sentencepiece BPE for model `llama` of a Gemma
+    architecture (`arch`).
 
-    Mirrors transformers' `byte_level_tokenizer` + `add_gguf_special_tokens` + `set_split_regex`
-    and the special tokens its tokenizer class registers. Ids < 0 mean "absent". Raises
-    UnsupportedError for any other tokenizer model (e.g. sentencepiece `llama`).
+    Mirrors transformers' `byte_level_tokenizer` / `gemma_tokenizer` + `add_gguf_special_tokens` +
+    `set_split_regex` and the special tokens its tokenizer class registers. Ids < 0 mean
+    "absent". Raises UnsupportedError for any other tokenizer model.
     """
+    if model == "llama" and arch in GEMMA_ARCHS:
+        return _gemma_tokenizer(tokens, token_type, bos_id, eos_id, add_bos, unk_id, pad_id)
     if model != "gpt2":
         raise UnsupportedError(
-            f"[tokenizer_from_gguf_vocab] GGUF tokenizer model {model!r} is not supported "
-            "(only byte-level BPE 'gpt2')"
+            f"[tokenizer_from_gguf_vocab] GGUF tokenizer model {model!r} of architecture "
+            f"{arch!r} is not supported (byte-level BPE 'gpt2', or 'llama' for "
+            f"{', '.join(GEMMA_ARCHS)})"
         )
     spelling = bytes_to_unicode()
     alphabet = set(spelling.values())
@@ -198,6 +216,95 @@ def tokenizer_from_gguf_vocab(
     else:
         tok.post_processor = processors.TemplateProcessing(
             single="$A:0", pair="$A:0 $B:1", special_tokens=[]
+        )
+    return tok
+
+
+def spm_merges(tokens: Sequence[str], rank: dict[str, int]) -> list[tuple[str, str]]:
+    """BPE merges implied by a sentencepiece vocabulary that lists none: every split of a token
+    into two tokens, best first by `rank` (higher first), then by the longer left and right piece
+    (transformers `generate_merges` with vocab scores)."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges: list[tuple[str, str, int]] = []
+    for merge, score in rank.items():
+        local = [
+            (merge[:i], merge[i:], score)
+            for i in range(1, len(merge))
+            if merge[:i] in vocab and merge[i:] in vocab
+        ]
+        local.sort(key=lambda x: (vocab[x[0]], vocab[x[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    return [(a, b) for a, b, _ in merges]
+
+
+def _gemma_tokenizer(
+    tokens: Sequence[str],
+    token_type: Sequence[int],
+    bos_id: int,
+    eos_id: int,
+    add_bos: bool,
+    unk_id: int,
+    pad_id: int,
+) -> Tokenizer:
+    """Gemma's sentencepiece BPE (transformers `gemma_tokenizer` and GemmaTokenizer): tokens of
+    two or more blanks respelled with "▁", merges from the vocabulary ranked by file order (Gemma's
+    scores do not follow its merge order), byte fallback, spaces normalized to "▁"."""
+    respelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = {t: i for i, t in enumerate(respelled)}
+    rank = {t: -i for i, t in enumerate(respelled)}
+
+    def token(i: int) -> str | None:
+        return tokens[i] if 0 <= i < len(tokens) else None
+
+    unk = token(unk_id) or "<unk>"
+    tok = Tokenizer(
+        BPE(
+            vocab=vocab,
+            merges=spm_merges(respelled, rank),
+            fuse_unk=True,
+            unk_token=unk,
+            dropout=None,
+            byte_fallback=True,
+        )
+    )
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    types = list(token_type or ())
+    control = [
+        AddedToken(t, normalized=False, special=True)
+        for t, ty in zip(tokens, types, strict=False)
+        if ty == TOKEN_TYPE_CONTROL
+    ]
+    if control:
+        tok.add_special_tokens(control)
+    user_defined = [
+        AddedToken(t, normalized=False, special=False)
+        for t, ty in zip(tokens, types, strict=False)
+        if ty == TOKEN_TYPE_USER_DEFINED and t in vocab
+    ]
+    if user_defined:
+        tok.add_tokens(user_defined)
+    # GemmaTokenizer's named specials (unk, bos, eos, pad, mask), special where the vocabulary has
+    # them, as TokenizersBackend registers them.
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    named = [token(i) for i in (bos_id, eos_id, unk_id, pad_id)] + [_GEMMA_MASK]
+    extra = [
+        AddedToken(t, normalized=False, special=True)
+        for t in dict.fromkeys(named)
+        if t is not None and t in vocab and t not in added
+    ]
+    if extra:
+        tok.add_tokens(extra)
+    bos = token(bos_id)
+    if add_bos and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, bos_id)],
         )
     return tok
 

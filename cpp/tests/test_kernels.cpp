@@ -1,6 +1,8 @@
 // fp32 kernels against plain scalar references, over sizes 0, 1, odd, and blocks.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -21,14 +23,19 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
 // out[T, H*hd] for queries at positions past..past+T-1 over L = past+T keys (naive, double).
 std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& kk,
                                    const std::vector<float>& vv, int64_t T, int64_t past, int64_t H,
-                                   int64_t Hkv, int64_t hd) {
+                                   int64_t Hkv, int64_t hd, int64_t window = 0) {
   std::vector<float> out(static_cast<size_t>(T * H * hd));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / Hkv), vis = past + t + 1;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, vis - window) : 0;
       std::vector<double> s(static_cast<size_t>(vis));
       double mx = -1e300;
       for (int64_t j = 0; j < vis; ++j) {
+        if (j < first) {
+          s[j] = -1e300;  // outside the window: exp underflows to 0
+          continue;
+        }
         double acc = 0;
         for (int64_t i = 0; i < hd; ++i)
           acc += double(q[t * H * hd + h * hd + i]) * kk[j * Hkv * hd + g * hd + i];
@@ -119,6 +126,33 @@ TEST(Attention, MatchesNaiveWithGqaAndPast) {
     auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past;
   }
+}
+
+TEST(Attention, SlidingWindowMatchesNaive) {
+  // Gemma 3's local layers: each query sees its last `window` keys, itself included.
+  const int64_t H = 4, Hkv = 1, hd = 16;
+  for (auto [T, past, window] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {40, 0, 8}, {1, 30, 8}, {300, 0, 64}, {130, 70, 100}, {10, 0, 512}}) {
+    const int64_t L = past + T;
+    auto q = randn(static_cast<size_t>(T * H * hd), 11);
+    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 12);
+    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 13);
+    std::vector<float> out(static_cast<size_t>(T * H * hd)),
+        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
+    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
+                        out.data(), H * hd, scratch.data(), window);
+    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd, window);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past << "," << window;
+  }
+}
+
+TEST(GeluTanhMul, HandComputed) {
+  std::vector<float> gu{0.0f, 1.0f, 3.0f, -2.0f}, out(2);  // gate [0, 1], up [3, -2]
+  k::gelu_tanh_mul(gu.data(), 1, 2, out.data());
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  const double g1 = 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (1 + 0.044715)));
+  EXPECT_NEAR(out[1], g1 * -2.0, 1e-6);  // 0.841192 x -2
 }
 
 TEST(Attention, ChunkedEqualsFull) {

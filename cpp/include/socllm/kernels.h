@@ -28,6 +28,8 @@ void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t l
 
 // out[T, d_ff] = silu(gate_up[:, :d_ff]) * gate_up[:, d_ff:]  (SwiGLU, Shazeer 2020).
 void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
+// The same with GeLU's tanh approximation (GeGLU; Gemma's "gelu_pytorch_tanh").
+void gelu_tanh_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
 
 // Causal grouped-query attention of T new queries (absolute positions past .. past+T-1)
 // against L = past+T cached keys/values.
@@ -35,9 +37,11 @@ void silu_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
 //   k,v [L, n_kv_heads*head_dim] (ldkv)
 //   out [T, n_heads*head_dim] (ldo)
 // `scratch` holds at least attention_scratch_floats(T, L, n_heads, n_kv_heads, head_dim) floats.
+// window > 0: sliding-window attention, query at position p sees keys p - window + 1 .. p.
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                       int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,
-                      int64_t head_dim, float* out, int64_t ldo, float* scratch);
+                      int64_t head_dim, float* out, int64_t ldo, float* scratch,
+                      int64_t window = 0);
 int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim);
 

@@ -105,6 +105,9 @@ Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)) {
   const auto& c = model_->config();
   inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
   k::rope_inv_freq(c.rope_theta, c.head_dim, inv_freq_.data());
+  inv_freq_local_.resize(inv_freq_.size());
+  k::rope_inv_freq(c.rope_theta_local > 0 ? c.rope_theta_local : c.rope_theta, c.head_dim,
+                   inv_freq_local_.data());
   num_threads();  // applies the default thread count once
 }
 
@@ -185,6 +188,10 @@ void Engine::embed_rows(std::span<const int32_t> tokens, float* x) const {
   for (size_t t = 0; t < tokens.size(); ++t)
     std::memcpy(x + static_cast<int64_t>(t) * d, E + static_cast<int64_t>(tokens[t]) * d,
                 d * sizeof(float));
+  if (model_->config().embed_scale) {  // Gemma: embeddings times sqrt(d_model), in fp32
+    const float scale = std::sqrt(static_cast<float>(d));
+    for (int64_t i = 0; i < static_cast<int64_t>(tokens.size()) * d; ++i) x[i] *= scale;
+  }
 }
 
 void Engine::set_calibration(std::shared_ptr<const Calibration> calib) {
@@ -546,11 +553,22 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
                                                             c.n_kv_heads, c.head_dim));
   std::vector<float> S(static_cast<size_t>(scratch));
   // An op placed in fp16 stores its output in fp16 (plan.h): rounding emulates it.
+  int64_t layer_now = first_layer;  // for the overflow message below
   auto store = [&](OpClass cls, float* y, int64_t n) {
-    if (plan.at(cls).format == soc::DType::Fp16) k::round_to_fp16(y, n);
+    if (plan.at(cls).format != soc::DType::Fp16) return;
+    k::round_to_fp16(y, n);
+    // binary16 overflows to infinity beyond 65504 (Gemma 3's residual stream does): a typed
+    // error naming where, not NaN logits.
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(y[i]))
+        throw Unsupported("[Engine] plan '" + plan.name + "' stores op class '" +
+                          op_class_name(cls) + "' in fp16, which overflows in layer " +
+                          std::to_string(layer_now) + " of " + c.name +
+                          " (|x| > 65504); place it in fp32");
   };
 
   for (int64_t l = first_layer; l <= last_layer; ++l) {
+    layer_now = l;
     const LayerWeights& L = model_->layer(l);
     if (hooks && hooks->layer_inputs) (*hooks->layer_inputs)[l].assign(x, x + N * d);
     auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo) {
@@ -635,10 +653,16 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
           store(op.op_class, h.data(), N * d);
           break;
         case BlockOp::Qkv: lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w); break;
-        case BlockOp::Rope:
-          k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv_freq_.data());
-          k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(),
-                       inv_freq_.data());
+        case BlockOp::Rope: {
+          if (c.qk_norm)  // Gemma 3: RMSNorm of every q and k head before the rotation
+            for (int64_t r = 0; r < N; ++r) {
+              float* row = qkv.data() + r * qkv_w;
+              k::rms_norm(row, L.q_norm.ptr(), c.n_heads, c.head_dim, c.rms_eps, row);
+              k::rms_norm(row + qd, L.k_norm.ptr(), c.n_kv_heads, c.head_dim, c.rms_eps, row + qd);
+            }
+          const float* inv = c.is_local_layer(l) ? inv_freq_local_.data() : inv_freq_.data();
+          k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv);
+          k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(), inv);
           if (plan.at(op.op_class).format == soc::DType::Fp16)
             for (int64_t r = 0; r < N; ++r) k::round_to_fp16(qkv.data() + r * qkv_w, qd + kvd);
           if (hooks && hooks->qkv_absmax)
@@ -655,6 +679,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
             if (l == last_layer) return;  // captured: the rest of the model is not needed
           }
           break;
+        }
         case BlockOp::Attention:
           // Only real rows enter the KV cache and attention; padding rows come after them, so
           // causal attention never lets a real row see one (their attention output stays 0).
@@ -669,6 +694,10 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
             }
             if (attn && s.plan_attention) {
+              if (c.is_local_layer(l))
+                throw Unsupported("[Engine] attention scheme '" + plan.attention.to_json().dump() +
+                                  "' on sliding-window layer " + std::to_string(l) + " of " +
+                                  c.name + ": only fp32 attention respects the window so far");
               quant::AttentionTrace trace;
               trace.record_keys = false;
               const bool observe = hooks && (hooks->head_buckets || hooks->rescored_keys);
@@ -684,7 +713,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
             } else {
               k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
                                   c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
-                                  S.data());
+                                  S.data(), c.is_local_layer(l) ? c.sliding_window : 0);
             }
           }
           if (hooks && hooks->head_mask && l == first_layer)
@@ -712,6 +741,10 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
           break;
         case BlockOp::AttnResidual:
         case BlockOp::FfnResidual:
+          if (c.post_norms)  // Gemma 3: the branch's output is normed before the add
+            k::rms_norm(o.data(),
+                        (op.op == BlockOp::AttnResidual ? L.post_attn_norm : L.post_ffn_norm).ptr(),
+                        N, d, c.rms_eps, o.data());
           k::add_inplace(x, o.data(), N * d);
           store(op.op_class, x, N * d);
           break;
@@ -721,7 +754,8 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
           break;
         case BlockOp::GateUp: lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff); break;
         case BlockOp::Act:
-          k::silu_mul(gu.data(), N, dff, act.data());
+          if (c.activation == "gelu_tanh") k::gelu_tanh_mul(gu.data(), N, dff, act.data());
+          else k::silu_mul(gu.data(), N, dff, act.data());
           store(op.op_class, act.data(), N * dff);
           break;
         case BlockOp::Down: lin(LinearSite::MlpAct, act.data(), o.data(), d); break;

@@ -7,14 +7,15 @@
 
 namespace socllm {
 
-std::vector<std::string> ModelConfig::supported_archs() { return {"llama", "qwen2"}; }
+std::vector<std::string> ModelConfig::supported_archs() { return {"llama", "qwen2", "gemma3"}; }
 
 void ModelConfig::check_runnable() const {
   auto archs = supported_archs();
   if (std::find(archs.begin(), archs.end(), arch) == archs.end())
-    throw Unsupported("[ModelConfig] architecture '" + arch +
-                      "' is not supported by the engine (llama, qwen2); shape-only configs of "
-                      "other architectures can be timed, not run");
+    throw Unsupported(
+        "[ModelConfig] architecture '" + arch +
+        "' is not supported by the engine (llama, qwen2, gemma3); shape-only configs of "
+        "other architectures can be timed, not run");
   if (!gated_mlp)
     throw Unsupported("[ModelConfig] '" + name +
                       "': plain (non-gated) MLPs are not supported by "
@@ -55,6 +56,14 @@ void ModelConfig::validate() const {
   if (!(rms_eps > 0) || !std::isfinite(rms_eps))
     throw InvalidArgument("[ModelConfig] rms_eps must be finite and > 0, got " +
                           std::to_string(rms_eps));
+  if (activation != "silu" && activation != "gelu_tanh")
+    throw InvalidArgument("[ModelConfig] activation must be silu or gelu_tanh, got '" + activation +
+                          "'");
+  if (sliding_window < 0 || sliding_window_pattern < 0 || !(rope_theta_local >= 0))
+    throw InvalidArgument("[ModelConfig] sliding_window " + std::to_string(sliding_window) +
+                          ", sliding_window_pattern " + std::to_string(sliding_window_pattern) +
+                          " and rope_theta_local " + std::to_string(rope_theta_local) +
+                          " must be >= 0");
   for (auto [what, id] : {std::pair{"bos_id", bos_id}, std::pair{"eos_id", eos_id}})
     if (id < -1 || id >= vocab_size)
       throw InvalidArgument(std::string("[ModelConfig] ") + what +
@@ -81,6 +90,14 @@ nlohmann::json ModelConfig::to_json() const {
                           {"bos_id", bos_id},
                           {"eos_id", eos_id},
                           {"mlp", gated_mlp ? "gated" : "plain"}});
+  // Gemma 3's fields only when set, so llama/qwen2 configs keep their shape.
+  if (activation != "silu") j["activation"] = activation;
+  if (sliding_window) j["sliding_window"] = sliding_window;
+  if (sliding_window_pattern) j["sliding_window_pattern"] = sliding_window_pattern;
+  if (rope_theta_local) j["rope_theta_local"] = rope_theta_local;
+  if (qk_norm) j["qk_norm"] = true;
+  if (post_norms) j["post_norms"] = true;
+  if (embed_scale) j["embed_scale"] = true;
   return j;
 }
 
@@ -116,6 +133,13 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     if (mlp != "gated" && mlp != "plain")
       throw InvalidArgument("[ModelConfig.from_json] unknown mlp '" + mlp + "' (gated, plain)");
     c.gated_mlp = mlp == "gated";
+    c.activation = j.value("activation", std::string("silu"));
+    c.sliding_window = j.value("sliding_window", int64_t{0});
+    c.sliding_window_pattern = j.value("sliding_window_pattern", int64_t{0});
+    c.rope_theta_local = j.value("rope_theta_local", 0.0);
+    c.qk_norm = j.value("qk_norm", false);
+    c.post_norms = j.value("post_norms", false);
+    c.embed_scale = j.value("embed_scale", false);
     const nlohmann::json modelled = c.to_json();
     for (const auto& [k, v] : j.items())
       if (!modelled.contains(k) && k != "_source") c.extra[k] = v;

@@ -245,6 +245,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
   c.qkv_bias = f.attr_int(g, "qkv_bias") != 0;
   c.bos_id = f.has_attr(g, "bos_id") ? f.attr_int(g, "bos_id") : -1;
   c.eos_id = f.has_attr(g, "eos_id") ? f.attr_int(g, "eos_id") : -1;
+  // Gemma 3's fields (absent from llama/qwen2 files)
+  if (f.has_attr(g, "activation")) c.activation = f.attr_str(g, "activation");
+  if (f.has_attr(g, "sliding_window")) c.sliding_window = f.attr_int(g, "sliding_window");
+  if (f.has_attr(g, "sliding_window_pattern"))
+    c.sliding_window_pattern = f.attr_int(g, "sliding_window_pattern");
+  if (f.has_attr(g, "rope_theta_local")) c.rope_theta_local = f.attr_float(g, "rope_theta_local");
+  for (auto [key, flag] : {std::pair{"qk_norm", &c.qk_norm}, std::pair{"post_norms", &c.post_norms},
+                           std::pair{"embed_scale", &c.embed_scale}})
+    if (f.has_attr(g, key)) *flag = f.attr_int(g, key) != 0;
   c.check_runnable();
   try {
     c.validate();
@@ -271,6 +280,14 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     const std::string p = "layers/" + std::to_string(i) + "/";
     LayerWeights& L = m->layers_[static_cast<size_t>(i)];
     L.attn_norm = read(p + "attn_norm", {d});
+    if (c.qk_norm) {
+      L.q_norm = read(p + "q_norm", {c.head_dim});
+      L.k_norm = read(p + "k_norm", {c.head_dim});
+    }
+    if (c.post_norms) {
+      L.post_attn_norm = read(p + "post_attn_norm", {d});
+      L.post_ffn_norm = read(p + "post_ffn_norm", {d});
+    }
     if (packed) {  // the linears are prequantized (below): no fp32 copies
       L.ffn_norm = read(p + "ffn_norm", {d});
       continue;
@@ -310,7 +327,8 @@ int64_t Model::weight_bytes() const {
   int64_t n = embed_.numel() + lm_head_.numel() + final_norm_.numel();
   for (const auto& L : layers_)
     n += L.attn_norm.numel() + L.wqkv.numel() + L.bqkv.numel() + L.wo.numel() + L.ffn_norm.numel() +
-         L.w_gate_up.numel() + L.w_down.numel();
+         L.w_gate_up.numel() + L.w_down.numel() + L.q_norm.numel() + L.k_norm.numel() +
+         L.post_attn_norm.numel() + L.post_ffn_norm.numel();
   return n * static_cast<int64_t>(sizeof(float));
 }
 

@@ -721,7 +721,13 @@ void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t 
   switch (scheme_.activations) {
     case ActFormat::F32: break;
     case ActFormat::F16:
-      for (float& v : xs) v = round_to_f16(v);
+      for (float& v : xs) {
+        v = round_to_f16(v);
+        if (!std::isfinite(v))
+          throw Unsupported(
+              "[PreparedLinear] a linear's fp16 input overflows (|x| > 65504): the model's "
+              "activations exceed binary16 (use fp32 activations)");
+      }
       break;
     case ActFormat::Int8StaticPerTensor: {
       std::vector<int8_t> q(xs.size());

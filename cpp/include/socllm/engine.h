@@ -247,6 +247,7 @@ class Engine {
                             int64_t layer, int64_t rows, int64_t chunk_index) const;
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_local_;  // local (sliding-window) layers' RoPE (Gemma 3)
   mutable std::mutex mu_;
   std::shared_ptr<const Calibration> calib_;
   // Prepared linears per linear scheme, the kMaxPreparedPlans most recently used.

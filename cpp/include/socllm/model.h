@@ -36,6 +36,14 @@ struct ModelConfig {
   int64_t eos_id = -1;
   // Gated MLP (SwiGLU/GeGLU: gate and up projections) or plain (one up projection, Phi-2).
   bool gated_mlp = true;
+  // Gemma 3 (transformers Gemma3TextModel; all off for llama/qwen2):
+  std::string activation = "silu";     // gate activation: "silu" | "gelu_tanh"
+  int64_t sliding_window = 0;          // keys a local layer's query sees (0: every layer global)
+  int64_t sliding_window_pattern = 0;  // every pattern-th layer is global, the rest local
+  double rope_theta_local = 0;         // RoPE base of local layers (0: rope_theta)
+  bool qk_norm = false;                // RMSNorm of each q and k head before RoPE
+  bool post_norms = false;             // RMSNorm of the attention and MLP outputs before the adds
+  bool embed_scale = false;            // embeddings times sqrt(d_model)
   // Keys of a shape-only config this type does not model (hidden_act, norm, sliding_window ...),
   // kept verbatim so to_json round-trips them.
   nlohmann::json extra = nlohmann::json::object();
@@ -46,6 +54,14 @@ struct ModelConfig {
   void validate() const;
   // Unsupported unless the engine can run weights of this config (arch and MLP kind).
   void check_runnable() const;
+  // Whether layer l attends through a sliding window, and its RoPE base.
+  bool is_local_layer(int64_t l) const {
+    return sliding_window > 0 && sliding_window_pattern > 0 &&
+           (l + 1) % sliding_window_pattern != 0;
+  }
+  double layer_rope_theta(int64_t l) const {
+    return is_local_layer(l) && rope_theta_local > 0 ? rope_theta_local : rope_theta;
+  }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
@@ -65,6 +81,9 @@ struct LayerWeights {
   TensorF32 ffn_norm;   // [d_model]
   TensorF32 w_gate_up;  // [2*d_ff, d_model]
   TensorF32 w_down;     // [d_model, d_ff]
+  // Gemma 3 only (empty otherwise): q/k head norms [head_dim], post-attention and post-MLP
+  // norms [d_model].
+  TensorF32 q_norm, k_norm, post_attn_norm, post_ffn_norm;
 };
 
 // One linear of a model file holding prequantized weights (`socllm convert --edgeflow-bits`,

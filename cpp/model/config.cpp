@@ -139,7 +139,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     c.rope_theta_local = j.value("rope_theta_local", 0.0);
     c.qk_norm = j.value("qk_norm", false);
     c.post_norms = j.value("post_norms", false);
-    c.embed_scale = j.value("embed_scale", false);
+    // shape-only configs may describe the scale in words (gemma-2b: "sqrt_d_model"): kept as
+    // an extra key then, not modelled
+    if (j.contains("embed_scale") && j["embed_scale"].is_boolean())
+      c.embed_scale = j["embed_scale"].get<bool>();
     const nlohmann::json modelled = c.to_json();
     for (const auto& [k, v] : j.items())
       if (!modelled.contains(k) && k != "_source") c.extra[k] = v;

@@ -48,7 +48,8 @@ FORMAT_VERSION = MODEL_FORMAT_VERSION  # one constant: the cache key carries it 
 # doubles SmolLM2's load time in chunk lookups; at 4 MiB they cost ~15%, and the temporary
 # buffer HDF5 reads a filtered chunk into stays small.
 CHUNK_BYTES = 4 << 20
-SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")  # GGUF
+HF_ARCHS = ("llama", "qwen2")  # Hugging Face directories
 # Gemma 3 values its GGUF does not store: llama.cpp's and transformers' defaults for the
 # architecture (every 6th layer global, local layers' RoPE base 10000).
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
@@ -312,7 +313,11 @@ def _open_gguf(path: Path) -> _Model:
     n_heads = meta(f"{arch}.attention.head_count", int)
     # zero heads: no default head size (the config check below names n_heads); the rotary
     # dims default to the head size (Gemma 3 stores key_length only)
-    head_dim = meta(f"{arch}.attention.key_length", int, d_model // n_heads if n_heads else 0)
+    head_dim = meta(
+        f"{arch}.attention.key_length",
+        int,
+        meta(f"{arch}.rope.dimension_count", int, d_model // n_heads if n_heads else 0),
+    )
     rope_dims = meta(f"{arch}.rope.dimension_count", int, head_dim)
     if rope_dims != head_dim:
         raise UnsupportedError(
@@ -506,11 +511,12 @@ def _open_hf(path: Path) -> _Model:
     if not isinstance(cfg.get("rope_parameters") or {}, dict):
         raise FormatError(f"[convert] {path / 'config.json'}: rope_parameters is not an object")
     model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_ARCHS:
-        # mistral is llama-shaped but uses sliding-window attention, which socllm does not run.
+    if model_type not in HF_ARCHS:
+        # mistral is llama-shaped but windows every layer, which socllm does not run; Gemma 3
+        # converts from its GGUF only.
         raise UnsupportedError(
             f"[convert] {path}: model_type {model_type!r} is not supported "
-            f"(supported: {', '.join(SUPPORTED_ARCHS)})"
+            f"(supported: {', '.join(HF_ARCHS)}; gemma3 from its GGUF)"
         )
     _check_hf_features(path, cfg)
 

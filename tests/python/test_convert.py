@@ -563,13 +563,13 @@ def test_gguf_missing_tensor(tmp_path: Path):
 
 def test_gguf_unsupported_arch(tmp_path: Path):
     src = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(src), "gemma3")
+    w = gguf.GGUFWriter(str(src), "falcon")
     w.add_tensor("output_norm.weight", np.ones(8, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    _convert_fails(src, tmp_path, UnsupportedError, "gemma3")
+    _convert_fails(src, tmp_path, UnsupportedError, "falcon")
 
 
 def test_gguf_rope_scaling(tmp_path: Path):

@@ -169,12 +169,44 @@ def tokenizer_from_gguf_vocab(
     tok.decoder = decoders.ByteLevel()
 
     # Control tokens whole and special; a "control" token spelled outside the byte alphabet is a
-    # llama.cpp mislabel that transformers skips. User-defined tokens whole but not special.
+    # llama.cpp mislabel that transformers skips. The named special tokens (GGUF bos/eos/unk/pad,
+    # plus GPT2Tokenizer's default) are special even when the file types them as normal;
+    # transformers would also append the default to the vocabulary when it is missing, producing
+    # an id the model has no embedding for; we don't.
+    named_extra = [_GPT2_DEFAULT_SPECIAL] if _GPT2_DEFAULT_SPECIAL in vocab else []
+    _add_special_tokens(
+        tok,
+        tokens,
+        token_type,
+        vocab,
+        (bos_id, eos_id, unk_id, pad_id),
+        named_extra,
+        add_bos,
+        control_ok=lambda t: set(t) <= alphabet,
+    )
+    return tok
+
+
+def _add_special_tokens(
+    tok: Tokenizer,
+    tokens: Sequence[str],
+    token_type: Sequence[int],
+    vocab: dict[str, int],
+    named_ids: Sequence[int],
+    named_extra: Sequence[str],
+    add_bos: bool,
+    control_ok=lambda t: True,
+) -> None:
+    """transformers' `add_gguf_special_tokens` and what TokenizersBackend registers: control
+    tokens whole and special (those `control_ok` accepts), user-defined tokens whole but not
+    special, the named special tokens (ids `named_ids`, plus `named_extra`) special where the
+    vocabulary has them, and a BOS post-processor when the file asks for one
+    (TokenizersBackend.update_post_processor)."""
     types = list(token_type or ())
     control = [
         AddedToken(t, normalized=False, special=True)
         for t, ty in zip(tokens, types, strict=False)
-        if ty == TOKEN_TYPE_CONTROL and set(t) <= alphabet
+        if ty == TOKEN_TYPE_CONTROL and control_ok(t)
     ]
     if control:
         tok.add_special_tokens(control)
@@ -186,26 +218,19 @@ def tokenizer_from_gguf_vocab(
     if user_defined:
         tok.add_tokens(user_defined)
 
-    # The named special tokens (GGUF bos/eos/unk/pad, plus GPT2Tokenizer's default) are special
-    # even when the file types them as normal. transformers would also append the default to the
-    # vocabulary when it is missing, producing an id the model has no embedding for; we don't.
-    # Added with `add_tokens` as transformers does (TokenizersBackend.__init__).
     def token(i: int) -> str | None:
         return tokens[i] if 0 <= i < len(tokens) else None
 
-    named = [token(i) for i in (bos_id, eos_id, unk_id, pad_id)]
-    if _GPT2_DEFAULT_SPECIAL in vocab:
-        named.append(_GPT2_DEFAULT_SPECIAL)
+    named = [token(i) for i in named_ids] + list(named_extra)
     added = {t.content for t in tok.get_added_tokens_decoder().values()}
-    extra = [
+    extra = [  # added with `add_tokens`, as transformers does
         AddedToken(t, normalized=False, special=True)
         for t in dict.fromkeys(named)
-        if t in vocab and t not in added
+        if t is not None and t in vocab and t not in added
     ]
     if extra:
         tok.add_tokens(extra)
-
-    # transformers TokenizersBackend.update_post_processor: BOS only when asked and known.
+    bos_id = named_ids[0]
     bos = token(bos_id)
     if add_bos and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
@@ -217,7 +242,6 @@ def tokenizer_from_gguf_vocab(
         tok.post_processor = processors.TemplateProcessing(
             single="$A:0", pair="$A:0 $B:1", special_tokens=[]
         )
-    return tok
 
 
 def spm_merges(tokens: Sequence[str], rank: dict[str, int]) -> list[tuple[str, str]]:
@@ -253,11 +277,7 @@ def _gemma_tokenizer(
     respelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
     vocab = {t: i for i, t in enumerate(respelled)}
     rank = {t: -i for i, t in enumerate(respelled)}
-
-    def token(i: int) -> str | None:
-        return tokens[i] if 0 <= i < len(tokens) else None
-
-    unk = token(unk_id) or "<unk>"
+    unk = tokens[unk_id] if 0 <= unk_id < len(tokens) else "<unk>"
     tok = Tokenizer(
         BPE(
             vocab=vocab,
@@ -273,39 +293,10 @@ def _gemma_tokenizer(
         [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
     )
     tok.normalizer = normalizers.Replace(" ", "\u2581")
-    types = list(token_type or ())
-    control = [
-        AddedToken(t, normalized=False, special=True)
-        for t, ty in zip(tokens, types, strict=False)
-        if ty == TOKEN_TYPE_CONTROL
-    ]
-    if control:
-        tok.add_special_tokens(control)
-    user_defined = [
-        AddedToken(t, normalized=False, special=False)
-        for t, ty in zip(tokens, types, strict=False)
-        if ty == TOKEN_TYPE_USER_DEFINED and t in vocab
-    ]
-    if user_defined:
-        tok.add_tokens(user_defined)
-    # GemmaTokenizer's named specials (unk, bos, eos, pad, mask), special where the vocabulary has
-    # them, as TokenizersBackend registers them.
-    added = {t.content for t in tok.get_added_tokens_decoder().values()}
-    named = [token(i) for i in (bos_id, eos_id, unk_id, pad_id)] + [_GEMMA_MASK]
-    extra = [
-        AddedToken(t, normalized=False, special=True)
-        for t in dict.fromkeys(named)
-        if t is not None and t in vocab and t not in added
-    ]
-    if extra:
-        tok.add_tokens(extra)
-    bos = token(bos_id)
-    if add_bos and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0",
-            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-            special_tokens=[(bos, bos_id)],
-        )
+    # GemmaTokenizer's named specials add "<mask>" to the GGUF's bos/eos/unk/pad.
+    _add_special_tokens(
+        tok, tokens, token_type, vocab, (bos_id, eos_id, unk_id, pad_id), [_GEMMA_MASK], add_bos
+    )
     return tok
 
 

@@ -1,5 +1,7 @@
 #include "socllm/partition.h"
 
+#include "socllm/simulator.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -36,11 +38,9 @@ double overlapped_us(double t_gpu, double bytes_gpu, double t_npu, double bytes_
                      double shared_bytes_per_us) {
   if (t_gpu <= 0 || t_npu <= 0 || shared_bytes_per_us <= 0) return std::max(t_gpu, t_npu);
   const double dg = bytes_gpu / t_gpu, dn = bytes_npu / t_npu;
-  const double lo = std::min(dg, dn), hi = std::max(dg, dn);
-  const double got_lo = std::min(lo, shared_bytes_per_us / 2);
-  const double got_hi = std::min(hi, shared_bytes_per_us - got_lo);
-  const double rg = dg > 0 ? (dg <= dn ? got_lo : got_hi) / dg : 1.0;
-  const double rn = dn > 0 ? (dg <= dn ? got_hi : got_lo) / dn : 1.0;
+  const std::vector<double> got = max_min_share({dg, dn}, shared_bytes_per_us);
+  const double rg = dg > 0 ? got[0] / dg : 1.0;
+  const double rn = dn > 0 ? got[1] / dn : 1.0;
   const double end_g = t_gpu / rg, end_n = t_npu / rn;
   if (end_g <= end_n) return end_g + (t_npu - end_g * rn);
   return end_n + (t_gpu - end_n * rg);

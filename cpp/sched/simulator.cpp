@@ -110,6 +110,24 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
   }
 }
 
+}  // namespace
+
+std::vector<double> max_min_share(const std::vector<double>& demand, double capacity) {
+  std::vector<size_t> order(demand.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return demand[a] < demand[b]; });
+  std::vector<double> got(demand.size());
+  double left = capacity;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const double fair = left / static_cast<double>(order.size() - i);
+    got[order[i]] = std::min(demand[order[i]], fair);
+    left -= got[order[i]];
+  }
+  return got;
+}
+
+namespace {
+
 // Max-min fair sharing of the bandwidth the running processors reach together (a DRAM
 // controller arbitrating its masters): tasks demanding less than an equal share get their
 // demand, the rest split what is left. A task's progress rate is its share / its demand (its
@@ -129,16 +147,11 @@ void share_bandwidth(const Problem& pb, const std::array<int64_t, kProcs>& runni
   std::array<double, kProcs> next;
   next.fill(1.0);
   if (active.size() >= 2) {
-    double left = pb.shared_bytes_per_us(procs);
-    std::sort(active.begin(), active.end(),
-              [&](size_t a, size_t b) { return demand[a] < demand[b]; });
-    for (size_t i = 0; i < active.size(); ++i) {
-      const size_t p = active[i];
-      const double fair = left / static_cast<double>(active.size() - i);
-      const double got = std::min(demand[p], fair);
-      next[p] = demand[p] > 0 ? got / demand[p] : 1.0;
-      left -= got;
-    }
+    std::vector<double> want;
+    for (size_t p : active) want.push_back(demand[p]);
+    const std::vector<double> got = max_min_share(want, pb.shared_bytes_per_us(procs));
+    for (size_t i = 0; i < active.size(); ++i)
+      next[active[i]] = want[i] > 0 ? got[i] / want[i] : 1.0;
   }
   for (size_t p = 0; p < kProcs; ++p) {
     if (running[p] < 0 || next[p] == rate[p]) continue;
@@ -397,6 +410,23 @@ Timeline optimal_schedule(const Problem& pb, const SimOptions& opts, double uppe
 Timeline optimal(const Problem& pb, const SimOptions& opts);
 
 Timeline run(const Problem& pb, const SimOptions& opts) {
+  if (opts.policy == Policy::MllmExecutor) {
+    // The released executor's locks as dependencies, then first come first served.
+    const TaskGraph exec = executor_graph(pb.g, opts.executor_threads);
+    const Problem locked{exec,
+                         pb.dur,
+                         pb.sync,
+                         pb.power_w,
+                         exec.successors(),
+                         pb.cpu_dur,
+                         pb.bytes,
+                         pb.shared_bytes_per_us};
+    SimOptions fifo = opts;
+    fifo.policy = Policy::Fifo;
+    Timeline tl = run(locked, fifo);
+    tl.policy = policy_name(Policy::MllmExecutor);
+    return tl;
+  }
   pb.g.validate();
   if (pb.dur.size() != pb.g.tasks().size())
     throw ShapeError("[simulate] " + std::to_string(pb.dur.size()) + " durations for " +
@@ -502,13 +532,7 @@ TaskGraph executor_graph(const TaskGraph& g, int64_t threads) {
   return out;
 }
 
-Timeline simulate(const TaskGraph& g0, const soc::CostModel& cost, const SimOptions& opts_in) {
-  // mllm-executor: its locks as dependencies, then first come first served.
-  const bool executor = opts_in.policy == Policy::MllmExecutor;
-  const TaskGraph exec = executor ? executor_graph(g0, opts_in.executor_threads) : TaskGraph{};
-  const TaskGraph& g = executor ? exec : g0;
-  SimOptions opts = opts_in;
-  if (executor) opts.policy = Policy::Fifo;
+Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptions& opts) {
   g.validate();
   Problem pb{g,
              task_durations_us(g, cost),
@@ -542,17 +566,11 @@ Timeline simulate(const TaskGraph& g0, const soc::CostModel& cost, const SimOpti
   }
   Timeline tl = run(pb, opts);
   tl.device = cost.profile().name();
-  if (executor) tl.policy = policy_name(Policy::MllmExecutor);
   return tl;
 }
 
-Timeline simulate(const TaskGraph& g0, const std::vector<double>& duration_us, double sync_us,
-                  const SimOptions& opts_in) {
-  const bool executor = opts_in.policy == Policy::MllmExecutor;
-  const TaskGraph exec = executor ? executor_graph(g0, opts_in.executor_threads) : TaskGraph{};
-  const TaskGraph& g = executor ? exec : g0;
-  SimOptions opts = opts_in;
-  if (executor) opts.policy = Policy::Fifo;
+Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, double sync_us,
+                  const SimOptions& opts) {
   Problem pb{g,
              duration_us,
              [sync_us](soc::Processor a, soc::Processor b) { return a == b ? 0.0 : sync_us; },
@@ -563,9 +581,7 @@ Timeline simulate(const TaskGraph& g0, const std::vector<double>& duration_us, d
              {}};
   if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size())
     for (double d : duration_us) pb.cpu_dur.push_back(d * opts.steal_cpu_time_ratio);
-  Timeline tl = run(pb, opts);
-  if (executor) tl.policy = policy_name(Policy::MllmExecutor);
-  return tl;
+  return run(pb, opts);
 }
 
 nlohmann::json to_trace_json(const TaskGraph& g, const Timeline& t) {

@@ -82,6 +82,11 @@ struct SimOptions {
 // the last task of the chunk `threads` before it (a pool thread frees when its chunk ends).
 TaskGraph executor_graph(const TaskGraph& g, int64_t threads);
 
+// Max-min fair shares of `capacity` among `demand`s (water filling): a demand below an equal
+// share of what is left gets all of it, the rest split the remainder. The simulator's memory
+// contention and the partition solver's parallel parts both share bandwidth this way.
+std::vector<double> max_min_share(const std::vector<double>& demand, double capacity);
+
 struct TaskSpan {
   int64_t task = -1;
   double start_us = 0, end_us = 0;

@@ -22,66 +22,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-import socllm.lmeval as sl  # noqa: E402
 from socllm.io_utils import atomic_write_text  # noqa: E402
-from socllm.stats import paired_difference  # noqa: E402
+from socllm.lmeval.task_configs import PRIMARY_METRIC  # noqa: E402
+from socllm.sweep import PRESET_PLANS, evaluate_lmeval_cell, paired_change  # noqa: E402
 
-PLANS = [
-    "fp32",
-    "w8a8",
-    "w8a8-perchannel",
-    "smoothquant",
-    "llm-int8",
-    "w8-group",
-    "w4-group",
-    "w4a16",
-]
-# the metric each task is reported with (lm-eval's usual choice for these tasks)
-METRIC = {
-    "hellaswag": "acc_norm",
-    "winogrande": "acc",
-    "openbookqa": "acc_norm",
-    "arc_easy": "acc",
-    "arc_challenge": "acc_norm",
-    "piqa": "acc",
-    "mmlu": "acc",
-    "lambada": "acc",
-}
-
-
-def doc_scores(rows: list[dict], metric: str) -> dict[str, float]:
-    """{"task/doc_id": 0/1} for one task's predictions."""
-    return {f"{r['task']}/{r['doc_id']}": float(r[metric]) for r in rows}
+PLANS = list(PRESET_PLANS)
+METRIC = PRIMARY_METRIC
 
 
 def evaluate_pair(
     model, plan: str, task: str, limit: int | None, batch_size: int, fewshot: int | None = None
 ) -> dict:
     t0 = time.perf_counter()
-    r = sl.evaluate(
-        model,
-        tasks=[task],
-        plan=plan,
-        limit=limit,
-        batch_size=batch_size,
-        num_fewshot=fewshot,
-        quiet=True,
-        log_samples=True,
-        bootstrap_iters=0,
-    )
-    metric = METRIC[task]
-    scores = doc_scores(r["predictions"][task], metric)
-    return {
-        "plan": plan,
-        "task": task,
-        "metric": metric,
-        "n": len(scores),
-        "score": sum(scores.values()) / len(scores),
-        "acc": r[task]["acc"],
-        "acc_norm": r[task]["acc_norm"],
-        "docs": scores,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    r = evaluate_lmeval_cell(model, plan, task, limit, batch_size, fewshot)
+    return {"plan": plan, "task": task, **r, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def table(results: dict, plans: list[str], tasks: list[str]) -> str:
@@ -99,9 +53,9 @@ def table(results: dict, plans: list[str], tasks: list[str]) -> str:
             cell = f"{100 * r['score']:.1f}"
             means.append(r["score"])
             if plan != "fp32" and base[t] is not None:
-                d, se = paired_difference(base[t]["docs"], r["docs"])
-                deltas.append(d)
-                cell += f" ({100 * d:+.1f}±{100 * se:.1f})"
+                paired, text = paired_change(base[t]["docs"], r["docs"])
+                deltas.append(paired["delta"])
+                cell += f" ({text})"
             cells.append(cell)
         mean = f"{100 * sum(means) / len(means):.1f}" if len(means) == len(tasks) else ""
         delta = (
@@ -175,7 +129,10 @@ def main() -> int:
             }
             atomic_write_text(out_path, json.dumps(state) + "\n")
     print(f"\n{args.model}, limit {limit} documents per task (mmlu: spread over 57 subjects)")
-    print("score % (paired change vs fp32 in points ± its standard error)\n")
+    print(
+        "score % (paired change vs fp32 in points ± its standard error [paired bootstrap 95% "
+        "interval])\n"
+    )
     print(table(results, plans, tasks))
     return 0
 

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -321,7 +322,23 @@ std::vector<Isa> supported_isas() {
   return isas;
 }
 
-Isa best_isa() { return supported_isas().back(); }
+Isa best_isa() {
+  // SOCLLM_MAX_ISA caps the dispatch (like oneDNN's ONEDNN_MAX_CPU_ISA), so one machine can
+  // measure the narrower paths the plans would take on older CPUs (scripts/bench_eval.py).
+  static const Isa best = [] {
+    const Isa hw = supported_isas().back();
+    const char* cap = std::getenv("SOCLLM_MAX_ISA");
+    if (cap == nullptr || *cap == '\0') return hw;
+    Isa capped;
+    try {
+      capped = isa_from_name(cap);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("SOCLLM_MAX_ISA: ") + e.what());
+    }
+    return std::min(hw, capped);
+  }();
+  return best;
+}
 
 void gemm_s8s8s32(const int8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {

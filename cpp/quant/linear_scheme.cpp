@@ -742,7 +742,7 @@ void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t 
                                ? Granularity::PerChannel
                                : Granularity::PerGroup,
                            scheme_.group_size};
-      dequantize_weights(quantize_weights(xs.data(), N, in_, spec), xs.data());
+      fake_quantize(xs.data(), N, in_, spec);
       break;
     }
   }

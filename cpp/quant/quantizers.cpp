@@ -78,6 +78,29 @@ QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
   return out;
 }
 
+void fake_quantize(float* x, int64_t rows, int64_t cols, const QuantSpec& spec) {
+  if (rows < 0 || cols < 0)
+    throw ShapeError("[quantize] negative shape [" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + "]");
+  spec.validate(cols);
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(i));
+  const int64_t block = spec.granularity == Granularity::PerTensor    ? n
+                        : spec.granularity == Granularity::PerChannel ? cols
+                                                                      : spec.group_size;
+  if (block == 0) return;
+  const int32_t qmax = spec.qmax();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t b = 0; b < n / block; ++b) {
+    float* xb = x + b * block;
+    const float scale = absmax(xb, block, 1) / static_cast<float>(qmax);
+    for (int64_t i = 0; i < block; ++i)
+      xb[i] = static_cast<float>(quantize_one(xb[i], scale, qmax)) * scale;
+  }
+}
+
 void dequantize_weights(const QuantizedWeights& w, float* out) {
   const int64_t n = w.rows * w.cols;
   if (n == 0) return;

@@ -113,8 +113,8 @@ TEST(SiluMul, HandComputed) {
 
 TEST(Attention, MatchesNaiveWithGqaAndPast) {
   const int64_t H = 4, Hkv = 2, hd = 16;
-  for (auto [T, past] :
-       std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}}) {
+  for (auto [T, past] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}, {700, 0}, {3, 1000}, {129, 257}}) {
     const int64_t L = past + T;
     auto q = randn(static_cast<size_t>(T * H * hd), 5);
     auto kk = randn(static_cast<size_t>(L * Hkv * hd), 6);
@@ -131,8 +131,14 @@ TEST(Attention, MatchesNaiveWithGqaAndPast) {
 TEST(Attention, SlidingWindowMatchesNaive) {
   // Gemma 3's local layers: each query sees its last `window` keys, itself included.
   const int64_t H = 4, Hkv = 1, hd = 16;
-  for (auto [T, past, window] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {40, 0, 8}, {1, 30, 8}, {300, 0, 64}, {130, 70, 100}, {10, 0, 512}}) {
+  for (auto [T, past, window] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{40, 0, 8},
+                                                                                   {1, 30, 8},
+                                                                                   {300, 0, 64},
+                                                                                   {130, 70, 100},
+                                                                                   {10, 0, 512},
+                                                                                   {1100, 0, 512},
+                                                                                   {2, 900, 512},
+                                                                                   {300, 0, 1}}) {
     const int64_t L = past + T;
     auto q = randn(static_cast<size_t>(T * H * hd), 11);
     auto kk = randn(static_cast<size_t>(L * Hkv * hd), 12);
@@ -145,6 +151,27 @@ TEST(Attention, SlidingWindowMatchesNaive) {
     for (size_t i = 0; i < out.size(); ++i)
       ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past << "," << window;
   }
+}
+
+TEST(Attention, ScratchStopsGrowingWithKeysAndLargeScoresStayFinite) {
+  // The online softmax keeps only a key block of scores per row: the scratch of a 4096-key
+  // prefix equals that of a 256-key one. Scores far apart (a key block whose max exceeds the
+  // running max by ~80) must rescale, not overflow.
+  EXPECT_EQ(k::attention_scratch_floats(64, 4096, 9, 3, 64),
+            k::attention_scratch_floats(64, 256, 9, 3, 64));
+  const int64_t H = 1, Hkv = 1, hd = 4, T = 1, past = 299, L = past + T;
+  std::vector<float> q(hd, 1.0f), kk(static_cast<size_t>(L * hd), 0.0f),
+      vv(static_cast<size_t>(L * hd), 0.0f), out(hd),
+      scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
+  for (int64_t c = 0; c < hd; ++c) {
+    kk[static_cast<size_t>(280 * hd + c)] = 40.0f;  // score 80 (x 1/sqrt(4)) in the last block
+    vv[static_cast<size_t>(280 * hd + c)] = 3.0f;
+    vv[static_cast<size_t>(5 * hd + c)] = -1.0f;
+  }
+  k::attention_causal(q.data(), hd, kk.data(), vv.data(), hd, T, past, H, Hkv, hd, out.data(), hd,
+                      scratch.data());
+  // softmax: key 280 has weight 1 / (1 + 299 e^-80), i.e. 1 in float
+  for (int64_t c = 0; c < hd; ++c) EXPECT_FLOAT_EQ(out[static_cast<size_t>(c)], 3.0f);
 }
 
 TEST(GeluTanhMul, HandComputed) {

@@ -38,3 +38,25 @@ TEST(Quant, Int4GroupsAndSaturation) {
   EXPECT_THROW(q::quantize_weights(W.data(), 1, 8, {4, q::Granularity::PerGroup, 3}),
                socllm::InvalidArgument);
 }
+
+TEST(Quant, FakeQuantizeEqualsQuantizeThenDequantize) {
+  // The float path's one-pass activation quantization must be bit-identical to the two-step
+  // reference, at every granularity and past the size where it runs in parallel.
+  const int64_t rows = 300, cols = 256;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 97));
+  for (q::QuantSpec spec : {q::QuantSpec{8, q::Granularity::PerGroup, 32},
+                            q::QuantSpec{8, q::Granularity::PerChannel, 0},
+                            q::QuantSpec{4, q::Granularity::PerTensor, 0}}) {
+    std::vector<float> ref(x.size()), got = x;
+    q::dequantize_weights(q::quantize_weights(x.data(), rows, cols, spec), ref.data());
+    q::fake_quantize(got.data(), rows, cols, spec);
+    ASSERT_EQ(got, ref) << q::granularity_name(spec.granularity);
+  }
+  std::vector<float> bad{1.0f, NAN, 2.0f, 3.0f};
+  EXPECT_THROW(q::fake_quantize(bad.data(), 1, 4, {8, q::Granularity::PerGroup, 2}),
+               socllm::InvalidArgument);
+  EXPECT_THROW(q::fake_quantize(x.data(), 1, 30, {8, q::Granularity::PerGroup, 32}),
+               socllm::InvalidArgument);
+}

@@ -135,25 +135,42 @@ def cmd_convert(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from .divergence import DEFAULT_CONTEXT, compare_plans, format_summary, parse_metrics
     from .model import load
     from .perplexity import eval_wikitext2
 
     _setup(args)
-    tasks = [t.strip() for t in args.task.split(",") if t.strip()]
+    metrics = parse_metrics(args.metrics) if args.metrics is not None else []
+    task_spec = args.task if args.task is not None else ("" if metrics else "wikitext2")
+    tasks = [t.strip() for t in task_spec.split(",") if t.strip()]
     for t in tasks:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
     plans = _plans(args.plan)
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
+    _core.Plan(args.reference)
     model = load(args.model, calib=args.calib, progress=not args.quiet)
     results = []
+    if metrics:
+        compared = compare_plans(
+            model,
+            plans,
+            reference=args.reference,
+            context=args.context or DEFAULT_CONTEXT,
+            windows=args.windows or None,
+            progress=not args.quiet,
+        )
+        for name, s in compared.items():
+            results.append({"task": "metrics", "metrics": metrics, **s})
+            if args.json != "-":
+                print(format_summary(name, s, metrics))
     for plan in plans:
         for t in tasks:
             if t in PERPLEXITY_TASKS:
                 r, _ = eval_wikitext2(
                     model,
                     plan,
-                    context=args.context,
+                    context=args.context or 2048,
                     stride=args.stride,
                     limit_tokens=args.limit_tokens,
                     batch_size=args.batch_size,
@@ -292,6 +309,50 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _split_list(text: str) -> list[str]:
+    """Comma-separated items, or ';'-separated when an item has options of its own."""
+    return [x.strip() for x in text.split(";" if ";" in text else ",") if x.strip()]
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import SweepSettings, run_sweep
+
+    _core.set_log_level("warn" if args.quiet else "info")
+    settings = SweepSettings(
+        limit=args.limit or None,
+        fewshot=args.fewshot,
+        batch_size=args.batch_size,
+        context=args.context,
+        windows=args.windows or None,
+        cpus_per_cell=args.cpus_per_cell,
+        retries=args.retries,
+    )
+    report = run_sweep(
+        _split_list(args.models),
+        _split_list(args.plans),
+        _split_list(args.tasks),
+        args.out,
+        calibs=args.calib or ["act-scales"],
+        settings=settings,
+        address=args.address,
+        retry_errors=args.retry_errors,
+        progress=not args.quiet,
+        crash_pattern=args.inject_crash,
+    )
+    print(report.table_md)
+    print(
+        f"\n{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
+        f"{len(report.retried)} retried, {len(report.failed)} failed ({report.seconds} s); "
+        f"table in {Path(args.out) / 'sweep.md'} and sweep.json",
+        file=sys.stderr,
+    )
+    for key, attempts in report.retried.items():
+        print(f"retried: {key} ({attempts} attempts)", file=sys.stderr)
+    for key, err in report.failed.items():
+        print(f"FAILED: {key}: {err}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def cmd_simulate(args) -> int:
     from . import timeline as sim
 
@@ -418,9 +479,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="lm-eval tasks: documents per task (mmlu: spread over its 57 subjects)",
     )
-    e.add_argument("--task", default="wikitext2", help=f"comma-separated tasks: {', '.join(TASKS)}")
+    e.add_argument(
+        "--task",
+        default=None,
+        help=f"comma-separated tasks: {', '.join(TASKS)} (default wikitext2, none with --metrics)",
+    )
+    e.add_argument(
+        "--metrics",
+        default=None,
+        help="kl,top1,ppl: each plan's next-token distribution against --reference on held-out "
+        "WikiText-2 windows (socllm.divergence), errors over windows",
+    )
+    e.add_argument("--reference", default="fp32", help="--metrics: the plan compared against")
+    e.add_argument(
+        "--windows",
+        type=_number(int, 1, zero=True),
+        default=16,
+        help="--metrics: held-out windows of --context tokens (0 = all)",
+    )
     e.add_argument("--limit-tokens", type=_WINDOW, default=None, help="use only the first N tokens")
-    e.add_argument("--context", type=_WINDOW, default=2048, help="perplexity window (tokens)")
+    e.add_argument(
+        "--context",
+        type=_WINDOW,
+        default=None,
+        help="window in tokens: perplexity tasks (default 2048), --metrics (default 512)",
+    )
     e.add_argument("--stride", type=_COUNT, default=None, help="window stride (default = context)")
     e.add_argument("--batch-size", type=_COUNT, default=1, help="windows per engine call")
     e.add_argument("--json", default=None, metavar="PATH|-", help="write results as JSON")
@@ -580,6 +663,63 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", default=None, metavar="PATH|-")
     _common(m)
     m.set_defaults(fn=cmd_simulate)
+
+    from .sweep import PRESET_PLANS, sweep_tasks
+
+    w = sub.add_parser(
+        "sweep",
+        help="models x calibrations x plans x tasks as Ray tasks, resumable, one paired table",
+        description="Each cell is a Ray task; results are written atomically under --out and a "
+        "rerun skips finished cells. fp32 is always in the grid: every row is paired with it.",
+    )
+    w.add_argument("--models", default="smollm2-135m", help="comma-separated names or paths")
+    w.add_argument(
+        "--plans",
+        default=",".join(PRESET_PLANS),
+        help="comma-separated (';' when a plan has options)",
+    )
+    w.add_argument(
+        "--tasks",
+        default=",".join(sweep_tasks()),
+        help=f"comma-separated: {', '.join(sweep_tasks())}",
+    )
+    w.add_argument(
+        "--calib",
+        action="append",
+        help="calibration setting, repeatable: none, or steps joined by + with options, e.g. "
+        "act-scales or act-scales+outliers:samples=64 (default act-scales)",
+    )
+    w.add_argument(
+        "--limit",
+        type=_number(int, 1, zero=True),
+        default=0,
+        help="documents per lm-eval task (0 = all; mmlu: spread over 57 subjects)",
+    )
+    w.add_argument("--fewshot", type=_number(int, 0), default=None)
+    w.add_argument("--batch-size", type=_COUNT, default=8)
+    w.add_argument("--context", type=_WINDOW, default=512, help="wikitext2-heldout window")
+    w.add_argument(
+        "--windows",
+        type=_number(int, 1, zero=True),
+        default=16,
+        help="wikitext2-heldout windows (0 = all)",
+    )
+    w.add_argument("--cpus-per-cell", type=_COUNT, default=2, help="Ray CPUs and threads per cell")
+    w.add_argument(
+        "--retries", type=_number(int, 0), default=2, help="Ray retries of a failed cell"
+    )
+    w.add_argument(
+        "--address",
+        default=None,
+        help="an existing Ray cluster (auto, ip:port or ray://...); default: start one locally",
+    )
+    w.add_argument("--out", default="socllm-out/sweep", help="cells, calibrations and the table")
+    w.add_argument(
+        "--retry-errors", action="store_true", help="rerun cells that ended in a socllm error"
+    )
+    w.add_argument("--inject-crash", default=None, help=argparse.SUPPRESS)  # tests: kill a worker
+    w.add_argument("--quiet", action="store_true", help="no progress bar, C++ logs at warn level")
+    w.set_defaults(fn=cmd_sweep)
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")

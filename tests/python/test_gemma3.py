@@ -46,11 +46,25 @@ def test_logits_match_transformers_across_the_window(gemma, reference, wikitext_
     torch, tok, model = reference
     ids = tok(wikitext_text[:40000]).input_ids
     assert gemma.tokenize(wikitext_text[:2000]) == tok(wikitext_text[:2000]).input_ids
-    for n in (1, 33, 600):  # 600 > the 512-key window of the local layers
+    for n in (1, 33, 600, 2048):  # past the 512-key window of the local layers, to 2048
         with torch.no_grad():
             ref = model(torch.tensor([ids[:n]])).logits[0].numpy()
         ours = gemma.logits(ids[:n])
         assert np.abs(ours - ref).max() <= 1e-3 * np.abs(ref).max(), n
+
+
+def test_perplexity_matches_transformers(gemma, reference, wikitext_text):
+    """The perplexity protocol on 3,000 tokens in 1024-token windows (each window past the
+    sliding window); the whole file's agreement is in docs/RESULTS.md (Issue 16)."""
+    from socllm.reference import perplexity
+
+    _, tok, model = reference
+    ids = tok(wikitext_text[:20000]).input_ids[:3000]
+    assert len(ids) == 3000
+    theirs = perplexity(model, ids, context=1024, stride=1024, progress=False)
+    ours = gemma.perplexity_eval(ids=ids, context=1024)
+    assert ours.n_scored == theirs["n_scored"] == 3000 - 3
+    assert abs(ours.perplexity / theirs["perplexity"] - 1) < 1e-3
 
 
 def test_greedy_generation_matches_transformers(gemma, reference):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import socllm
@@ -16,8 +20,26 @@ def ref(A, B):
 
 
 def test_isa_names():
-    assert ISAS[0] == "scalar" and ops.isa() == ISAS[-1]
-    assert set(ISAS) <= {"scalar", "avx2", "avx512-vnni"}
+    assert ISAS[0] == "scalar" and set(ISAS) <= {"scalar", "avx2", "avx512-vnni"}
+    if not os.environ.get("SOCLLM_MAX_ISA"):
+        assert ops.isa() == ISAS[-1]
+
+
+def _isa_with_cap(cap: str) -> subprocess.CompletedProcess:
+    code = "import socllm.ops as o; print(o.isa())"
+    env = {**os.environ, "SOCLLM_MAX_ISA": cap}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_max_isa_caps_the_dispatch():
+    for cap in ISAS:  # every path the CPU has is reachable; a wider cap changes nothing
+        assert _isa_with_cap(cap).stdout.strip() == cap
+    r = _isa_with_cap("avx1024")
+    assert (
+        r.returncode != 0 and "SOCLLM_MAX_ISA: [isa] unknown instruction set 'avx1024'" in r.stderr
+    )
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -23,7 +23,8 @@ constexpr int64_t kMaxExactKU8S8 = (int64_t{1} << 31) / (255 * 128);        // 6
 
 std::string isa_name(Isa isa);
 Isa isa_from_name(const std::string& name);  // InvalidArgument for unknown names
-// Best path this CPU supports, and every path it supports (Scalar first).
+// Best path this CPU supports (at most the environment's SOCLLM_MAX_ISA, read once), and
+// every path it supports (Scalar first).
 Isa best_isa();
 std::vector<Isa> supported_isas();
 

@@ -36,7 +36,9 @@ void gelu_tanh_mul(const float* gate_up, int64_t T, int64_t d_ff, float* out);
 //   q   [T, n_heads*head_dim] (ldq)
 //   k,v [L, n_kv_heads*head_dim] (ldkv)
 //   out [T, n_heads*head_dim] (ldo)
-// `scratch` holds at least attention_scratch_floats(T, L, n_heads, n_kv_heads, head_dim) floats.
+// `scratch` holds at least attention_scratch_floats(T, L, n_heads, n_kv_heads, head_dim) floats,
+// which stops growing with L past one key block: the kernel is blocked over queries and keys
+// with an online softmax, so no [T, L] score matrix is formed.
 // window > 0: sliding-window attention, query at position p sees keys p - window + 1 .. p.
 void attention_causal(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                       int64_t T, int64_t past, int64_t n_heads, int64_t n_kv_heads,

@@ -43,6 +43,9 @@ struct QuantizedWeights {
 QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
                                   const QuantSpec& spec);
 void dequantize_weights(const QuantizedWeights& w, float* out);  // out[rows * cols]
+// x <- dequantize(quantize(x)) in place, bit-identical to the two calls above without the int8
+// copy: how the float path applies dynamic activation quantization (one parallel pass).
+void fake_quantize(float* x, int64_t rows, int64_t cols, const QuantSpec& spec);
 
 // Activations with a static (calibrated) scale: out[i] = saturate(rne(x[i] / scale)).
 void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* out);

@@ -159,6 +159,19 @@ EXPECTED_DOCS = {
     "lambada_openai": 5153,
 }
 
+# The metric each task is reported with in socllm's tables (lm-eval's usual choice: acc_norm
+# where choices differ in length and tokenization, acc otherwise; LAMBADA: exact greedy target).
+PRIMARY_METRIC = {
+    "hellaswag": "acc_norm",
+    "winogrande": "acc",
+    "openbookqa": "acc_norm",
+    "arc_easy": "acc",
+    "arc_challenge": "acc_norm",
+    "piqa": "acc",
+    "mmlu": "acc",
+    "lambada": "acc",
+}
+
 
 def resolve_task(name: str) -> str:
     """The lm-eval task/group name for a short name ("hellaswag", "lambada", "mmlu", ...);

@@ -1,0 +1,287 @@
+"""``socllm sweep`` (socllm.sweep): the grid is checked before anything runs, the paired bootstrap
+interval against an exact enumeration, the table against hand-made records, and a tiny grid on a
+local Ray cluster: a sweep killed mid-way resumes without losing a finished cell, a worker that
+dies is retried and reported (or listed as failed), and its cells reproduce the per-document
+scores of the existing accuracy table (docs/results/plan_accuracy.json)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("socllm._core")
+
+from socllm import sweep as sw
+from socllm.errors import InvalidArgumentError
+from socllm.stats import paired_bootstrap_ci
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN_ACCURACY = ROOT / "docs" / "results" / "plan_accuracy.json"
+
+
+# -- the grid -----------------------------------------------------------------------------------
+
+
+def test_grid_adds_fp32_and_runs_uncalibrated_plans_once():
+    cells = sw.plan_grid(
+        ["smollm2-135m"], ["act-scales", "act-scales:samples=8"], ["w8-group", "w8a8"], ["piqa"]
+    )
+    assert [(c.calib, c.plan) for c in cells] == [
+        ("none", "fp32"),
+        ("none", "w8-group"),
+        ("act-scales", "w8a8"),
+        ("act-scales:samples=8", "w8a8"),
+    ]
+    assert cells[2].key == "smollm2-135m | act-scales | w8a8 | piqa"
+    # a calibration spec is not a safe file name: the slug keeps it distinct and safe
+    rel = cells[3].relpath()
+    assert rel.parts[2].startswith("act-scales_samples_8-") and "/" not in rel.parts[2]
+
+
+@pytest.mark.parametrize(
+    ("models", "calibs", "plans", "tasks", "message"),
+    [
+        (["no-such-model"], ["none"], ["fp32"], ["piqa"], "unknown model 'no-such-model'"),
+        (["smollm2-135m"], ["none"], ["w9a9"], ["piqa"], "plan 'w9a9'"),
+        (["smollm2-135m"], ["none"], ["fp32"], ["piqa", "squad"], "unknown task 'squad'"),
+        (
+            ["smollm2-135m"],
+            ["act-scale"],
+            ["fp32"],
+            ["piqa"],
+            "unknown calibration step 'act-scale'",
+        ),
+        (["smollm2-135m"], ["act-scales:samples"], ["fp32"], ["piqa"], "'samples' .* key=value"),
+        (
+            ["smollm2-135m"],
+            ["act-scales:samples=x"],
+            ["fp32"],
+            ["piqa"],
+            "samples='x' .* not a int",
+        ),
+        (["smollm2-135m"], ["none"], ["w8a8"], ["piqa"], "'w8a8' needs calibration"),
+        (["smollm2-135m"], ["none"], [], ["piqa"], "no plans given"),
+    ],
+)
+def test_grid_rejects_bad_axes_before_running(models, calibs, plans, tasks, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        sw.plan_grid(models, calibs, plans, tasks)
+
+
+def test_parse_calibration():
+    assert sw.parse_calibration("none") == ([], {})
+    steps, opts = sw.parse_calibration("act-scales+outliers:samples=16,percentile=99.9,seed=3")
+    assert steps == ["act-scales", "outliers"]
+    assert opts == {"samples": 16, "percentile": 99.9, "seed": 3}
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def test_paired_bootstrap_ci_against_exact_enumeration():
+    # three documents, differences 0, 0, 1: the exact bootstrap distribution of the mean puts
+    # 8/27 on 0 and 1/27 on 1, so the 2.5% and 97.5% quantiles are exactly 0 and 1
+    a = {"x": 0.0, "y": 1.0, "z": 0.0}
+    b = {"x": 0.0, "y": 1.0, "z": 1.0}
+    means = [np.mean(s) for s in itertools.product([0, 0, 1], repeat=3)]
+    assert np.mean(np.array(means) == 0) == pytest.approx(8 / 27)
+    assert paired_bootstrap_ci(a, b) == (0.0, 1.0)
+    assert paired_bootstrap_ci(b, a) == (-1.0, 0.0)
+    assert paired_bootstrap_ci(a, a) == (0.0, 0.0)
+    assert np.isnan(paired_bootstrap_ci(a, {"other": 1.0})[0])
+
+
+def test_paired_bootstrap_ci_approaches_the_normal_interval():
+    # many documents: the percentile interval is close to mean ± 1.96 sd/sqrt(n)
+    rng = np.random.default_rng(1)
+    a = {str(i): float(v) for i, v in enumerate(rng.integers(0, 2, 2000))}
+    b = {k: float(v if rng.random() < 0.8 else 1 - v) for k, v in a.items()}
+    d = np.array([b[k] - a[k] for k in a])
+    half = 1.96 * d.std() / np.sqrt(len(d))
+    lo, hi = paired_bootstrap_ci(a, b, seed=7)
+    assert lo == pytest.approx(d.mean() - half, abs=0.004)
+    assert hi == pytest.approx(d.mean() + half, abs=0.004)
+    assert paired_bootstrap_ci(a, b, seed=7) == (lo, hi)  # deterministic per seed
+    with pytest.raises(ValueError, match="level must be in"):
+        paired_bootstrap_ci(a, b, level=1.0)
+
+
+def _record(cell, result=None, error=None):
+    rec = {"cell": cell.to_dict(), "config": sw.SweepSettings().identity()}
+    return (
+        {**rec, "status": "ok", "result": result}
+        if error is None
+        else {
+            **rec,
+            "status": "error",
+            "error": error,
+        }
+    )
+
+
+def test_table_pairs_every_row_with_the_models_fp32():
+    ref_docs = {f"piqa/{i}": float(i < 6) for i in range(10)}  # 60%
+    docs = {**ref_docs, "piqa/0": 0.0, "piqa/1": 0.0, "piqa/9": 1.0}  # 50%: -2 +1
+    cells = sw.plan_grid(["smollm2-135m"], ["none"], ["w8-group", "llm-int8", "w4a16"], ["piqa"])
+    lm = lambda d: {"metric": "acc", "n": 10, "score": sum(d.values()) / 10, "docs": d}  # noqa: E731
+    records = {
+        cells[0].key: _record(cells[0], lm(ref_docs)),
+        cells[1].key: _record(cells[1], lm(docs)),
+        cells[2].key: _record(cells[2], error="PlanError: no"),
+    }
+    t = sw.build_table(cells, records)
+    rows = {r["plan"]: r["tasks"]["piqa"] for r in t["rows"]}
+    assert rows["w8-group"]["delta"] == pytest.approx(-0.1)
+    # se of the paired differences (-1, -1, +1, 0 x 7): sd 0.5676 / sqrt(10)
+    assert rows["w8-group"]["se"] == pytest.approx(np.std([-1, -1, 1] + [0] * 7, ddof=1) / 10**0.5)
+    lo, hi = rows["w8-group"]["ci95"]
+    assert -0.4 <= lo < -0.1 < hi <= 0.2
+    assert rows["llm-int8"] == {"error": "PlanError: no"} and rows["w4a16"] is None
+    assert "| `w8-group` | none | 50.0 (-10.0±" in t["markdown"]
+    assert "| `w4a16` | none | not run |" in t["markdown"]
+
+
+# -- a tiny grid on a local Ray cluster ----------------------------------------------------------
+
+pytest.importorskip("ray")
+
+GRID = [
+    "--plans",
+    "fp32,w8-group,w8a8",
+    "--tasks",
+    "arc_easy,wikitext2-heldout",
+    "--calib",
+    "act-scales:samples=4,seqlen=64",
+    "--limit",
+    "5",
+    "--windows",
+    "2",
+    "--context",
+    "64",
+    "--cpus-per-cell",
+    "2",
+]
+CELLS = 6  # fp32 and w8-group on "none", w8a8 on the one calibration; two tasks each
+
+
+def _sweep(model_path, out, *extra, wait=True):
+    cmd = [sys.executable, "-m", "socllm", "sweep", "--models", str(model_path), *GRID]
+    cmd += ["--out", str(out), "--quiet", *extra]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    if not wait:
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
+        )
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+
+
+def _cell_files(out: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in (out / "cells").rglob("*.json")}
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory, smollm):
+    """A sweep killed after its first cell, then rerun with a worker crash injected."""
+    out = tmp_path_factory.mktemp("sweep")
+    p = _sweep(smollm.path, out, wait=False)
+    deadline = time.monotonic() + 300
+    while not _cell_files(out) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert p.poll() is None, p.communicate()[1].decode()[-2000:]
+    os.killpg(p.pid, signal.SIGKILL)  # the driver and the local Ray cluster it started
+    p.wait()
+    first = _cell_files(out)
+    assert 1 <= len(first) < CELLS
+    r = _sweep(smollm.path, out, "--inject-crash", "| w8-group | arc_easy")
+    return out, first, r
+
+
+def test_killed_sweep_resumes_without_losing_a_cell(sweep_dir):
+    out, first, r = sweep_dir
+    assert r.returncode == 0, r.stderr[-3000:]
+    cells = _cell_files(out)
+    assert len(cells) == CELLS
+    assert all(cells[p] == t for p, t in first.items())  # finished before the kill: kept as is
+    assert f"{CELLS - len(first)} ran, {len(first)} already done" in r.stderr
+    assert len(list((out / "calib").rglob("*.h5"))) == 1  # the one calibration, kept
+
+
+def test_dead_worker_is_retried_and_reported(sweep_dir):
+    out, _, r = sweep_dir
+    assert "retried: " in r.stderr and "| w8-group | arc_easy (2 attempts)" in r.stderr
+    summary = json.loads((out / "sweep.json").read_text())
+    assert list(summary["retried"].values()) == [2] and summary["failed"] == {}
+
+
+def test_cells_reproduce_the_accuracy_table(sweep_dir):
+    """The sweep's per-document scores are those of plan_accuracy.py's 100-document run (its
+    first five documents; same engine, same lm-eval requests)."""
+    out, _, _ = sweep_dir
+    table = json.loads(PLAN_ACCURACY.read_text())["results"]
+    summary = json.loads((out / "sweep.json").read_text())
+    rows = {(r["calib"], r["plan"]): r["tasks"] for r in summary["rows"]}
+    calib = "act-scales:samples=4,seqlen=64"
+    assert set(rows) == {("none", "fp32"), ("none", "w8-group"), (calib, "w8a8")}
+    model_dir = next((out / "cells").iterdir())
+    for plan in ("fp32", "w8-group"):
+        rec = json.loads((model_dir / "none" / plan / "arc_easy.json").read_text())
+        docs = rec["result"]["docs"]
+        assert docs == {k: table[f"{plan}/arc_easy"]["docs"][k] for k in docs} and len(docs) == 5
+    heldout = rows[("none", "w8-group")]["wikitext2-heldout"]
+    assert 0 < heldout["kl"]["value"] < 0.05 and heldout["n_scored"] == 126
+    assert rows[("none", "fp32")]["wikitext2-heldout"]["kl"]["value"] == 0.0
+    assert f"| `w8a8` | {calib} |" in (out / "sweep.md").read_text()
+
+
+def test_rerun_skips_everything_and_other_settings_are_refused(sweep_dir, smollm):
+    out, _, _ = sweep_dir
+    before = _cell_files(out)
+    r = _sweep(smollm.path, out)
+    assert r.returncode == 0 and f"0 ran, {CELLS} already done" in r.stderr
+    assert _cell_files(out) == before
+    r = _sweep(smollm.path, out, "--fewshot", "1")
+    assert r.returncode == 2 and "made with other settings" in r.stderr
+
+
+def test_worker_dying_on_every_attempt_fails_the_sweep(tmp_path, smollm):
+    cmd = [sys.executable, "-m", "socllm", "sweep", "--models", str(smollm.path), "--plans", "fp32"]
+    cmd += ["--tasks", "wikitext2-heldout", "--windows", "1", "--context", "32", "--retries", "0"]
+    cmd += ["--out", str(tmp_path), "--quiet", "--inject-crash", "fp32"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert r.returncode == 1
+    assert "FAILED: " in r.stderr and "| fp32 | wikitext2-heldout: " in r.stderr
+    assert "(after 1 attempts)" in r.stderr
+    assert json.loads((tmp_path / "sweep.json").read_text())["rows"][0]["tasks"] == {
+        "wikitext2-heldout": None
+    }
+
+
+@pytest.mark.slow
+def test_sweep_reproduces_full_cells_of_the_accuracy_table(tmp_path):
+    """Whole cells of docs/results/plan_accuracy.json (100 documents each), document by
+    document: fp32 and w4a16 (weight-only: no calibration, so nothing but the engine and the
+    lm-eval path can change them)."""
+    table = json.loads(PLAN_ACCURACY.read_text())["results"]
+    report = sw.run_sweep(
+        ["smollm2-135m"],
+        ["w4a16"],
+        ["arc_easy"],
+        tmp_path,
+        settings=sw.SweepSettings(limit=100),
+        progress=False,
+    )
+    assert not report.failed and len(report.ran) == 2
+    for plan in ("fp32", "w4a16"):
+        path = tmp_path / "cells" / "smollm2-135m" / "none" / plan / "arc_easy.json"
+        rec = json.loads(path.read_text())
+        assert rec["result"]["docs"] == table[f"{plan}/arc_easy"]["docs"]

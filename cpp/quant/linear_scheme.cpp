@@ -679,12 +679,14 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
         throw ShapeError("[PreparedLinear] row segment [" + std::to_string(seg.begin) + ", " +
                          std::to_string(seg.end) + ") outside [0, " + std::to_string(N) + ")");
       OutlierPart p{seg, {}, {}};
+      // columns' largest |x| in one row-major pass (a column-wise scan strides through memory)
+      std::vector<float> col_max(static_cast<size_t>(in_), 0.0f);
+      for (int64_t m = seg.begin; m < seg.end; ++m) {
+        const float* row = xs.data() + m * in_;
+        for (int64_t j = 0; j < in_; ++j) col_max[j] = std::max(col_max[j], std::abs(row[j]));
+      }
       for (int64_t j = 0; j < in_; ++j)
-        for (int64_t m = seg.begin; m < seg.end; ++m)
-          if (std::abs(xs[m * in_ + j]) > thr) {
-            p.cols.push_back(j);
-            break;
-          }
+        if (col_max[j] > thr) p.cols.push_back(j);
       if (p.cols.empty()) continue;
       const int64_t nc = static_cast<int64_t>(p.cols.size());
       p.x.resize(static_cast<size_t>((seg.end - seg.begin) * nc));
@@ -720,15 +722,16 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
 void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t N) const {
   switch (scheme_.activations) {
     case ActFormat::F32: break;
-    case ActFormat::F16:
-      for (float& v : xs) {
-        v = round_to_f16(v);
-        if (!std::isfinite(v))
-          throw Unsupported(
-              "[PreparedLinear] a linear's fp16 input overflows (|x| > 65504): the model's "
-              "activations exceed binary16 (use fp32 activations)");
-      }
+    case ActFormat::F16: {
+      kernels::round_to_fp16(xs.data(), static_cast<int64_t>(xs.size()));
+      bool overflow = false;  // a branch-free scan: it vectorizes
+      for (float v : xs) overflow |= !std::isfinite(v);
+      if (overflow)
+        throw Unsupported(
+            "[PreparedLinear] a linear's fp16 input overflows (|x| > 65504): the model's "
+            "activations exceed binary16 (use fp32 activations)");
       break;
+    }
     case ActFormat::Int8StaticPerTensor: {
       std::vector<int8_t> q(xs.size());
       quantize_static(xs.data(), N * in_, act_scale_, 8, q.data());

@@ -15,6 +15,18 @@ inline int8_t quantize_one(float x, float scale, int32_t qmax) {
       std::clamp(r, static_cast<float>(-qmax - 1), static_cast<float>(qmax)));
 }
 
+// Index of the first NaN (or, with `inf_too`, +-inf) in x[0, n), -1 if none. The scan is a
+// branch-free reduction (vectorized, parallel for large n); the index is searched only on error.
+int64_t first_bad(const float* x, int64_t n, bool inf_too) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) bad |= inf_too ? !std::isfinite(x[i]) : std::isnan(x[i]);
+  if (!bad) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (inf_too ? !std::isfinite(x[i]) : std::isnan(x[i])) return i;
+  return -1;
+}
+
 float absmax(const float* x, int64_t n, int64_t stride) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(x[i * stride]));
@@ -52,9 +64,8 @@ QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
     throw ShapeError("[quantize] negative shape [" + std::to_string(rows) + ", " +
                      std::to_string(cols) + "]");
   spec.validate(cols);
-  for (int64_t i = 0; i < rows * cols; ++i)
-    if (!std::isfinite(W[i]))
-      throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(i));
+  if (const int64_t bad = first_bad(W, rows * cols, true); bad >= 0)
+    throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(bad));
   QuantizedWeights out;
   out.rows = rows;
   out.cols = cols;
@@ -84,9 +95,8 @@ void fake_quantize(float* x, int64_t rows, int64_t cols, const QuantSpec& spec) 
                      std::to_string(cols) + "]");
   spec.validate(cols);
   const int64_t n = rows * cols;
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(i));
+  if (const int64_t bad = first_bad(x, n, true); bad >= 0)
+    throw InvalidArgument("[quantize] non-finite value at flat index " + std::to_string(bad));
   const int64_t block = spec.granularity == Granularity::PerTensor    ? n
                         : spec.granularity == Granularity::PerChannel ? cols
                                                                       : spec.group_size;
@@ -116,11 +126,10 @@ void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* o
     throw InvalidArgument("[quantize_static] scale must be finite and > 0, got " +
                           std::to_string(scale));
   const int32_t qmax = QuantSpec{bits, Granularity::PerTensor, 0}.qmax();
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i]))
-      throw InvalidArgument("[quantize_static] NaN at index " + std::to_string(i));
-    out[i] = quantize_one(x[i], scale, qmax);  // +-inf saturate
-  }
+  if (const int64_t bad = first_bad(x, n, false); bad >= 0)
+    throw InvalidArgument("[quantize_static] NaN at index " + std::to_string(bad));
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = quantize_one(x[i], scale, qmax);  // +-inf saturate
 }
 
 }  // namespace socllm::quant

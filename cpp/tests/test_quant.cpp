@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "socllm/core.h"
@@ -58,5 +59,23 @@ TEST(Quant, FakeQuantizeEqualsQuantizeThenDequantize) {
   EXPECT_THROW(q::fake_quantize(bad.data(), 1, 4, {8, q::Granularity::PerGroup, 2}),
                socllm::InvalidArgument);
   EXPECT_THROW(q::fake_quantize(x.data(), 1, 30, {8, q::Granularity::PerGroup, 32}),
+               socllm::InvalidArgument);
+}
+
+TEST(Quant, NanIsReportedAtItsIndexOnTheParallelPath) {
+  std::vector<float> x(100000, 0.5f);
+  std::vector<int8_t> out(x.size());
+  x[70001] = NAN;
+  try {
+    q::quantize_static(x.data(), static_cast<int64_t>(x.size()), 1.0f, 8, out.data());
+    FAIL() << "no error";
+  } catch (const socllm::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN at index 70001"), std::string::npos) << e.what();
+  }
+  x[70001] = INFINITY;  // saturates in a static quantizer, is an error in a dynamic one
+  q::quantize_static(x.data(), static_cast<int64_t>(x.size()), 1.0f, 8, out.data());
+  EXPECT_EQ(out[70001], 127);
+  EXPECT_EQ(out[0], 0);  // 0.5 rounds half to even
+  EXPECT_THROW(q::fake_quantize(x.data(), 1000, 100, {8, q::Granularity::PerChannel, 0}),
                socllm::InvalidArgument);
 }

@@ -42,15 +42,24 @@ def test_config_is_gemma3(gemma):
     assert c["activation"] == "gelu_tanh" and c["qk_norm"] and c["post_norms"] and c["embed_scale"]
 
 
-def test_logits_match_transformers_across_the_window(gemma, reference, wikitext_text):
+def _check_logits(gemma, reference, wikitext_text, lengths):
     torch, tok, model = reference
     ids = tok(wikitext_text[:40000]).input_ids
     assert gemma.tokenize(wikitext_text[:2000]) == tok(wikitext_text[:2000]).input_ids
-    for n in (1, 33, 600, 2048):  # past the 512-key window of the local layers, to 2048
+    for n in lengths:
         with torch.no_grad():
             ref = model(torch.tensor([ids[:n]])).logits[0].numpy()
         ours = gemma.logits(ids[:n])
         assert np.abs(ours - ref).max() <= 1e-3 * np.abs(ref).max(), n
+
+
+def test_logits_match_transformers_across_the_window(gemma, reference, wikitext_text):
+    _check_logits(gemma, reference, wikitext_text, (1, 33, 600))  # 600 > the 512-key window
+
+
+@pytest.mark.slow
+def test_logits_match_transformers_at_2048_tokens(gemma, reference, wikitext_text):
+    _check_logits(gemma, reference, wikitext_text, (2048,))
 
 
 def test_perplexity_matches_transformers(gemma, reference, wikitext_text):

@@ -8,11 +8,12 @@ Two paths, as users run them:
 * perplexity: ``socllm eval --task wikitext2``'s path (``perplexity_eval``) on the first
   ``--ppl-tokens`` tokens in ``--context`` windows.
 
-lm-eval's one-time task setup runs before any timing. Each plan first prepares its weights (quantization and packing, reported separately as
-``prepare_s``, once per plan and model); then each path is timed ``--repeats`` times, best
-kept. fp32 runs first and last, and every ratio is against the mean of those two fp32 runs,
-so drift of a shared machine shows as their spread (``fp32 drift``). ``SOCLLM_MAX_ISA=avx2``
-runs the integer kernels on their AVX2 path on an AVX-512 machine.
+lm-eval's one-time task setup runs before any timing. Each plan first prepares its weights
+(quantization and packing, reported separately as ``prepare_s``, once per plan and model); then
+each path is timed ``--repeats`` times, best kept. fp32 runs first and last, and every ratio is
+against the mean of those two fp32 runs, so drift of a shared machine shows as their spread
+(``fp32 drift``). ``SOCLLM_MAX_ISA=avx2`` runs the integer kernels on their AVX2 path on an
+AVX-512 machine.
 
     python scripts/bench_eval.py                        # all preset plans, ~10 minutes
     python scripts/bench_eval.py --plans fp32,w8a8 --limit 10 --ppl-tokens 2048   # smoke

@@ -338,6 +338,7 @@ def cmd_sweep(args) -> int:
         retry_errors=args.retry_errors,
         progress=not args.quiet,
         crash_pattern=args.inject_crash,
+        table_only=args.table_only,
     )
     print(report.table_md)
     print(
@@ -716,6 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", default="socllm-out/sweep", help="cells, calibrations and the table")
     w.add_argument(
         "--retry-errors", action="store_true", help="rerun cells that ended in a socllm error"
+    )
+    w.add_argument(
+        "--table-only", action="store_true", help="run nothing: the table of the finished cells"
     )
     w.add_argument("--inject-crash", default=None, help=argparse.SUPPRESS)  # tests: kill a worker
     w.add_argument("--quiet", action="store_true", help="no progress bar, C++ logs at warn level")

@@ -296,8 +296,13 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
                 model, cell.plan, cell.task, settings.limit, settings.batch_size, settings.fewshot
             )
         out = {"status": "ok", "result": r}
-    except SocllmError as e:  # deterministic: the same input fails the same way on any node
-        out = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    except (SocllmError, ValueError) as e:
+        # deterministic: the same input fails the same way on any node. lm-eval's backend wraps
+        # the engine's refusal (e.g. an fp16 overflow) in a ValueError: the cause is the record
+        cause = e if isinstance(e, SocllmError) else e.__cause__
+        if not isinstance(cause, SocllmError):
+            raise
+        out = {"status": "error", "error": f"{type(cause).__name__}: {cause}"}
     out["seconds"] = round(time.perf_counter() - t0, 2)
     out["host"] = socket.gethostname()
     return out
@@ -380,8 +385,10 @@ def run_sweep(
     retry_errors: bool = False,
     progress: bool = True,
     crash_pattern: str | None = None,
+    table_only: bool = False,
 ) -> SweepReport:
-    """Runs the grid's unfinished cells on Ray and writes the table (see the module doc)."""
+    """Runs the grid's unfinished cells on Ray and writes the table (see the module doc);
+    ``table_only``: runs nothing, writes the table of the cells finished so far."""
     import ray
     from tqdm.auto import tqdm
 
@@ -400,6 +407,8 @@ def run_sweep(
         c for c in cells if done[c.key] is None or (retry_errors and done[c.key]["status"] != "ok")
     ]
     report.skipped = [c.key for c in cells if c not in todo]
+    if table_only:
+        todo = []
     t0 = time.perf_counter()
     if todo:
         out.mkdir(parents=True, exist_ok=True)

@@ -150,6 +150,32 @@ def test_table_pairs_every_row_with_the_models_fp32():
     assert "| `w4a16` | none | not run |" in t["markdown"]
 
 
+def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm):
+    """A plan the model cannot run (Gemma 3's fp16 overflow, say) is a deterministic result,
+    also when lm-eval's backend wraps it in a ValueError; anything else reaches Ray's retry."""
+    from socllm.errors import UnsupportedError
+
+    cell = sw.Cell(str(smollm.path), "none", "fp32", "piqa")
+
+    def wrapped(*_):
+        try:
+            raise UnsupportedError("residual in fp16 overflows")
+        except UnsupportedError as e:
+            raise ValueError("socllm: plan cannot run") from e
+
+    monkeypatch.setattr(sw, "evaluate_lmeval_cell", wrapped)
+    rec = sw.run_cell(cell, sw.SweepSettings(), None)
+    assert rec["status"] == "error"
+    assert rec["error"] == "UnsupportedError: residual in fp16 overflows"
+
+    def plain(*_):
+        raise ValueError("not the engine")
+
+    monkeypatch.setattr(sw, "evaluate_lmeval_cell", plain)
+    with pytest.raises(ValueError, match="not the engine"):
+        sw.run_cell(cell, sw.SweepSettings(), None)
+
+
 # -- a tiny grid on a local Ray cluster ----------------------------------------------------------
 
 pytest.importorskip("ray")
@@ -248,6 +274,20 @@ def test_rerun_skips_everything_and_other_settings_are_refused(sweep_dir, smollm
     r = _sweep(smollm.path, out)
     assert r.returncode == 0 and f"0 ran, {CELLS} already done" in r.stderr
     assert _cell_files(out) == before
+    # --table-only on a larger grid: the finished cells' table, the new plan "not run"
+    table = (out / "sweep.md").read_text()
+    cmd = [sys.executable, "-m", "socllm", "sweep", "--models", str(smollm.path), *GRID]
+    cmd[cmd.index("fp32,w8-group,w8a8")] = "fp32,w8-group,w8a8,w4a16"
+    r = subprocess.run(
+        [*cmd, "--out", str(out), "--quiet", "--table-only"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0 and "0 ran" in r.stderr and _cell_files(out) == before
+    assert "| `w4a16` | none | not run | not run |" in r.stdout
+    assert table.splitlines()[4] in r.stdout  # the fp32 row as before
     r = _sweep(smollm.path, out, "--fewshot", "1")
     assert r.returncode == 2 and "made with other settings" in r.stderr
 

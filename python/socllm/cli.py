@@ -135,12 +135,11 @@ def cmd_convert(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .divergence import DEFAULT_CONTEXT, compare_plans, format_summary, parse_metrics
+    from . import divergence, perplexity
     from .model import load
-    from .perplexity import eval_wikitext2
 
     _setup(args)
-    metrics = parse_metrics(args.metrics) if args.metrics is not None else []
+    metrics = divergence.parse_metrics(args.metrics) if args.metrics is not None else []
     task_spec = args.task if args.task is not None else ("" if metrics else "wikitext2")
     tasks = [t.strip() for t in task_spec.split(",") if t.strip()]
     for t in tasks:
@@ -152,25 +151,25 @@ def cmd_eval(args) -> int:
     model = load(args.model, calib=args.calib, progress=not args.quiet)
     results = []
     if metrics:
-        compared = compare_plans(
+        compared = divergence.compare_plans(
             model,
             plans,
             reference=args.reference,
-            context=args.context or DEFAULT_CONTEXT,
+            context=args.context or divergence.DEFAULT_CONTEXT,
             windows=args.windows or None,
             progress=not args.quiet,
         )
         for name, s in compared.items():
             results.append({"task": "metrics", "metrics": metrics, **s})
             if args.json != "-":
-                print(format_summary(name, s, metrics))
+                print(divergence.format_summary(name, s, metrics))
     for plan in plans:
         for t in tasks:
             if t in PERPLEXITY_TASKS:
-                r, _ = eval_wikitext2(
+                r, _ = perplexity.eval_wikitext2(
                     model,
                     plan,
-                    context=args.context or 2048,
+                    context=args.context or perplexity.DEFAULT_CONTEXT,
                     stride=args.stride,
                     limit_tokens=args.limit_tokens,
                     batch_size=args.batch_size,
@@ -315,7 +314,7 @@ def _split_list(text: str) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import SweepSettings, run_sweep
+    from .sweep import DEFAULT_CALIBRATION, SweepSettings, run_sweep
 
     _core.set_log_level("warn" if args.quiet else "info")
     settings = SweepSettings(
@@ -332,7 +331,7 @@ def cmd_sweep(args) -> int:
         _split_list(args.plans),
         _split_list(args.tasks),
         args.out,
-        calibs=args.calib or ["act-scales"],
+        calibs=args.calib or [DEFAULT_CALIBRATION],
         settings=settings,
         address=args.address,
         retry_errors=args.retry_errors,

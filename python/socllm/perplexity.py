@@ -13,6 +13,8 @@ import time
 from .calibrate import corpus_tokens, held_out_tokens
 from .data import wikitext2_test_path
 
+DEFAULT_CONTEXT = 2048  # tokens per window: Hugging Face's perplexity recipe (README, protocol)
+
 
 def sliding_windows(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
     """``(begin, end, keep)`` per scored window of a ``n_tokens`` stream, in the order of

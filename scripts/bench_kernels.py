@@ -5,7 +5,9 @@ Shapes: the default model's prefill linears (SmolLM2-135M at --tokens, default 5
 2048x2048 and a 2048x8192 layer. Both sides use the same threads (default 2) and the same
 [tokens, in] x [out, in]^T layout; INT8 counts 2*M*N*K integer ops, sgemm 2*M*N*K flops.
 The "prepacked" column packs the weights once (ops.PackedWeightsS8), as a static graph does;
-the other INT8 columns pack them on every call.
+the other INT8 columns pack them on every call. The "grouped" column is the per-group form of
+the w8-group / w4-group plans (llama.cpp's Q8_0 x Q8_0, groups of 32 along K, float sum over
+groups; ops.gemm_grouped_s8s8f32), its weights prepacked.
 
     python scripts/bench_kernels.py [--tokens 512] [--threads 2] [--isa all] [--json PATH]
 """
@@ -21,6 +23,7 @@ from socllm import ops
 from socllm.bench_utils import best_time
 from socllm.io_utils import check_output_path, emit_json
 
+GROUP = 32  # the per-group plans' group size along K
 SHAPES = [  # (name, in, out)
     ("smollm2 qkv", 576, 960),
     ("smollm2 o_proj", 576, 576),
@@ -51,6 +54,7 @@ def main() -> int:
     header = f"{'shape':18}{'K':>6}{'N':>6}{'sgemm GFLOPS':>14}"
     header += "".join(f"{i + ' GOPS':>18}{'ratio':>7}" for i in isas)
     header += f"{'prepacked ' + ops.isa():>24}{'ratio':>7}"
+    header += f"{'grouped ' + ops.isa():>22}{'ratio':>7}"
     print(header)
     for name, k, n in SHAPES:
         x = rng.standard_normal((M, k), dtype=np.float32)
@@ -74,6 +78,16 @@ def main() -> int:
         g = ops_count / best_time(lambda a=a, p=packed: ops.gemm_s8s8s32(a, p)) / 1e9
         row[f"prepacked_{ops.isa()}_gops"] = g
         line += f"{g:>24.1f}{g / sg:>6.2f}x"
+        scales_a = rng.uniform(0.01, 0.1, (M, k // GROUP)).astype(np.float32)
+        scales_w = rng.uniform(0.01, 0.1, (n, k // GROUP)).astype(np.float32)
+        grouped = ops.PackedGroupedWeightsS8(b, scales_w, GROUP)
+        g = (
+            ops_count
+            / best_time(lambda a=a, s=scales_a, w=grouped: ops.gemm_grouped_s8s8f32(a, s, w))
+            / 1e9
+        )
+        row[f"grouped_{ops.isa()}_gops"] = g
+        line += f"{g:>22.1f}{g / sg:>6.2f}x"
         rows.append(row)
         print(line)
     if args.json:

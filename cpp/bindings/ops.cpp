@@ -357,6 +357,58 @@ void init_ops(py::module_& m) {
       py::arg("A"), py::arg("B"), py::arg("isa") = py::none(),
       "int32 C = A @ B for int8 A [M, K] and int8 B [K, N], exact (int32 accumulation; "
       "K <= max_exact_k()['s8s8'], ShapeError beyond).");
+  py::class_<kernels::PackedGroupedWeightsS8>(
+      ops, "PackedGroupedWeightsS8",
+      "Per-group int8 weights B [K, N] with scales [N, K / group_size] (llama.cpp's Q8_0 / "
+      "Q4_0 weight blocks), prepared once for gemm_grouped_s8s8f32.")
+      .def(py::init([](const py::array& b_obj, const py::handle& scales_obj, int64_t group_size) {
+             auto B = exact_array<int8_t, kColMajor>(b_obj, "PackedGroupedWeightsS8", "B");
+             const auto sw = numeric_array<float>(scales_obj, "[PackedGroupedWeightsS8] scales");
+             if (B.ndim() != 2 || group_size <= 0 || B.shape(0) % group_size != 0)
+               throw ShapeError(
+                   "[PackedGroupedWeightsS8] B must be 2-D [K, N] with K divisible "
+                   "by group_size=" +
+                   std::to_string(group_size) + ", got " +
+                   shape_str({B.shape(), B.shape() + B.ndim()}));
+             const int64_t K = B.shape(0), N = B.shape(1);
+             if (sw.ndim() != 2 || sw.shape(0) != N || sw.shape(1) != K / group_size)
+               throw ShapeError("[PackedGroupedWeightsS8] scales must be [" + std::to_string(N) +
+                                ", " + std::to_string(K / group_size) + "], got " +
+                                shape_str({sw.shape(), sw.shape() + sw.ndim()}));
+             return std::make_unique<kernels::PackedGroupedWeightsS8>(B.data(), K, sw.data(), N, K,
+                                                                      group_size);
+           }),
+           py::arg("B"), py::arg("scales"), py::arg("group_size"))
+      .def_property_readonly(
+          "shape",
+          [](const kernels::PackedGroupedWeightsS8& w) { return py::make_tuple(w.k(), w.n()); })
+      .def_property_readonly("group_size", &kernels::PackedGroupedWeightsS8::group)
+      .def_property_readonly("bytes", &kernels::PackedGroupedWeightsS8::bytes);
+  ops.def(
+      "gemm_grouped_s8s8f32",
+      [](const py::array& A, const py::handle& a_scales, const kernels::PackedGroupedWeightsS8& W,
+         const std::optional<std::string>& isa) {
+        auto a = exact_array<int8_t, kRowMajor>(A, "gemm_grouped_s8s8f32", "A");
+        const auto sa = numeric_array<float>(a_scales, "[gemm_grouped_s8s8f32] a_scales");
+        const int64_t M = a.ndim() == 2 ? a.shape(0) : -1, G = W.groups();
+        if (a.ndim() != 2 || a.shape(1) != W.k() || sa.ndim() != 2 || sa.shape(0) != M ||
+            sa.shape(1) != G)
+          throw ShapeError("[gemm_grouped_s8s8f32] need A [M, " + std::to_string(W.k()) +
+                           "] and a_scales [M, " + std::to_string(G) + "], got " +
+                           shape_str({a.shape(), a.shape() + a.ndim()}) + " and " +
+                           shape_str({sa.shape(), sa.shape() + sa.ndim()}));
+        const int64_t N = W.n();
+        py::array_t<float> C({M, N});
+        const kernels::Isa path = isa_arg(isa);
+        py::gil_scoped_release nogil;
+        kernels::gemm_grouped_s8s8f32(a.data(), W.k(), sa.data(), G, W, C.mutable_data(), N, M, 0,
+                                      N, path);
+        return C;
+      },
+      py::arg("A"), py::arg("a_scales"), py::arg("W"), py::arg("isa") = py::none(),
+      "float32 C [M, N] = sum over groups g of a_scales[:, g] * w_scales[:, g] * (A_g @ B_g), "
+      "each group's dot exact in int32, groups summed in order with one fma each (gemm_s8.h): "
+      "llama.cpp's Q8_0 x Q8_0 dot.");
   ops.def(
       "linear_f32",
       [](const py::handle& x_obj, const py::handle& W_obj) {

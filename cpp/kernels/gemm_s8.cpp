@@ -5,10 +5,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "socllm/core.h"
@@ -125,26 +127,29 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
                int64_t N, int64_t K) {
   const int64_t lda2 = pb.pairs * 2;
   const std::vector<int16_t> a16 = widen_pad_a(A, lda, M, K, lda2);
-  constexpr int64_t block_cols = kAvx2Cols * kAvx2Vecs;
+  constexpr int64_t block_cols = kAvx2Cols * kAvx2Vecs, row_block = 16 * kAvx2Rows;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
-  // K blocks of kAvx2PairBlock pairs keep a column block's packed B and a tile's A rows in a
-  // 32 KB L1, and all rows' A block in L2; column blocks outside, rows inside.
-  for (int64_t q0 = 0; q0 == 0 || q0 < pb.pairs; q0 += kAvx2PairBlock) {  // once for K = 0
-    const int64_t q1 = std::min(pb.pairs, q0 + kAvx2PairBlock);
-    const bool acc = q0 > 0;
-#pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
-    for (int64_t nb = 0; nb < n_blocks; ++nb) {
+  const int64_t n_row_blocks = (M + row_block - 1) / row_block;
+  // Tasks of (column block, row block), K blocks of kAvx2PairBlock pairs inside: a column
+  // block's packed B block stays in a 32 KB L1 across the task's rows, and its A block in L2.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb)
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
       const int64_t n0 = nb * block_cols;
       const int vecs =
           static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
-      int64_t m = 0;
-      for (; m + kAvx2Rows <= M; m += kAvx2Rows)
-        tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N,
-                             acc);
-      for (; m < M; ++m)
-        tile_avx2<1>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+      const int64_t m1 = std::min(M, (rb + 1) * row_block);
+      for (int64_t q0 = 0; q0 == 0 || q0 < pb.pairs; q0 += kAvx2PairBlock) {  // once for K = 0
+        const int64_t q1 = std::min(pb.pairs, q0 + kAvx2PairBlock);
+        const bool acc = q0 > 0;
+        int64_t m = rb * row_block;
+        for (; m + kAvx2Rows <= m1; m += kAvx2Rows)
+          tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
+                               N, acc);
+        for (; m < m1; ++m)
+          tile_avx2<1>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+      }
     }
-  }
 }
 
 // ---- AVX-512 VNNI: vpdpbusd on B packed so that one instruction yields 16 output columns ---
@@ -154,7 +159,7 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
 // row) against it accumulates 4 products into each of 16 columns: no horizontal sums. K and
 // N are zero-padded to multiples of 4 and 16 (zero B bytes contribute nothing, whatever A is).
 constexpr int64_t kVnniCols = 16;            // int32 lanes per zmm
-constexpr int kVnniRows = 6, kVnniVecs = 4;  // 6 x 64 tile: 24 accumulators of 32 zmm
+constexpr int kVnniRows = 6, kVnniVecs = 2;  // 6 x 32 tile: 12 accumulators of 32 zmm
 
 #define SOCLLM_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
@@ -228,20 +233,190 @@ void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t
   const int64_t lda4 = pb.groups * 4;
   const std::vector<uint8_t> a_u8 = shift_pad_a(A, lda, M, K, lda4);
   constexpr bool kShift = std::is_same_v<TA, int8_t>;
-  constexpr int64_t block_cols = kVnniCols * kVnniVecs;
+  constexpr int64_t block_cols = kVnniCols * kVnniVecs, row_block = 16 * kVnniRows;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
-  // Column blocks outside (their packed B, K * 64 bytes, stays in L2), rows inside.
-#pragma omp parallel for schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
-  for (int64_t nb = 0; nb < n_blocks; ++nb) {
-    const int64_t n0 = nb * block_cols;
-    const int vecs =
-        static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
-    int64_t m = 0;
-    for (; m + kVnniRows <= M; m += kVnniRows)
-      tile_vnni<kShift, kVnniRows>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
-    for (; m < M; ++m)
-      tile_vnni<kShift, 1>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
+  const int64_t n_row_blocks = (M + row_block - 1) / row_block;
+  // Tasks of (column block, row block): a column block's packed B (K * 32 bytes) stays in L2
+  // across its row blocks, and both threads get work even when N has few blocks.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb)
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+      const int64_t n0 = nb * block_cols;
+      const int vecs =
+          static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
+      const int64_t m1 = std::min(M, (rb + 1) * row_block);
+      int64_t m = rb * row_block;
+      for (; m + kVnniRows <= m1; m += kVnniRows)
+        tile_vnni<kShift, kVnniRows>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc,
+                                     N);
+      for (; m < m1; ++m)
+        tile_vnni<kShift, 1>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
+    }
+}
+
+// ---- Per-group GEMM (Q8_0 x Q8_0): integer dots per group, float accumulation over groups --
+//
+// The same packed codes and inner loops as above, restarted at every group boundary: after a
+// group's vpdpbusd (or vpmaddwd) steps the int32 accumulators are converted (exact: |dot| <=
+// 2^24) and added to float accumulators with a_scale * w_scale, in the fused multiply-add the
+// scalar path computes with std::fma.
+
+// Lanes [lo, hi) of the vector at column n holding columns of [c0, c1) (lo >= hi: none).
+inline std::pair<int64_t, int64_t> lanes_in(int64_t n, int64_t width, int64_t c0, int64_t c1) {
+  return {std::max<int64_t>(0, c0 - n), std::min(width, c1 - n)};
+}
+
+// GCC 12's _mm512_cvtepi32_ps passes an intentionally undefined source vector and then warns
+// about it (-Wmaybe-uninitialized, a false positive inside avx512fintrin.h).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <int MR, int NV>
+SOCLLM_VNNI_TARGET void tile_grouped_vnni(const uint8_t* A, int64_t lda, const float* as,
+                                          int64_t lds, const PackedGroupedWeightsS8& W, int64_t n0,
+                                          float* C, int64_t ldc, int64_t c0, int64_t c1) {
+  const VnniPack& pb = *W.codes().vnni();
+  const int64_t quads = W.group() / 4, ld = W.ld();
+  __m512 facc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) facc[i][j] = _mm512_setzero_ps();
+  const int32_t* bp = pb.data.data() + n0;
+  for (int64_t g = 0; g < W.groups(); ++g) {
+    __m512i acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_si512();
+    const uint8_t* ag = A + g * W.group();
+    for (int64_t q = 0; q < quads; ++q, bp += pb.cols) {
+      __m512i b[NV];
+      for (int j = 0; j < NV; ++j) b[j] = _mm512_loadu_si512(bp + j * kVnniCols);
+      for (int i = 0; i < MR; ++i) {
+        int32_t v;
+        std::memcpy(&v, ag + i * lda + 4 * q, 4);
+        const __m512i a = _mm512_set1_epi32(v);
+        for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, b[j]);
+      }
+    }
+    const float* ws = W.scales_t() + g * ld + n0;
+    const int32_t* sh = W.group_shift() + g * ld + n0;
+    for (int i = 0; i < MR; ++i) {
+      const __m512 sa = _mm512_set1_ps(as[i * lds + g]);
+      for (int j = 0; j < NV; ++j) {
+        const __m512i dot =
+            _mm512_sub_epi32(acc[i][j], _mm512_loadu_si512(sh + j * kVnniCols));  // undo +128
+        const __m512 scale = _mm512_mul_ps(sa, _mm512_loadu_ps(ws + j * kVnniCols));
+        facc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, facc[i][j]);
+      }
+    }
   }
+  for (int j = 0; j < NV; ++j) {
+    const auto [lo, hi] = lanes_in(n0 + j * kVnniCols, kVnniCols, c0, c1);
+    if (lo >= hi) continue;
+    const auto m = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << lo);
+    for (int i = 0; i < MR; ++i)
+      _mm512_mask_storeu_ps(C + i * ldc + n0 + j * kVnniCols, m, facc[i][j]);
+  }
+}
+#pragma GCC diagnostic pop
+
+template <int MR, int NV>
+__attribute__((target("avx2,fma"))) void tile_grouped_avx2(const int16_t* A, int64_t lda,
+                                                           const float* as, int64_t lds,
+                                                           const PackedGroupedWeightsS8& W,
+                                                           int64_t n0, float* C, int64_t ldc,
+                                                           int64_t c0, int64_t c1) {
+  const Avx2Pack& pb = *W.codes().avx2();
+  const int64_t pairs = W.group() / 2, ld = W.ld();
+  __m256 facc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) facc[i][j] = _mm256_setzero_ps();
+  const int32_t* bp = pb.data.data() + n0;
+  for (int64_t g = 0; g < W.groups(); ++g) {
+    __m256i acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_si256();
+    const int16_t* ag = A + g * W.group();
+    for (int64_t q = 0; q < pairs; ++q, bp += pb.cols) {
+      __m256i b[NV];
+      for (int j = 0; j < NV; ++j)
+        b[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + j * kAvx2Cols));
+      for (int i = 0; i < MR; ++i) {
+        int32_t v;
+        std::memcpy(&v, ag + i * lda + 2 * q, 4);
+        const __m256i a = _mm256_set1_epi32(v);
+        for (int j = 0; j < NV; ++j)
+          acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a, b[j]));
+      }
+    }
+    const float* ws = W.scales_t() + g * ld + n0;
+    for (int i = 0; i < MR; ++i) {
+      const __m256 sa = _mm256_set1_ps(as[i * lds + g]);
+      for (int j = 0; j < NV; ++j) {
+        const __m256 scale = _mm256_mul_ps(sa, _mm256_loadu_ps(ws + j * kAvx2Cols));
+        facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), scale, facc[i][j]);
+      }
+    }
+  }
+  for (int j = 0; j < NV; ++j) {
+    const auto [lo, hi] = lanes_in(n0 + j * kAvx2Cols, kAvx2Cols, c0, c1);
+    if (lo >= hi) continue;
+    for (int i = 0; i < MR; ++i) {
+      alignas(32) float tmp[kAvx2Cols];
+      _mm256_store_ps(tmp, facc[i][j]);
+      std::memcpy(C + i * ldc + n0 + j * kAvx2Cols + lo, tmp + lo,
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+  }
+}
+
+void gemm_grouped_scalar(const int8_t* A, int64_t lda, const float* as, int64_t lds,
+                         const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
+                         int64_t c0, int64_t c1) {
+  const int8_t* B = W.codes().rows().data();
+  const int64_t K = W.k(), gs = W.group();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = c0; n < c1; ++n) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < W.groups(); ++g) {
+        int32_t dot = 0;
+        for (int64_t k = g * gs; k < (g + 1) * gs; ++k)
+          dot += int32_t{A[m * lda + k]} * B[n * K + k];
+        const float scale = as[m * lds + g] * W.scales_t()[g * W.ld() + n];
+        acc = std::fma(static_cast<float>(dot), scale, acc);
+      }
+      C[m * ldc + n] = acc;
+    }
+}
+
+// Runs tile(rows_tag, vecs_tag, m, n0) over rows [0, M) (of K columns) and the column blocks
+// touching [c0, c1), in parallel over (column block, row block): MR x NV tiles, single rows at a
+// row block's end, and single vectors where a whole block would read beyond the packed columns.
+template <int MR, int NV, typename Tile>
+void grouped_blocks(int64_t M, int64_t K, int64_t width, int64_t packed_cols, int64_t c0,
+                    int64_t c1, Tile tile) {
+  using R = std::integral_constant<int, MR>;
+  using V = std::integral_constant<int, NV>;
+  using One = std::integral_constant<int, 1>;
+  constexpr int64_t kRowBlock = 16 * MR;
+  const int64_t block_cols = width * NV;
+  const int64_t nb0 = c0 / block_cols, n_col_blocks = (c1 + block_cols - 1) / block_cols - nb0;
+  const int64_t n_row_blocks = (M + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for collapse(2) \
+    schedule(dynamic, 1) if (M * (c1 - c0) * K >= (int64_t{1} << 20))
+  for (int64_t cb = 0; cb < n_col_blocks; ++cb)
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+      const int64_t n0 = (nb0 + cb) * block_cols;
+      const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
+      if (n0 + block_cols <= packed_cols) {
+        int64_t m = m0;
+        for (; m + MR <= m1; m += MR) tile(R{}, V{}, m, n0);
+        for (; m < m1; ++m) tile(One{}, V{}, m, n0);
+      } else {
+        for (int64_t n = n0; n < c1; n += width) {
+          int64_t m = m0;
+          for (; m + MR <= m1; m += MR) tile(R{}, One{}, m, n);
+          for (; m < m1; ++m) tile(One{}, One{}, m, n);
+        }
+      }
+    }
 }
 
 // K beyond which int32 accumulation could wrap for operand type TA (gemm_s8.h).
@@ -385,6 +560,78 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
 void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa) {
   gemm_dispatch("gemm_u8s8s32", A, lda, B, ldb, C, ldc, M, N, K, isa);
+}
+
+PackedGroupedWeightsS8::PackedGroupedWeightsS8(const int8_t* B, int64_t ldb, const float* scales,
+                                               int64_t N, int64_t K, int64_t group)
+    : codes_(B, ldb, N, K), group_(group) {
+  if (group <= 0 || group > kMaxGroupSize || K % group != 0)
+    throw ShapeError("[PackedGroupedWeightsS8] group size " + std::to_string(group) +
+                     " must be in 1.." + std::to_string(kMaxGroupSize) +
+                     " and divide K=" + std::to_string(K));
+  if (N && K && !scales) throw InvalidArgument("[PackedGroupedWeightsS8] null scales");
+  const int64_t G = groups();
+  ld_ = (N + kVnniCols - 1) / kVnniCols * kVnniCols;  // covers both vector paths' padding
+  scales_t_.assign(static_cast<size_t>(G * ld_), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) scales_t_[g * ld_ + n] = scales[n * G + g];
+  if (codes_.vnni()) {
+    shift_.assign(static_cast<size_t>(G * ld_), 0);
+    const int8_t* rows = codes_.rows().data();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) {
+        int32_t sum = 0;
+        for (int64_t k = g * group; k < (g + 1) * group; ++k) sum += rows[n * K + k];
+        shift_[g * ld_ + n] = 128 * sum;  // |sum| <= 1024 * 128: no overflow
+      }
+  }
+}
+
+int64_t PackedGroupedWeightsS8::bytes() const {
+  return codes_.bytes() +
+         static_cast<int64_t>(scales_t_.size() * sizeof(float) + shift_.size() * sizeof(int32_t));
+}
+
+void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, int64_t lds,
+                          const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
+                          int64_t col_begin, int64_t col_end, Isa isa) {
+  const int64_t N = W.n(), K = W.k(), gs = W.group();
+  check_args("gemm_grouped_s8s8f32", A, lda, W.codes().rows().data(), K, C, ldc, M, N, K, isa,
+             kMaxExactKS8S8);
+  if (col_begin < 0 || col_end > N || col_begin > col_end)
+    throw ShapeError("[gemm_grouped_s8s8f32] columns [" + std::to_string(col_begin) + ", " +
+                     std::to_string(col_end) + ") outside [0, " + std::to_string(N) + ")");
+  if (lds < W.groups() || (M && W.groups() && !a_scales))
+    throw ShapeError("[gemm_grouped_s8s8f32] activation scales need " + std::to_string(W.groups()) +
+                     " per row, lds=" + std::to_string(lds));
+  if (M == 0 || col_begin == col_end) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc + col_begin, C + m * ldc + col_end, 0.f);
+    return;
+  }
+  // A path whose operand step does not divide the group runs the next narrower one (all paths
+  // give the same bits).
+  if (isa == Isa::Avx512Vnni && gs % 4 != 0) isa = Isa::Avx2;
+  if (isa == Isa::Avx2 && gs % 2 != 0) isa = Isa::Scalar;
+  if (isa == Isa::Avx512Vnni) {
+    const std::vector<uint8_t> a = shift_pad_a(A, lda, M, K, K);
+    grouped_blocks<6, 2>(M, K, kVnniCols, W.codes().vnni()->cols, col_begin, col_end,
+                         [&](auto r, auto v, int64_t m, int64_t n0) {
+                           tile_grouped_vnni<decltype(r)::value, decltype(v)::value>(
+                               a.data() + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
+                               ldc, col_begin, col_end);
+                         });
+  } else if (isa == Isa::Avx2) {
+    const std::vector<int16_t> a = widen_pad_a(A, lda, M, K, K);
+    grouped_blocks<6, 2>(M, K, kAvx2Cols, W.codes().avx2()->cols, col_begin, col_end,
+                         [&](auto r, auto v, int64_t m, int64_t n0) {
+                           tile_grouped_avx2<decltype(r)::value, decltype(v)::value>(
+                               a.data() + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
+                               ldc, col_begin, col_end);
+                         });
+  } else {
+    gemm_grouped_scalar(A, lda, a_scales, lds, W, C, ldc, M, col_begin, col_end);
+  }
 }
 
 }  // namespace socllm::kernels

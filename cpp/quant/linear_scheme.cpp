@@ -529,13 +529,18 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
         w_scales_[i] = q.scales.size() == 1 ? q.scales[0] : q.scales[static_cast<size_t>(i)];
       row_bits_.assign(static_cast<size_t>(out), static_cast<uint8_t>(spec.bits));
       packed_ = std::make_unique<kernels::PackedWeightsS8>(q.q.data(), in, out, in);
+    } else if (scheme_.activations == ActFormat::Int8DynamicPerGroup &&
+               scheme_.weight_granularity == Granularity::PerGroup) {
+      // llama.cpp's Q8_0 / Q4_0 x Q8_0: integer dots per group, float sum over groups
+      grouped_ = std::make_unique<kernels::PackedGroupedWeightsS8>(q.q.data(), in, q.scales.data(),
+                                                                   out, in, scheme_.group_size);
     } else {
       w_hat_.resize(static_cast<size_t>(out * in));
       dequantize_weights(q, w_hat_.data());
     }
   }
   if (!bias_.empty()) stored_weight_bytes_ += out * static_cast<int64_t>(sizeof(float));
-  if (!post_.empty() && !packed_ && scheme_.weights != WeightFormat::F32)
+  if (!post_.empty() && !packed_ && !grouped_ && scheme_.weights != WeightFormat::F32)
     throw InvalidArgument("[PreparedLinear] a row multiplier needs the integer or fp32 path");
 }
 
@@ -622,6 +627,27 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
   }
 }
 
+void PreparedLinear::forward_grouped(const float* xs, int64_t N, float* y, int64_t ldy,
+                                     bool accumulate, int64_t col_begin, int64_t col_end) const {
+  const QuantizedWeights qa =
+      quantize_weights(xs, N, in_, {8, Granularity::PerGroup, scheme_.group_size});
+  const int64_t groups = in_ / scheme_.group_size;
+  const bool direct = !accumulate && post_.empty() && bias_.empty();
+  std::vector<float> t(direct ? 0 : static_cast<size_t>(N * out_));
+  float* c = direct ? y : t.data();
+  const int64_t ldc = direct ? ldy : out_;
+  kernels::gemm_grouped_s8s8f32(qa.q.data(), in_, qa.scales.data(), groups, *grouped_, c, ldc, N,
+                                col_begin, col_end, kernels::best_isa());
+  if (direct) return;
+  for (int64_t m = 0; m < N; ++m)
+    for (int64_t n = col_begin; n < col_end; ++n) {
+      float v = t[static_cast<size_t>(m * out_ + n)];
+      if (!post_.empty()) v *= post_[static_cast<size_t>(n)];
+      if (!bias_.empty()) v += bias_[static_cast<size_t>(n)];
+      y[m * ldy + n] = accumulate ? y[m * ldy + n] + v : v;
+    }
+}
+
 void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, bool accumulate,
                              std::span<const RowSegment> segments, ShadowStats* call_stats) const {
   if (N <= 0) return;
@@ -630,7 +656,8 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
                     ldy, accumulate);
     return;
   }
-  if (!packed_ && !post_.empty()) {  // fp32 with npu smoothing: x / s, W', then y' * post + b
+  if (!packed_ && !grouped_ &&
+      !post_.empty()) {  // fp32 with npu smoothing: x / s, W', then y' * post + b
     std::vector<float> xs(x, x + N * in_), t(static_cast<size_t>(N * out_));
     if (!smooth_.empty())
       for (int64_t m = 0; m < N; ++m)
@@ -702,6 +729,8 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
 
   if (packed_) {
     forward_integer(xs.data(), N, y, ldy, accumulate);
+  } else if (grouped_) {
+    forward_grouped(xs.data(), N, y, ldy, accumulate, 0, out_);
   } else {
     quantize_activations_float(xs, N);
     kernels::linear(xs.data(), N, in_, in_, w_hat_.data(), out_,
@@ -752,16 +781,19 @@ void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t 
 }
 
 bool PreparedLinear::float_path() const {
-  return !(packed_ || scheme_.outlier_threshold || scheme_.shadow || !post_.empty() ||
+  return !(packed_ || grouped_ || scheme_.outlier_threshold || scheme_.shadow || !post_.empty() ||
            !smooth_.empty());
 }
 
 void PreparedLinear::forward_block(const float* x, float* y, int64_t ldy, int64_t row_begin,
                                    int64_t row_end, int64_t col_begin, int64_t col_end) const {
-  if (!float_path())
+  const bool grouped_block =
+      grouped_ && !scheme_.outlier_threshold && smooth_.empty() && post_.empty();
+  if (!float_path() && !grouped_block)
     throw Unsupported(
-        "[PreparedLinear] a partitioned linear runs a float-path scheme (dequantized "
-        "weights without outlier parts or smoothing, e.g. w4a16); got " +
+        "[PreparedLinear] a partitioned linear runs a float-path or per-group scheme "
+        "(dequantized weights or Q8_0-style groups, without outlier parts or smoothing, e.g. "
+        "w4a16, w8-group); got " +
         json_text(scheme_.to_json()));
   if (row_begin < 0 || row_end <= row_begin || col_begin < 0 || col_end > out_ ||
       col_end <= col_begin)
@@ -770,6 +802,9 @@ void PreparedLinear::forward_block(const float* x, float* y, int64_t ldy, int64_
                      std::to_string(col_end) + ") of a linear with " + std::to_string(out_) +
                      " outputs");
   const int64_t n = row_end - row_begin;
+  if (grouped_block)
+    return forward_grouped(x + row_begin * in_, n, y + row_begin * ldy, ldy, false, col_begin,
+                           col_end);
   std::vector<float> xs(x + row_begin * in_, x + row_end * in_);
   quantize_activations_float(xs, n);
   kernels::linear(xs.data(), n, in_, in_, w_hat_.data() + col_begin * in_, col_end - col_begin,

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -99,4 +100,119 @@ TEST(GemmS8, PrepackedWeightsEqualUnpacked) {
       EXPECT_EQ(c1, c2) << k::isa_name(isa);
     }
   }
+}
+
+namespace {
+// The grouped GEMM's defined result (gemm_s8.h), written independently of the kernel: int64 dot
+// per group, then acc = fma(dot, a_scale * w_scale, acc) over ascending groups.
+std::vector<float> grouped_reference(const std::vector<int8_t>& A, const std::vector<float>& sa,
+                                     const std::vector<int8_t>& B, const std::vector<float>& sw,
+                                     int64_t M, int64_t N, int64_t K, int64_t gs) {
+  const int64_t G = K / gs;
+  std::vector<float> C(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        int64_t dot = 0;
+        for (int64_t kk = g * gs; kk < (g + 1) * gs; ++kk)
+          dot += int64_t{A[m * K + kk]} * B[n * K + kk];
+        acc = std::fma(static_cast<float>(dot), sa[m * G + g] * sw[n * G + g], acc);
+      }
+      C[m * N + n] = acc;
+    }
+  return C;
+}
+
+struct GroupedCase {
+  std::vector<int8_t> A, B;
+  std::vector<float> sa, sw;
+};
+
+GroupedCase random_grouped(int64_t M, int64_t N, int64_t K, int64_t gs, uint32_t seed,
+                           bool extremes) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(-128, 127);
+  std::uniform_real_distribution<float> s(1e-3f, 2.0f);
+  GroupedCase c{std::vector<int8_t>(static_cast<size_t>(M * K)),
+                std::vector<int8_t>(static_cast<size_t>(N * K)),
+                std::vector<float>(static_cast<size_t>(M * (K / gs))),
+                std::vector<float>(static_cast<size_t>(N * (K / gs)))};
+  for (auto& x : c.A) x = static_cast<int8_t>(extremes ? -128 : d(g));
+  for (auto& x : c.B) x = static_cast<int8_t>(extremes ? -128 : d(g));
+  for (auto& x : c.sa) x = s(g);
+  for (auto& x : c.sw) x = s(g);
+  return c;
+}
+}  // namespace
+
+TEST(GemmGroupedS8, AllPathsEqualTheDefinedSumOrder) {
+  uint32_t seed = 100;
+  for (int64_t gs : {1, 2, 4, 6, 32})
+    for (int64_t M : {1, 3, 4, 5, 13, 70})
+      for (int64_t N : {1, 7, 16, 31, 33, 100})
+        for (int64_t groups : {1, 3}) {
+          const int64_t K = gs * groups;
+          const GroupedCase c = random_grouped(M, N, K, gs, seed++, false);
+          const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
+          const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
+          for (k::Isa isa : k::supported_isas()) {
+            std::vector<float> C(static_cast<size_t>(M * N), -1.0f);
+            k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 0, N,
+                                    isa);
+            for (int64_t i = 0; i < M * N; ++i)
+              ASSERT_EQ(C[i], ref[i]) << k::isa_name(isa) << " gs=" << gs << " M=" << M
+                                      << " N=" << N << " K=" << K << " at " << i;
+          }
+        }
+}
+
+TEST(GemmGroupedS8, ExtremeCodesAndLargeGroups) {
+  // -128 x -128 over a 1024-wide group is the largest dot (2^24): still exact as a float.
+  for (int64_t gs : {1024, 64}) {
+    const int64_t M = 5, N = 37, K = 2048;
+    const GroupedCase c = random_grouped(M, N, K, gs, 7, gs == 1024);
+    const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
+    const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
+    for (k::Isa isa : k::supported_isas()) {
+      std::vector<float> C(static_cast<size_t>(M * N));
+      k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 0, N, isa);
+      EXPECT_EQ(C, ref) << k::isa_name(isa) << " gs=" << gs;
+    }
+  }
+}
+
+TEST(GemmGroupedS8, ColumnBlocksEqualTheWholeAndLeaveTheRestAlone) {
+  // A partitioned linear computes blocks of columns; each must carry the whole GEMM's bits.
+  const int64_t M = 9, N = 75, K = 96, gs = 32;
+  const GroupedCase c = random_grouped(M, N, K, gs, 3, false);
+  const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
+  const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
+  for (k::Isa isa : k::supported_isas()) {
+    std::vector<float> C(static_cast<size_t>(M * N), 7.0f);
+    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 5, 40, isa);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n)
+        ASSERT_EQ(C[m * N + n], n >= 5 && n < 40 ? ref[m * N + n] : 7.0f)
+            << k::isa_name(isa) << " m=" << m << " n=" << n;
+    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 40, N, isa);
+    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 0, 5, isa);
+    EXPECT_EQ(C, ref) << k::isa_name(isa);
+  }
+}
+
+TEST(GemmGroupedS8, BadArguments) {
+  std::vector<int8_t> b(64);
+  std::vector<float> s(8, 1.0f), c(16);
+  EXPECT_THROW(k::PackedGroupedWeightsS8(b.data(), 16, s.data(), 4, 16, 5), socllm::ShapeError);
+  EXPECT_THROW(k::PackedGroupedWeightsS8(b.data(), 16, nullptr, 4, 16, 8), socllm::InvalidArgument);
+  const k::PackedGroupedWeightsS8 W(b.data(), 16, s.data(), 4, 16, 8);
+  EXPECT_EQ(W.groups(), 2);
+  std::vector<int8_t> a(32);
+  EXPECT_THROW(
+      k::gemm_grouped_s8s8f32(a.data(), 16, s.data(), 2, W, c.data(), 4, 2, 0, 5, k::Isa::Scalar),
+      socllm::ShapeError);  // columns beyond N
+  EXPECT_THROW(
+      k::gemm_grouped_s8s8f32(a.data(), 16, s.data(), 1, W, c.data(), 4, 2, 0, 4, k::Isa::Scalar),
+      socllm::ShapeError);  // one scale per row for two groups
 }

@@ -3,6 +3,10 @@
 - ``gemm_s8s8s32(A, B, isa=None)``: int32 ``A @ B`` for int8 ``A [M, K]``, int8 ``B [K, N]``.
   ``B`` may also be a ``PackedWeightsS8(B)``: weights prepared once for many calls.
 - ``gemm_u8s8s32(A, B, isa=None)``: the same with uint8 ``A`` (the form VNNI computes).
+- ``gemm_grouped_s8s8f32(A, a_scales, W, isa=None)``: float32 per-group product (llama.cpp's
+  Q8_0 x Q8_0) of int8 ``A [M, K]`` with scales ``[M, K / G]`` and
+  ``W = PackedGroupedWeightsS8(B [K, N], scales [N, K / G], G)``: exact int32 dots per group,
+  summed over groups in order with one fma each (the w8-group and w4-group plans' linears).
 - ``isa()``: the path used by default on this CPU (``avx512-vnni``, ``avx2`` or ``scalar``);
   ``supported_isas()``: every path this CPU can run (``isa=`` forces one).
 - ``linear_f32(x, W)``: fp32 ``x @ W.T`` with the engine's OpenBLAS sgemm (the benchmarks' peer).
@@ -12,7 +16,9 @@ into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
 """
 
 from ._core.ops import (  # noqa: F401
+    PackedGroupedWeightsS8,
     PackedWeightsS8,
+    gemm_grouped_s8s8f32,
     gemm_s8s8s32,
     gemm_u8s8s32,
     isa,

@@ -195,6 +195,23 @@ def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(s
         smollm.prefill(ids, w8.with_partition("qkv", part))
 
 
+def test_partitioned_per_group_linears_equal_unpartitioned_bit_for_bit(smollm, gen3):
+    """The Q8_0-style integer path (w8-group, w4-group) computes each output element alone,
+    so blocks give the whole linear's bits without the NPU tile grid the float path needs."""
+    ids = list(range(200, 300))
+    widths = dict(zip(LINEARS, (960, 576, 3072, 576), strict=True))
+    for scheme in ("w8-group", "w4-group"):
+        base = socllm.Plan(f"{scheme}:linear=npu")
+        ref = smollm.prefill(ids, base, all_positions=True)
+        for graphs, cols in (([64, 32], 256), ([128], 256)):
+            plan = base
+            for site, n in widths.items():
+                plan = plan.with_partition(
+                    site, _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3)
+                )
+            np.testing.assert_array_equal(smollm.prefill(ids, plan, all_positions=True), ref)
+
+
 def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3):
     from socllm.hetero import (
         PartitionProfiler,

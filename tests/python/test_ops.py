@@ -128,3 +128,26 @@ def test_prepacked_weights(isa):
         ops.gemm_s8s8s32(np.zeros((2, 299), np.int8), W)
     with pytest.raises(socllm.InvalidArgumentError, match="int8"):
         ops.PackedWeightsS8(B.astype(np.int16))
+
+
+def test_grouped_gemm_matches_numpy_and_every_path_gives_the_same_bits():
+    """Q8_0 x Q8_0 on real quantizer output: numpy's per-group int64 dots scaled and summed in
+    float64 agree to float32 rounding, and every path returns the same bits (gemm_s8.h)."""
+    rng = np.random.default_rng(5)
+    M, K, N, G = 37, 192, 70, 32
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    A, sa = socllm.quant.quantize(x, 8, "per-group", G)
+    B, sw = socllm.quant.quantize(w, 8, "per-group", G)
+    W = ops.PackedGroupedWeightsS8(np.asfortranarray(B.T), sw, G)
+    assert W.shape == (K, N) and W.group_size == G
+    dots = np.einsum("mgk,ngk->mng", A.reshape(M, -1, G).astype(np.int64), B.reshape(N, -1, G))
+    want = (dots * (sa[:, None, :].astype(np.float64) * sw[None, :, :])).sum(-1)
+    outs = [ops.gemm_grouped_s8s8f32(A, sa, W, isa=isa) for isa in ISAS]
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for isa, out in zip(ISAS[1:], outs[1:], strict=True):
+        np.testing.assert_array_equal(out, outs[0], err_msg=isa)
+    with pytest.raises(socllm.ShapeError, match=r"\[37, 5\]"):
+        ops.gemm_grouped_s8s8f32(A, sa[:, :5], W)
+    with pytest.raises(socllm.ShapeError, match="group_size=5"):
+        ops.PackedGroupedWeightsS8(np.asfortranarray(B.T), sw, 5)

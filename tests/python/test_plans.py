@@ -323,12 +323,13 @@ def test_padding_rows_never_reach_real_rows(smollm, calib_file, site_input, plan
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-5 * np.abs(ya).max())
 
 
-@pytest.mark.parametrize("plan", ["w8a8", "llm-int8", "shadow-outlier"])
+@pytest.mark.parametrize("plan", ["w8a8", "llm-int8", "shadow-outlier", "w8-group", "w4-group"])
 def test_padding_never_changes_results(smollm, calib_file, prompt, plan):
     """Whole model: 300 tokens in chunks of 128 (last chunk: 44 real rows + 84 padding) vs the
-    same chunks fed without padding (chunk 44 on the tail). For the integer-GEMM plans this is
-    exact up to attention rounding; float-GEMM plans (w4-group...) can differ by fp32 rounding
-    of differently shaped GEMMs, which later quantization steps amplify."""
+    same chunks fed without padding (chunk 44 on the tail). For the integer-GEMM plans (the
+    per-group ones included) this is exact up to attention rounding; float-GEMM plans (w4a16)
+    can differ by fp32 rounding of differently shaped GEMMs, which later quantization steps
+    amplify."""
     padded = smollm.logits(prompt, {"name": plan, "chunk_len": 128})
     cache = smollm.new_cache(300)
     parts = [

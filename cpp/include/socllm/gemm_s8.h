@@ -73,6 +73,44 @@ class PackedWeightsS8 {
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
                          int64_t ldc, int64_t M, Isa isa);
 
+// Per-group int8 weights for the K-quant-like schemes (llama.cpp's Q8_0 / Q4_0 x Q8_0 dot;
+// seed 001 Fig. 3b): codes B[N, K] (int4 codes stored as int8 values) with one float scale per
+// column and group of `group` consecutive k.
+class PackedGroupedWeightsS8 {
+ public:
+  // scales[N, K / group] row-major; group must divide K and be at most kMaxGroupSize.
+  PackedGroupedWeightsS8(const int8_t* B, int64_t ldb, const float* scales, int64_t N, int64_t K,
+                         int64_t group);
+  static constexpr int64_t kMaxGroupSize = 1024;  // |dot_g| <= 2^24: exact as a float
+  int64_t n() const { return codes_.n(); }
+  int64_t k() const { return codes_.k(); }
+  int64_t group() const { return group_; }
+  int64_t groups() const { return group_ ? k() / group_ : 0; }
+  int64_t bytes() const;
+  const PackedWeightsS8& codes() const { return codes_; }
+  // Column-major per group, padded to the packed column count: scale(g, n) = scales_t[g][n].
+  int64_t ld() const { return ld_; }
+  const float* scales_t() const { return scales_t_.data(); }
+  // VNNI's zero-point correction per group: 128 * sum over the group's k of B[n, k].
+  const int32_t* group_shift() const { return shift_.data(); }
+
+ private:
+  PackedWeightsS8 codes_;
+  int64_t group_ = 0, ld_ = 0;
+  std::vector<float> scales_t_;  // [groups][ld]
+  std::vector<int32_t> shift_;   // [groups][ld] (VNNI only)
+};
+
+// C[m, n] (float, ldc) = sum over groups g of (a_scales[m, g] * w_scale[n, g]) * dot_g, with
+// dot_g = sum_{k in g} A[m, k] * B[n, k] exact in int32, for the columns [col_begin, col_end)
+// only (a partitioned linear's block; the others are left untouched). Every path sums the
+// groups in ascending order with one fused multiply-add each, acc = fma(float(dot_g),
+// a_scale * w_scale, acc) from acc = 0, so all paths are bit-identical and a column's value does
+// not depend on the block it is computed in. a_scales is [M, K / group] with leading dim lds.
+void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, int64_t lds,
+                          const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
+                          int64_t col_begin, int64_t col_end, Isa isa);
+
 // u8 x s8 -> s32: the form VNNI's vpdpbusd computes natively.
 void gemm_u8s8s32(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C,
                   int64_t ldc, int64_t M, int64_t N, int64_t K, Isa isa);

@@ -26,9 +26,10 @@
 //                with β = 1 every output channel's range is 1 before the per-tensor grid)
 //
 // Execution: integer activations with per-tensor/per-channel weights run the exact
-// s8·s8→s32 GEMM with a float epilogue s_x[row]·s_w[col] (what an NPU computes); all other
-// combinations run on dequantized operands with an fp32 GEMM, which equals the per-group
-// integer form up to fp32 summation order (each group's integer dot is exact in fp32).
+// s8·s8→s32 GEMM with a float epilogue s_x[row]·s_w[col] (what an NPU computes); per-group
+// weights with per-group activations run llama.cpp's Q8_0 form (gemm_grouped_s8s8f32: exact
+// integer dots per group, float sum over groups); all other combinations run on dequantized
+// operands with an fp32 GEMM.
 #pragma once
 
 #include <cstdint>
@@ -177,11 +178,13 @@ class PreparedLinear {
 
   // The block y[row_begin:row_end, col_begin:col_end] (ldy) = x[rows] · W[cols]^T + b[cols] of a
   // partitioned linear (seed 002 §4.1: the GPU's and the NPU's parts): each output element is
-  // computed as forward() computes it. Float-path schemes only (Unsupported otherwise).
+  // computed as forward() computes it. Float-path schemes, and per-group ones without outlier
+  // parts or smoothing (their elements do not depend on the block); Unsupported otherwise.
   void forward_block(const float* x, float* y, int64_t ldy, int64_t row_begin, int64_t row_end,
                      int64_t col_begin, int64_t col_end) const;
 
-  // forward_block runs this scheme: dequantized weights, no outlier parts or smoothing.
+  // Dequantized weights on the fp32 GEMM, no outlier parts or smoothing (a partitioned linear
+  // on the NPU computes such a scheme on the NPU's tile grid, engine.cpp).
   bool float_path() const;
 
   int64_t in() const { return in_; }
@@ -215,6 +218,9 @@ class PreparedLinear {
 
  private:
   void forward_integer(const float* xs, int64_t N, float* y, int64_t ldy, bool accumulate) const;
+  // Per-group weights and activations (grouped_): y[:, cols] of x's rows, quantized here.
+  void forward_grouped(const float* xs, int64_t N, float* y, int64_t ldy, bool accumulate,
+                       int64_t col_begin, int64_t col_end) const;
   // The float path's activation format applied in place to xs [N, in] (fp16 rounding, int8
   // fake quantization).
   void quantize_activations_float(std::vector<float>& xs, int64_t N) const;
@@ -231,7 +237,8 @@ class PreparedLinear {
   std::vector<uint8_t> row_bits_;  // [out] bit-width per row (integer weights)
   std::vector<float> post_;        // [out] multiplier after dequantization (empty: 1)
   std::vector<float> out_scale_;   // [out] static output scale of its tensor (empty: none)
-  std::unique_ptr<kernels::PackedWeightsS8> packed_;  // integer path
+  std::unique_ptr<kernels::PackedWeightsS8> packed_;          // integer path
+  std::unique_ptr<kernels::PackedGroupedWeightsS8> grouped_;  // per-group integer path
   std::vector<float> w_hat_;    // [out, in] dequantized (smoothed) weights (float path)
   std::vector<float> w_float_;  // [out, in] smoothed float weights, when smoothing is on
   // Float weights outlier columns (LLM.int8) and cold shadow channels are read from: W itself

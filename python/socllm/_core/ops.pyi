@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedWeightsS8', 'WeightletTensor', 'bucket_offsets', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'weightlet_parts']
+__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'weightlet_parts']
 class WeightletTensor:
     """
     EdgeFlow's packed per-channel-bit-width weights (seed 004 §4.2; format in weightlet.h).
@@ -61,9 +61,28 @@ class PackedWeightsS8:
     @property
     def shape(self) -> tuple[int, int]:
         ...
+class PackedGroupedWeightsS8:
+    """
+    Per-group int8 weights B [K, N] with scales [N, K / group_size] (llama.cpp's Q8_0 / Q4_0 weight blocks), prepared once for gemm_grouped_s8s8f32.
+    """
+    def __init__(self, B: numpy.ndarray, scales: typing.Any, group_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def bytes(self) -> int:
+        ...
+    @property
+    def group_size(self) -> int:
+        ...
+    @property
+    def shape(self) -> tuple[int, int]:
+        ...
 def bucket_offsets(n: typing.SupportsInt | typing.SupportsIndex) -> list[tuple[int, int]]:
     """
     Lattice offsets (a, b) of n scale buckets: bucket i is <λ̄Q·step^a, λ̄K·step^b>.
+    """
+def gemm_grouped_s8s8f32(A: numpy.ndarray, a_scales: typing.Any, W: PackedGroupedWeightsS8, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    float32 C [M, N] = sum over groups g of a_scales[:, g] * w_scales[:, g] * (A_g @ B_g), each group's dot exact in int32, groups summed in order with one fma each (gemm_s8.h): llama.cpp's Q8_0 x Q8_0 dot.
     """
 @typing.overload
 def gemm_s8s8s32(A: numpy.ndarray, B: PackedWeightsS8, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:

@@ -117,7 +117,7 @@ void init_attention_ops(py::module_& ops) {
          const py::handle& scheme, int64_t past, const std::optional<std::vector<double>>& ratio,
          const std::optional<std::vector<float>>& bucket_q,
          const std::optional<std::vector<float>>& bucket_k,
-         const std::optional<std::array<float, 3>>& static_qkv, bool trace) {
+         const std::optional<std::array<float, 3>>& static_qkv, bool trace, int64_t window) {
         const auto q = numeric_array<float>(q_obj, "[prefill_attention] q");
         const auto kk = numeric_array<float>(k_obj, "[prefill_attention] k");
         const auto v = numeric_array<float>(v_obj, "[prefill_attention] v");
@@ -156,7 +156,8 @@ void init_attention_ops(py::module_& ops) {
         {
           py::gil_scoped_release nogil;
           quant::prefill_attention(s, c, qr.data(), H * hd, kr.data(), vr.data(), G * hd,
-                                   {T, past, H, G, hd}, o.data(), H * hd, trace ? &tr : nullptr);
+                                   {T, past, H, G, hd, window}, o.data(), H * hd,
+                                   trace ? &tr : nullptr);
         }
         py::array_t<float> out({H, T, hd});
         for (int64_t h = 0; h < H; ++h)
@@ -181,8 +182,9 @@ void init_attention_ops(py::module_& ops) {
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scheme"), py::arg("past") = 0,
       py::arg("head_ratio") = py::none(), py::arg("bucket_q") = py::none(),
       py::arg("bucket_k") = py::none(), py::arg("static_qkv") = py::none(),
-      py::arg("trace") = false,
-      "One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; with "
+      py::arg("trace") = false, py::arg("window") = 0,
+      "One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; "
+      "window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with "
       "trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse "
       "kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 "
       "by certified shadow-attn). bucket_q/k: [H * buckets].");

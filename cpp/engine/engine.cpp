@@ -694,16 +694,13 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
             }
             if (attn && s.plan_attention) {
-              if (c.is_local_layer(l))
-                throw Unsupported("[Engine] attention scheme '" + plan.attention.to_json().dump() +
-                                  "' on sliding-window layer " + std::to_string(l) + " of " +
-                                  c.name + ": only fp32 attention respects the window so far");
               quant::AttentionTrace trace;
               trace.record_keys = false;
               const bool observe = hooks && (hooks->head_buckets || hooks->rescored_keys);
               quant::prefill_attention(plan.attention, (*attn)[static_cast<size_t>(l)],
                                        qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd,
-                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim},
+                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim,
+                                        c.is_local_layer(l) ? c.sliding_window : 0},
                                        att.data() + s.row0 * qd, qd, observe ? &trace : nullptr);
               if (observe && hooks->head_buckets)
                 std::copy(trace.bucket.begin(), trace.bucket.end(),

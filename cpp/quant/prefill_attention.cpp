@@ -69,6 +69,11 @@ int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, con
   return n_cand;
 }
 
+// First key the query at absolute position `pos` sees (sliding window; 0 without one).
+int64_t first_key(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+}
+
 // Per-row keep: the row's causal keys and how many it keeps.
 int64_t row_keep(const AttentionScheme& s, double ratio, int64_t visible) {
   return keys_kept(visible, ratio, s.min_keys);
@@ -108,18 +113,19 @@ void npu_int8_attention(const AttentionLayerConsts& c, const float* q, int64_t l
       k::gemm_s8s8s32(q8.data(), hd, k8.data() + g * L * hd, hd, S.data(), keys, rows, keys, hd,
                       isa);
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t visible = sh.past + r0 + i + 1;
+        const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
         const int32_t* s = S.data() + i * keys;
         float mx = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j)
+        for (int64_t j = lo; j < visible; ++j)
           mx = std::max(mx, static_cast<float>(s[j]) * qk_scale);
         float sum = 0;
-        for (int64_t j = 0; j < visible; ++j)
+        for (int64_t j = lo; j < visible; ++j)
           sum += p[j] = k::exp_nonpositive(static_cast<float>(s[j]) * qk_scale - mx);
         uint8_t* pr = P.data() + i * keys;
         for (int64_t j = 0; j < keys; ++j) {
           // the probability in fp16 (the NPU's float format), then uint8 with scale 1/255
-          const float pj = j < visible ? static_cast<float>(static_cast<_Float16>(p[j] / sum)) : 0;
+          const float pj =
+              j >= lo && j < visible ? static_cast<float>(static_cast<_Float16>(p[j] / sum)) : 0;
           pr[j] = static_cast<uint8_t>(std::clamp(std::nearbyint(pj * 255.0f), 0.0f, 255.0f));
         }
       }
@@ -143,16 +149,18 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
                        int64_t ldq, const float* kk, const float* v, int64_t ldkv,
                        const AttentionShape& sh, float* out, int64_t ldo, AttentionTrace* trace) {
   const int64_t T = sh.T, L = sh.past + T, hd = sh.head_dim, H = sh.n_heads;
-  if (T < 1 || sh.past < 0 || H < 1 || sh.n_kv_heads < 1 || H % sh.n_kv_heads != 0 || hd < 1)
+  if (T < 1 || sh.past < 0 || H < 1 || sh.n_kv_heads < 1 || H % sh.n_kv_heads != 0 || hd < 1 ||
+      sh.window < 0)
     throw ShapeError("[prefill_attention] bad shape: T " + std::to_string(T) + ", past " +
                      std::to_string(sh.past) + ", heads " + std::to_string(H) + "/" +
-                     std::to_string(sh.n_kv_heads) + ", head_dim " + std::to_string(hd));
+                     std::to_string(sh.n_kv_heads) + ", head_dim " + std::to_string(hd) +
+                     ", window " + std::to_string(sh.window));
   const int64_t group = H / sh.n_kv_heads;
   if (s.kind == AttentionKind::Fp32) {
     std::vector<float> scratch(
         static_cast<size_t>(k::attention_scratch_floats(T, L, H, sh.n_kv_heads, hd)));
     k::attention_causal(q, ldq, kk, v, ldkv, T, sh.past, H, sh.n_kv_heads, hd, out, ldo,
-                        scratch.data());
+                        scratch.data(), sh.window);
     return;
   }
   if (s.kind == AttentionKind::NpuInt8) {
@@ -280,10 +288,11 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, qh.data(), hd,
                     kg, ldkv, 0.0f, S.data(), keys);
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t visible = sh.past + r0 + i + 1;
+          const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
           const float* srow = S.data() + i * keys;
-          const int64_t n =
-              k::topk_indices(srow, visible, row_keep(s, ratio, visible), idx.data(), fbuf);
+          const int64_t n = k::topk_indices(srow + lo, visible - lo,
+                                            row_keep(s, ratio, visible - lo), idx.data(), fbuf);
+          for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
           k::attend_selected_scored(srow, vg, ldkv, hd, idx.data(), n, inv_sqrt,
                                     out + (r0 + i) * ldo + h * hd, p.data());
           emit(i, n);
@@ -299,13 +308,15 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         std::vector<float> cand_score;
         int64_t rescored = 0;
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t visible = sh.past + r0 + i + 1;
-          const int64_t n = k::topk_indices(S.data() + i * keys, visible,
-                                            row_keep(s, ratio, visible), idx.data(), ibuf);
+          const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
+          const int32_t* srow = S.data() + i * keys + lo;  // the window's keys, from lo
+          const int64_t n = k::topk_indices(srow, visible - lo, row_keep(s, ratio, visible - lo),
+                                            idx.data(), ibuf);
           if (s.certified)
-            rescored += certify_topk(qh.data() + i * hd, q8.data() + i * hd, hi, kg, ldkv, hd,
-                                     S.data() + i * keys, visible, n, idx.data(), cand, cand_score,
-                                     pick, fbuf);
+            rescored +=
+                certify_topk(qh.data() + i * hd, q8.data() + i * hd, hi, kg + lo * ldkv, ldkv, hd,
+                             srow, visible - lo, n, idx.data(), cand, cand_score, pick, fbuf);
+          for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
           k::attend_selected(qh.data() + i * hd, kg, vg, ldkv, hd, idx.data(), n, inv_sqrt,
                              out + (r0 + i) * ldo + h * hd, p.data());
           emit(i, n);
@@ -317,25 +328,28 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
       } else {
         // C/G-Block-Sparse: the query block's mean against the key blocks' means
         const int64_t qb = (sh.past + r0) / B;  // absolute query block (= the diagonal block)
-        std::vector<float> qpool(static_cast<size_t>(hd), 0.0f), bs(static_cast<size_t>(qb));
+        // key blocks from the one holding the block's first row's first visible key (window)
+        const int64_t kb0 = first_key(sh.past + r0, sh.window) / B;
+        std::vector<float> qpool(static_cast<size_t>(hd), 0.0f), bs(static_cast<size_t>(qb - kb0));
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t d = 0; d < hd; ++d) qpool[d] += qh[i * hd + d] / static_cast<float>(rows);
-        for (int64_t b = 0; b < qb; ++b) {
+        for (int64_t b = kb0; b < qb; ++b) {
           const float* kp = kpool.data() + (g * n_kb + b) * hd;
           float dot = 0;
           for (int64_t d = 0; d < hd; ++d) dot += qpool[d] * kp[d];
-          bs[b] = dot;
+          bs[b - kb0] = dot;
         }
         // the diagonal block always, then the best (kept - 1) earlier blocks
-        const int64_t kept = keys_kept(qb + 1, ratio, 1);
-        std::vector<int32_t> sel(static_cast<size_t>(qb + 1));
-        const int64_t n_sel = k::topk_indices(bs.data(), qb, kept - 1, sel.data(), fbuf);
+        const int64_t kept = keys_kept(qb - kb0 + 1, ratio, 1);
+        std::vector<int32_t> sel(static_cast<size_t>(qb - kb0 + 1));
+        const int64_t n_sel = k::topk_indices(bs.data(), qb - kb0, kept - 1, sel.data(), fbuf);
+        for (int64_t t = 0; t < n_sel; ++t) sel[t] += static_cast<int32_t>(kb0);
         sel[static_cast<size_t>(n_sel)] = static_cast<int32_t>(qb);
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t pos = sh.past + r0 + i;
+          const int64_t pos = sh.past + r0 + i, lo = first_key(pos, sh.window);
           int64_t n = 0;
           for (int64_t t = 0; t <= n_sel; ++t)
-            for (int64_t j = sel[t] * B; j < std::min((sel[t] + 1) * B, pos + 1); ++j)
+            for (int64_t j = std::max(sel[t] * B, lo); j < std::min((sel[t] + 1) * B, pos + 1); ++j)
               idx[static_cast<size_t>(n++)] = static_cast<int32_t>(j);
           k::attend_selected(qh.data() + i * hd, kg, vg, ldkv, hd, idx.data(), n, inv_sqrt,
                              out + (r0 + i) * ldo + h * hd, p.data());

@@ -20,6 +20,10 @@ struct AttentionLayerConsts {
 
 struct AttentionShape {
   int64_t T = 0, past = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  // > 0: sliding-window layer (Gemma 3's local layers), the query at absolute position p sees
+  // keys max(0, p + 1 - window) .. p only, as kernels::attention_causal; every scheme selects,
+  // keeps ratios of and normalizes over those keys. 0: all keys up to p.
+  int64_t window = 0;
 };
 
 // What a sparse prefill selected (for studies and tests).

@@ -118,9 +118,9 @@ def nearest_bucket(lq: typing.SupportsFloat | typing.SupportsIndex, lk: typing.S
     """
     The bucket whose <λQ, λK> is nearest (MSE) to (lq, lk); ties: the lower index.
     """
-def prefill_attention(q: numpy.ndarray, k: numpy.ndarray, v: numpy.ndarray, scheme: typing.Any, past: typing.SupportsInt | typing.SupportsIndex = 0, head_ratio: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, static_qkv: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"] | None = None, trace: bool = False) -> typing.Any:
+def prefill_attention(q: numpy.ndarray, k: numpy.ndarray, v: numpy.ndarray, scheme: typing.Any, past: typing.SupportsInt | typing.SupportsIndex = 0, head_ratio: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, static_qkv: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"] | None = None, trace: bool = False, window: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
     """
-    One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 by certified shadow-attn). bucket_q/k: [H * buckets].
+    One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 by certified shadow-attn). bucket_q/k: [H * buckets].
     """
 def supported_isas() -> list[str]:
     ...

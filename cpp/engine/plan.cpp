@@ -247,17 +247,25 @@ std::array<OpPlacement, kNumOpClasses> default_placement(const LinearScheme& s) 
   return p;
 }
 
-// {"processor": "npu", "format": "fp16"}, "gpu" (processor only) or the legacy "fp32" (format).
+// {"processor": "npu", "format": "fp16"}, "cpu/fp32" (both, the plan string's form), "gpu"
+// (processor only) or the legacy "fp32" (format).
 void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   auto proc = plan.at(c).processor;
   std::optional<soc::DType> fmt;
   if (v.is_string()) {
     const auto t = v.get<std::string>();
+    const auto slash = t.find('/');
     bool is_processor = false;
     for (int i = 0; i < soc::kNumProcessors; ++i)
       is_processor |= t == soc::processor_name(static_cast<soc::Processor>(i));
-    if (is_processor) proc = soc::processor_from_name(t);
-    else fmt = soc::dtype_from_name(t);
+    if (slash != std::string::npos) {
+      proc = soc::processor_from_name(t.substr(0, slash));
+      fmt = soc::dtype_from_name(t.substr(slash + 1));
+    } else if (is_processor) {
+      proc = soc::processor_from_name(t);
+    } else {
+      fmt = soc::dtype_from_name(t);
+    }
   } else if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {
       if ((k == "processor" || k == "format") && !x.is_string())
@@ -270,9 +278,11 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
                               "' has no field '" + k + "' (processor, format)");
     }
   } else {
-    throw InvalidArgument("[Plan] placement of '" + std::string(op_class_name(c)) +
-                          "' must be a processor name or {\"processor\", \"format\"}, got " +
-                          json_text(v));
+    throw InvalidArgument(
+        "[Plan] placement of '" + std::string(op_class_name(c)) +
+        "' must be a processor, a format, \"processor/format\" or {\"processor\", "
+        "\"format\"}, got " +
+        json_text(v));
   }
   if (c == OpClass::Linear && fmt && *fmt != Plan::linear_format(plan.linear))
     throw InvalidArgument(std::string("[Plan] the linear format follows its scheme (") +
@@ -341,11 +351,15 @@ json parse_scalar(const std::string& key, const std::string& v) {
   return d;
 }
 
-// A value of the "attention" key that names a scheme rather than a placement.
+// A value of the "attention" key that names a scheme rather than a placement. A bare format
+// name is a placement, as for every other op class: "attention=fp32" next to "norm=fp32" means
+// the fp32 format, not the dense scheme "fp32" (the default; {"kind": "fp32"} names it).
 bool is_attention_value(const json& v) {
   if (v.is_object()) return v.contains("kind");
   if (!v.is_string()) return false;
   const auto t = v.get<std::string>();
+  for (const auto d : {soc::DType::Int8, soc::DType::Fp16, soc::DType::Fp32})
+    if (t == soc::dtype_name(d)) return false;
   return quant::is_attention_kind(t.substr(0, t.find(':')));
 }
 

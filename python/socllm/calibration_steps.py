@@ -13,7 +13,9 @@ Steps:
 * ``pruning-rate``: the automatic pruning rate of shadow-outlier execution (seed 003's reviewers
   asked how 85% is chosen): the largest share of linear inputs whose CPU part can be pruned while
   the perplexity on validation text from the calibration slice stays within ``budget``
-  (relative) of pruning nothing; bisection over the number of pruned inputs (accuracy falls as
+  (relative) of pruning nothing under ``pruning_plan`` (``shadow-outlier``, or it with float
+  ops moved, e.g. ``shadow-outlier:residual=cpu/fp32`` for Gemma 3, whose residual overflows
+  fp16); bisection over the number of pruned inputs (accuracy falls as
   it grows, in practice). Validation text: the last ``validation_tokens`` tokens of the
   calibration slice in windows of ``validation_context`` (calibration windows are drawn from the
   whole slice, so some may overlap; evaluation text is never used). Writes the root attributes
@@ -123,12 +125,19 @@ def _pruning_rate(ctx: StepContext) -> None:
     val_toks = toks[max(0, end - n_val) : end]
     val = [val_toks[i : i + context] for i in range(0, len(val_toks) - 1, context)]
     val = [w for w in val if len(w) > 1]
+    base = o["pruning_plan"]
+    if _core.Plan(base).name != "shadow-outlier":  # a bad plan is an error before any evaluation
+        raise InvalidArgumentError(
+            "calibrate pruning-rate: pruning_plan must be shadow-outlier, with options if "
+            f"needed (e.g. 'shadow-outlier:residual=cpu/fp32'), got {base!r}"
+        )
     with using_calibration(m, data.stats):  # the plan evaluated is built from these statistics
         n = int(data.stats.outlier_importance().size)
         hot = o["hot_share"]
+        sep = "," if ":" in base else ":"
 
         def ppl(k: int) -> float:
-            return _perplexity(m, val, f"shadow-outlier:pruning_rate={k / n!r},hot_share={hot!r}")
+            return _perplexity(m, val, f"{base}{sep}pruning_rate={k / n!r},hot_share={hot!r}")
 
         tried = {0: ppl(0)}
         limit = tried[0] * (1 + budget)
@@ -148,6 +157,7 @@ def _pruning_rate(ctx: StepContext) -> None:
             "tokens": sum(len(w) for w in val),
             "context": context,
             "hot_share": hot,
+            "plan": base,
             "tried": [
                 {"pruned_inputs": k, "rate": k / n, "perplexity": v}
                 for k, v in sorted(tried.items())
@@ -225,6 +235,7 @@ STEPS: dict[str, CalibrationStep] = {
                 "validation_tokens": 8192,
                 "validation_context": 512,
                 "hot_share": 0.8,
+                "pruning_plan": "shadow-outlier",
             },
             "automatic shadow-outlier pruning rate within a validation perplexity budget",
             _pruning_rate,
@@ -287,11 +298,14 @@ def run_steps(
     *,
     data: CalibrationData | None = None,
     progress: bool = True,
+    after_step: Callable[[CalibrationData], None] | None = None,
     **options,
 ) -> CalibrationData:
     """Runs ``steps`` in order on ``model`` (continuing ``data`` if given) and returns the
     statistics; an unknown step or option, or a step whose needs no earlier step wrote, is an
-    InvalidArgumentError naming it."""
+    InvalidArgumentError naming it. ``after_step(data)`` is called after each step (the CLI
+    saves there, so a failing later step keeps the earlier ones); if a step fails, the error
+    says which steps finished."""
     names = [s.strip() for s in steps.split(",")] if isinstance(steps, str) else list(steps)
     for n in names:
         if n not in STEPS:
@@ -313,10 +327,20 @@ def run_steps(
                     "writes: run it first (e.g. --steps "
                     f"{writer.get(need)},{n})"
                 )
-        step.run(ctx)
+        try:
+            step.run(ctx)
+        except Exception as e:
+            finished = names[: names.index(n)]
+            e.add_note(
+                f"calibrate: step {n!r} failed"
+                + (f" after {','.join(finished)} finished" if finished else "")
+            )
+            raise
         done = ctx.data.provenance.get("steps", "")
         if n not in done.split(","):
             ctx.data.provenance["steps"] = ",".join(x for x in (done, n) if x)
+        if after_step is not None:
+            after_step(ctx.data)
     return ctx.data
 
 

@@ -228,8 +228,26 @@ def cmd_calibrate(args) -> int:
     data = load_calibration(args.calib, model) if args.calib else None
     opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
     t0 = time.perf_counter()
-    cal = run_steps(model, args.steps, data=data, progress=not args.quiet, **opts)
-    save_calibration(args.out, cal, model)
+    # each finished step is saved (atomically) before the next starts: a later step that fails
+    # or is interrupted loses nothing, and --calib OUT --steps <the rest> continues
+    saved: list[str] = []
+
+    def save(d) -> None:
+        save_calibration(args.out, d, model)
+        saved.append(d.provenance.get("steps", ""))
+
+    try:
+        cal = run_steps(
+            model, args.steps, data=data, progress=not args.quiet, after_step=save, **opts
+        )
+    except Exception as e:
+        if saved:
+            rest = [s.strip() for s in args.steps.split(",")][len(saved) :]
+            e.add_note(
+                f"steps {saved[-1]} are saved in {args.out}: continue with "
+                f"--calib {args.out} --steps {','.join(rest)}"
+            )
+        raise
     summary = {
         "out": str(args.out),
         "tokens": int(cal.tokens),
@@ -552,6 +570,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--validation-context", type=_WINDOW, default=None, help="pruning-rate step")
     k.add_argument("--hot-share", type=_number(float, 0, 1), default=None, help="pruning-rate step")
     k.add_argument(
+        "--pruning-plan",
+        default=None,
+        help="pruning-rate step: the shadow-outlier plan whose rate is searched (default "
+        "shadow-outlier; e.g. shadow-outlier:residual=cpu/fp32 on a model that overflows fp16)",
+    )
+    k.add_argument(
         "--importance-samples",
         type=_COUNT,
         default=None,
@@ -763,7 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (SocllmError, OSError, ValueError) as e:  # the user's files and values: no traceback
-        print(f"socllm {args.command}: error: {e}", file=sys.stderr)
+        notes = "".join(f"\n  {n}" for n in getattr(e, "__notes__", ()))
+        print(f"socllm {args.command}: error: {e}{notes}", file=sys.stderr)
         return 2
 
 

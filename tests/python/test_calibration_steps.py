@@ -115,3 +115,25 @@ def test_pruning_rate_step(smollm, outliers, tmp_path):
     assert smollm.calibration is None
     # an output that is the model file itself is refused
     assert cli_main(["calibrate", "--out", str(smollm.path), "--quiet"]) == 2
+    # another shadow-outlier placement (Gemma 3 needs its residual in fp32): the search runs
+    # under it and records it; its unpruned perplexity differs from the fp16 residual's
+    dst2 = tmp_path / "p2.h5"
+    argv2 = [*argv, "--out", str(dst2), "--pruning-plan", "shadow-outlier:residual=cpu/fp32"]
+    assert cli_main([*argv2, "--quiet"]) == 0
+    val2 = json.loads(load_calibration(dst2, smollm).provenance["auto_pruning_validation"])
+    assert val["plan"] == "shadow-outlier" and val2["plan"] == "shadow-outlier:residual=cpu/fp32"
+    assert val2["tried"][0]["perplexity"] != tried[0.0]
+
+
+def test_a_failing_step_keeps_the_finished_ones(smollm, tmp_path, capsys):
+    """Each finished step is saved before the next starts; the error says how to continue."""
+    out = tmp_path / "c.h5"
+    argv = ["calibrate", "--steps", "act-scales,outliers,pruning-rate", "--samples", "2"]
+    argv += ["--seqlen", "64", "--pruning-plan", "w8a8", "--out", str(out), "--quiet"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "pruning_plan must be shadow-outlier" in err and "'w8a8'" in err
+    assert f"steps act-scales,outliers are saved in {out}" in err
+    assert f"--calib {out} --steps pruning-rate" in err
+    back = load_calibration(out, smollm)
+    assert back.provenance["steps"] == "act-scales,outliers" and back.tokens == 128

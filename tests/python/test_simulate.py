@@ -176,6 +176,19 @@ def test_placement_lives_in_the_plan():
     assert same.summary()["prefill_ms"] == moved.summary()["prefill_ms"]
     with pytest.raises(socllm.InvalidArgumentError, match="processor"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 512, processor="tpu")
+    # "processor/format" sets both; a bare format on `attention` is its format, as for every
+    # other class (not the dense scheme "fp32", the default), a kind name is a scheme
+    p = socllm.Plan("shadow-outlier:norm=cpu/fp32,attention=fp32,rope=gpu/fp16")
+    assert p.placement["norm"] == {"processor": "cpu", "format": "fp32"}
+    assert p.placement["attention"] == {"processor": "cpu", "format": "fp32"}
+    assert p.placement["rope"] == {"processor": "gpu", "format": "fp16"}
+    assert p.attention == {"kind": "fp32"}
+    assert socllm.Plan("w8a8:attention=sparse,keep=0.5").placement["attention"]["format"] == "fp16"
+    for bad, msg in (("cpu/fp64", "unknown dtype 'fp64'"), ("tpu/fp32", "unknown processor 'tpu'")):
+        with pytest.raises(socllm.InvalidArgumentError, match=msg):
+            socllm.Plan(f"w8a8:norm={bad}")
+    with pytest.raises(socllm.InvalidArgumentError, match="'norm' in fp32 cannot run on the npu"):
+        socllm.Plan("w8a8:norm=npu/fp32")
     with pytest.raises(socllm.InvalidArgumentError, match="'norm' in fp32 cannot run on the npu"):
         socllm.Plan("fp32").placed("norm", "npu")
     with pytest.raises(socllm.InvalidArgumentError, match="no option 'softmax'.*attention"):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
+from socllm.cli import split_list  # noqa: E402
 from socllm.io_utils import atomic_write_text  # noqa: E402
 from socllm.lmeval.task_configs import PRIMARY_METRIC  # noqa: E402
 from socllm.sweep import PRESET_PLANS, evaluate_lmeval_cell, paired_change  # noqa: E402
@@ -92,8 +93,7 @@ def main() -> int:
     args = ap.parse_args()
 
     # plans with options of their own ("edgeflow:bits=5,allocation=cmpq") are separated by ";"
-    plans = [p.strip() for p in args.plans.split(";" if ";" in args.plans else ",") if p.strip()]
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    plans, tasks = split_list(args.plans), split_list(args.tasks)
     for t in tasks:
         if t not in METRIC:
             raise SystemExit(f"plan_accuracy: unknown task {t!r} (known: {', '.join(METRIC)})")

@@ -326,7 +326,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _split_list(text: str) -> list[str]:
+def split_list(text: str) -> list[str]:
     """Comma-separated items, or ';'-separated when an item has options of its own."""
     return [x.strip() for x in text.split(";" if ";" in text else ",") if x.strip()]
 
@@ -345,9 +345,9 @@ def cmd_sweep(args) -> int:
         retries=args.retries,
     )
     report = run_sweep(
-        _split_list(args.models),
-        _split_list(args.plans),
-        _split_list(args.tasks),
+        split_list(args.models),
+        split_list(args.plans),
+        split_list(args.tasks),
         args.out,
         calibs=args.calib or [DEFAULT_CALIBRATION],
         settings=settings,

@@ -11,8 +11,19 @@ namespace socllm {
 
 namespace {
 
+// Keys the r-th of `rows` causal rows ending at key kv_len sees (at most `window`; 0: no window).
+int64_t visible_keys(int64_t r, int64_t rows, int64_t kv_len, int64_t window) {
+  const int64_t v = kv_len - rows + r + 1;
+  return window > 0 ? std::min(v, window) : v;
+}
+
 // (query row, key) pairs of `rows` causal rows ending at key kv_len.
-int64_t causal_pairs(int64_t rows, int64_t kv_len) { return rows * kv_len - rows * (rows - 1) / 2; }
+int64_t causal_pairs(int64_t rows, int64_t kv_len, int64_t window = 0) {
+  if (window <= 0) return rows * kv_len - rows * (rows - 1) / 2;
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) n += visible_keys(r, rows, kv_len, window);
+  return n;
+}
 
 using npu::SubgraphKind;
 
@@ -81,19 +92,22 @@ double weight_bytes_per_param(const quant::LinearScheme& s) {
 }
 
 soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int64_t rows,
-                        int64_t kv_len) {
+                        int64_t kv_len, int64_t layer) {
   const BlockOpInfo& info = block_op(op);
   const soc::DType fmt = plan.at(info.op_class).format;
   const auto [in_w, out_w] = op_widths(c, op);
+  constexpr auto kGainBytes = static_cast<int64_t>(sizeof(float));
+  if (c.is_local_layer(layer)) kv_len = std::min(kv_len, c.sliding_window);
   soc::OpDesc o;
   switch (op) {
     case BlockOp::AttnNorm:
     case BlockOp::FfnNorm:
       o = elementwise(fmt, rows * c.d_model);
-      o.weight_bytes = c.d_model * static_cast<int64_t>(sizeof(float));
+      o.weight_bytes = c.d_model * kGainBytes;
       break;
-    case BlockOp::Rope:  // rotates q and k
-      o = elementwise(fmt, rows * (c.q_dim() + c.kv_dim()));
+    case BlockOp::Rope:  // rotates q and k (after normalizing every head: QK-norm)
+      o = elementwise(fmt, rows * (c.q_dim() + c.kv_dim()) * (c.qk_norm ? 2 : 1));
+      if (c.qk_norm) o.weight_bytes = 2 * c.head_dim * kGainBytes;
       break;
     case BlockOp::Attention:
       o.kind = soc::OpKind::Attention;
@@ -105,7 +119,10 @@ soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int6
       break;
     case BlockOp::Act: o = elementwise(fmt, rows * c.mlp_in_dim()); break;
     case BlockOp::AttnResidual:
-    case BlockOp::FfnResidual: o = elementwise(fmt, rows * c.d_model); break;
+    case BlockOp::FfnResidual:  // the add (after normalizing the branch's output: post-norms)
+      o = elementwise(fmt, rows * c.d_model * (c.post_norms ? 2 : 1));
+      if (c.post_norms) o.weight_bytes = c.d_model * kGainBytes;
+      break;
     case BlockOp::Qkv:
     case BlockOp::OProj:
     case BlockOp::GateUp:
@@ -152,7 +169,7 @@ npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, npu::
     if (first) g.in_cols = in_w;
     first = false;
     g.out_cols = out_w;
-    const soc::OpDesc o = describe_op(c, plan, info.op, rows, kv_len);
+    const soc::OpDesc o = describe_op(c, plan, info.op, rows, kv_len, layer);
     g.weight_bytes += o.weight_bytes;
     g.activation_bytes += o.activation_bytes;
   }
@@ -274,8 +291,11 @@ void BlockGraphBuilder::observe_attention(std::span<const int64_t> buckets, int6
   attn_.head_buckets =
       all_chosen ? std::vector<int64_t>(buckets.begin(), buckets.end()) : option_buckets_;
   if (plan_.attention.certified) {
-    const double pairs = static_cast<double>(c_.n_layers * c_.n_heads) *
-                         static_cast<double>(causal_pairs(rows, kv_len));
+    double pairs = 0;  // every layer's causal pairs (its window's, on sliding-window layers)
+    for (int64_t l = 0; l < c_.n_layers; ++l)
+      pairs += static_cast<double>(c_.n_heads) *
+               static_cast<double>(
+                   causal_pairs(rows, kv_len, c_.is_local_layer(l) ? c_.sliding_window : 0));
     attn_.rescore_share = std::min(1.0, static_cast<double>(rescored_keys) / pairs);
   }
 }
@@ -283,9 +303,10 @@ void BlockGraphBuilder::observe_attention(std::span<const int64_t> buckets, int6
 namespace {
 
 // Pairs kept by a head at `ratio`: per row, quant::keys_kept of its visible keys.
-int64_t kept_pairs(int64_t rows, int64_t kv_len, double ratio, int64_t min_keys) {
+int64_t kept_pairs(int64_t rows, int64_t kv_len, int64_t window, double ratio, int64_t min_keys) {
   int64_t n = 0;
-  for (int64_t r = 0; r < rows; ++r) n += quant::keys_kept(kv_len - rows + r + 1, ratio, min_keys);
+  for (int64_t r = 0; r < rows; ++r)
+    n += quant::keys_kept(visible_keys(r, rows, kv_len, window), ratio, min_keys);
   return n;
 }
 
@@ -329,7 +350,10 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
   const int64_t H = c_.n_heads, d = c_.head_dim;
   const soc::Processor P = plan_.at(OpClass::Attention).processor;
   const std::string core = P == soc::Processor::Cpu ? core_ : std::string();
-  const int64_t dense = rows * kv_len, causal = causal_pairs(rows, kv_len);
+  // The NPU's static-shape score ops compute every key (dense); the CPU's top-k and sparse
+  // attention see a sliding-window layer's window only (prefill_attention.cpp).
+  const int64_t window = c_.is_local_layer(layer) ? c_.sliding_window : 0;
+  const int64_t dense = rows * kv_len, causal = causal_pairs(rows, kv_len, window);
   auto ratio = [&](int64_t h) {
     return attn_.head_ratios.empty() ? a.keep
                                      : attn_.head_ratios[static_cast<size_t>(layer * H + h)];
@@ -393,7 +417,7 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
                                core));
       const int64_t tk =
           task("topk" + hn, sched::TaskKind::TopK, P, std::move(topk), {h}, 4 * dense, {est});
-      const int64_t kept = kept_pairs(rows, kv_len, ratio(h), a.min_keys);
+      const int64_t kept = kept_pairs(rows, kv_len, window, ratio(h), a.min_keys);
       finals.push_back(task(
           "sparse_attention" + hn, sched::TaskKind::SparseAttention, P,
           {attn_op(OpKind::SparseAttention, "sparse_attention", DType::Fp32, 1, d, kept, core)},
@@ -424,7 +448,7 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
              {attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, block ? block_pairs : causal, core)},
              {h}, 4 * (block ? block_pairs : causal), {est});
     const int64_t kept = block ? kept_block_pairs(rows, kv_len, B, ratio(h))
-                               : kept_pairs(rows, kv_len, ratio(h), a.min_keys);
+                               : kept_pairs(rows, kv_len, window, ratio(h), a.min_keys);
     const int64_t sa =
         task("sparse_attention" + hn, sched::TaskKind::SparseAttention, P,
              {attn_op(OpKind::SparseAttention, "sparse_attention", DType::Fp32, 1, d, kept, core)},
@@ -506,7 +530,7 @@ void BlockGraphBuilder::add_chunk(int64_t chunk, int64_t rows, int64_t kv_len,
       BlockOp linear_op = BlockOp::Qkv;
       int64_t act_in = 0, act_out = 0;
       for (size_t k = i; k < j; ++k) {
-        t.ops.push_back(describe_op(c_, plan_, block[k].op, rows, kv_len));
+        t.ops.push_back(describe_op(c_, plan_, block[k].op, rows, kv_len, l));
         if (block[k].op == BlockOp::Attention && proc == soc::Processor::Cpu)
           t.ops.back().core = core_;  // the attention's CPU budget (fp32: "" unless asked)
         has_attention = has_attention || block[k].op == BlockOp::Attention;

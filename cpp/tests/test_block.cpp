@@ -45,7 +45,7 @@ TEST(BlockDescription, OpsInOrderWithClassesSitesAndSubgraphs) {
 TEST(BlockDescription, OpShapesAndBytes) {
   const ModelConfig c = small();
   const Plan w8 = Plan::from_name("w8a8");
-  const soc::OpDesc qkv = describe_op(c, w8, BlockOp::Qkv, 10, 10);
+  const soc::OpDesc qkv = describe_op(c, w8, BlockOp::Qkv, 10, 10, 0);
   EXPECT_EQ(qkv.kind, soc::OpKind::MatMul);
   EXPECT_EQ(qkv.m, 10);
   EXPECT_EQ(qkv.k, 64);
@@ -53,15 +53,15 @@ TEST(BlockDescription, OpShapesAndBytes) {
   EXPECT_EQ(qkv.dtype, DType::Int8);
   EXPECT_EQ(qkv.weight_bytes, 64 * 128);             // int8: one byte per weight
   EXPECT_EQ(qkv.activation_bytes, 10 * (64 + 128));  // int8 in and out
-  const soc::OpDesc att = describe_op(c, w8, BlockOp::Attention, 8, 24);
+  const soc::OpDesc att = describe_op(c, w8, BlockOp::Attention, 8, 24, 0);
   EXPECT_EQ(att.elements, 24);
   EXPECT_EQ(att.dtype, DType::Fp16);
   // q, k, v in; out; K and V of 24 positions; 4 heads x 8 x 24 scores; fp16
   EXPECT_EQ(att.activation_bytes, 2 * (8 * (128 + 64) + 2 * 24 * 32 + 4 * 8 * 24));
-  const soc::OpDesc fp = describe_op(c, Plan::from_name("fp32"), BlockOp::GateUp, 3, 3);
+  const soc::OpDesc fp = describe_op(c, Plan::from_name("fp32"), BlockOp::GateUp, 3, 3, 0);
   EXPECT_EQ(fp.dtype, DType::Fp32);
   EXPECT_EQ(fp.weight_bytes, 4 * 64 * 256);
-  const soc::OpDesc g32 = describe_op(c, Plan::from_name("w8-group"), BlockOp::Down, 3, 3);
+  const soc::OpDesc g32 = describe_op(c, Plan::from_name("w8-group"), BlockOp::Down, 3, 3, 0);
   EXPECT_EQ(g32.groups, 128 / 32);  // one NPU sub-matmul per group (seed 001 Fig. 3b)
 }
 

@@ -145,3 +145,34 @@ def test_graph_requests_with_bad_sizes(smollm, ids):
         socllm.task_graph("qwen1.5-1.8b", "fp32", 100, 1.5)
     with pytest.raises(socllm.InvalidArgumentError, match="'linear' in fp32 cannot run on the npu"):
         socllm.task_graph("qwen1.5-1.8b", socllm.Plan("fp32").all_on("npu"), 100, 32)
+
+
+def test_gemma3_extras_are_in_the_graph():
+    """Gemma 3's QK-norm and post-norms are work of the rope and residual ops (each norm one more
+    pass over the values, its gains read), and a sliding-window layer's attention and CPU top-k
+    cover the window only; hand-counted on a 2-layer config whose first layer is local."""
+    base = {"arch": "llama", "vocab_size": 100, "d_model": 64, "n_layers": 2, "n_heads": 4}
+    base |= {"n_kv_heads": 2, "head_dim": 16, "d_ff": 128, "context_length": 256}
+    gemma = base | {"arch": "gemma3", "qk_norm": True, "post_norms": True}
+    gemma |= {"sliding_window": 8, "sliding_window_pattern": 2}
+    T, W = 20, 8
+
+    def ops(cfg, plan):
+        return {
+            (t["layer"], o["name"], t["name"].rsplit(".", 1)[-1]): o
+            for t in socllm.task_graph(cfg, plan, T).to_json()["tasks"]
+            for o in t["ops"]
+        }
+
+    llama, g = ops(base, "fp32"), ops(gemma, "fp32")
+    rope = next(k for k in g if k[:2] == (0, "rope"))
+    assert g[rope]["elements"] == 2 * llama[rope]["elements"] == 2 * T * (64 + 32)
+    assert g[rope]["weight_bytes"] == 2 * 16 * 4  # the q and k norm gains
+    res = [k for k in g if k[1] in ("attn_residual", "ffn_residual")]
+    assert len(res) == 4 and all(g[k]["elements"] == 2 * T * 64 for k in res)
+    assert all(g[k]["weight_bytes"] == 64 * 4 and llama[k]["elements"] == T * 64 for k in res)
+    att = {k[0]: g[k] for k in g if k[1] == "attention"}
+    assert (att[0]["elements"], att[1]["elements"]) == (W, T)  # local layer 0, global layer 1
+    sparse = ops(gemma, "fp32:attention=sparse,keep=1")
+    kept = {k[0]: o["elements"] for k, o in sparse.items() if k[1] == "sparse_attention"}
+    assert kept == {0: sum(min(r + 1, W) for r in range(T)), 1: T * (T + 1) // 2}

@@ -58,10 +58,13 @@ struct BlockOpInfo {
 std::span<const BlockOpInfo> decoder_block();
 const BlockOpInfo& block_op(BlockOp op);
 
-// Shapes, format and bytes of one op for `rows` rows whose attention covers `kv_len` positions,
-// placed as the plan says. Pure function of the config: no weights needed.
+// Shapes, format and bytes of one op of `layer` for `rows` rows whose attention covers `kv_len`
+// positions, placed as the plan says. Pure function of the config: no weights needed. Gemma 3's
+// extra work is in the op that runs it (engine.cpp): the per-head q/k RMSNorm in `rope`, the
+// post-attention/post-MLP norm in the residual ops, and a sliding-window layer's attention
+// covers at most `sliding_window` keys.
 soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int64_t rows,
-                        int64_t kv_len);
+                        int64_t kv_len, int64_t layer);
 
 // The static graph of one subgraph (its ops' input/output widths, weight and buffer bytes) for a
 // chunk of `rows` rows at `chunk_index` (attention covers (chunk_index + 1) * rows positions).

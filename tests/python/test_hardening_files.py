@@ -223,7 +223,12 @@ def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, 
 
     monkeypatch.setattr(socllm.model, "load", lambda *a, **k: Model())
     monkeypatch.setattr(socllm.calibrate, "load_calibration", lambda *a: "loaded")
-    monkeypatch.setattr(socllm.calibration_steps, "run_steps", lambda *a, **k: Cal())
+
+    def run_steps(*a, after_step, **k):  # the CLI saves each finished step through after_step
+        after_step(Cal())
+        return Cal()
+
+    monkeypatch.setattr(socllm.calibration_steps, "run_steps", run_steps)
     monkeypatch.setattr(socllm.calibrate, "save_calibration", lambda p, *a: saved.append(p))
     argv = ["calibrate", "--model", str(model_file), "--calib", str(calib), "--out", str(calib)]
     rc, err = run_cli([*argv, "--steps", "pruning-rate"], capsys)

@@ -6,6 +6,7 @@
 
 #include "socllm/core.h"
 #include "socllm/head_pipeline.h"
+#include "socllm/kernels.h"
 
 namespace socllm {
 
@@ -13,8 +14,8 @@ namespace {
 
 // Keys the r-th of `rows` causal rows ending at key kv_len sees (at most `window`; 0: no window).
 int64_t visible_keys(int64_t r, int64_t rows, int64_t kv_len, int64_t window) {
-  const int64_t v = kv_len - rows + r + 1;
-  return window > 0 ? std::min(v, window) : v;
+  const int64_t pos = kv_len - rows + r;
+  return pos + 1 - kernels::first_visible_key(pos, window);
 }
 
 // (query row, key) pairs of `rows` causal rows ending at key kv_len.
@@ -97,7 +98,7 @@ soc::OpDesc describe_op(const ModelConfig& c, const Plan& plan, BlockOp op, int6
   const soc::DType fmt = plan.at(info.op_class).format;
   const auto [in_w, out_w] = op_widths(c, op);
   constexpr auto kGainBytes = static_cast<int64_t>(sizeof(float));
-  if (c.is_local_layer(layer)) kv_len = std::min(kv_len, c.sliding_window);
+  if (const int64_t window = c.layer_window(layer); window > 0) kv_len = std::min(kv_len, window);
   soc::OpDesc o;
   switch (op) {
     case BlockOp::AttnNorm:
@@ -294,8 +295,7 @@ void BlockGraphBuilder::observe_attention(std::span<const int64_t> buckets, int6
     double pairs = 0;  // every layer's causal pairs (its window's, on sliding-window layers)
     for (int64_t l = 0; l < c_.n_layers; ++l)
       pairs += static_cast<double>(c_.n_heads) *
-               static_cast<double>(
-                   causal_pairs(rows, kv_len, c_.is_local_layer(l) ? c_.sliding_window : 0));
+               static_cast<double>(causal_pairs(rows, kv_len, c_.layer_window(l)));
     attn_.rescore_share = std::min(1.0, static_cast<double>(rescored_keys) / pairs);
   }
 }
@@ -352,7 +352,7 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
   const std::string core = P == soc::Processor::Cpu ? core_ : std::string();
   // The NPU's static-shape score ops compute every key (dense); the CPU's top-k and sparse
   // attention see a sliding-window layer's window only (prefill_attention.cpp).
-  const int64_t window = c_.is_local_layer(layer) ? c_.sliding_window : 0;
+  const int64_t window = c_.layer_window(layer);
   const int64_t dense = rows * kv_len, causal = causal_pairs(rows, kv_len, window);
   auto ratio = [&](int64_t h) {
     return attn_.head_ratios.empty() ? a.keep

@@ -697,11 +697,11 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
               quant::AttentionTrace trace;
               trace.record_keys = false;
               const bool observe = hooks && (hooks->head_buckets || hooks->rescored_keys);
-              quant::prefill_attention(plan.attention, (*attn)[static_cast<size_t>(l)],
-                                       qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd,
-                                       {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim,
-                                        c.is_local_layer(l) ? c.sliding_window : 0},
-                                       att.data() + s.row0 * qd, qd, observe ? &trace : nullptr);
+              quant::prefill_attention(
+                  plan.attention, (*attn)[static_cast<size_t>(l)], qkv.data() + s.row0 * qkv_w,
+                  qkv_w, K, Vc, kvd,
+                  {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_window(l)},
+                  att.data() + s.row0 * qd, qd, observe ? &trace : nullptr);
               if (observe && hooks->head_buckets)
                 std::copy(trace.bucket.begin(), trace.bucket.end(),
                           hooks->head_buckets->begin() + l * c.n_heads);
@@ -710,7 +710,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
             } else {
               k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
                                   c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
-                                  S.data(), c.is_local_layer(l) ? c.sliding_window : 0);
+                                  S.data(), c.layer_window(l));
             }
           }
           if (hooks && hooks->head_mask && l == first_layer)

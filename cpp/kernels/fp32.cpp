@@ -191,7 +191,7 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
       // local layers) or [0, p]: the block needs keys from its first row's lower bound up to
       // its last row.
       const int64_t first_pos = past + r0;
-      const int64_t k_begin = window > 0 ? std::max<int64_t>(0, first_pos + 1 - window) : 0;
+      const int64_t k_begin = first_visible_key(first_pos, window);
       const int64_t k_end = first_pos + rows;
       for (int64_t k0 = k_begin; k0 < k_end; k0 += tile_keys) {
         const int64_t kn = std::min(tile_keys, k_end - k0);
@@ -200,7 +200,7 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
         for (int64_t hh = 0; hh < group; ++hh)
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = hh * rows + i, p = first_pos + i;
-            const int64_t lo = std::max<int64_t>(window > 0 ? p + 1 - window : 0, k0) - k0;
+            const int64_t lo = std::max(first_visible_key(p, window), k0) - k0;
             const int64_t hi = std::min(p + 1, k0 + kn) - k0;
             const float alpha = online_softmax_block(S + r * kn, lo, hi, kn, m[r], l[r]);
             if (alpha != 1.0f)

@@ -69,11 +69,6 @@ int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, con
   return n_cand;
 }
 
-// First key the query at absolute position `pos` sees (sliding window; 0 without one).
-int64_t first_key(int64_t pos, int64_t window) {
-  return window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
-}
-
 // Per-row keep: the row's causal keys and how many it keeps.
 int64_t row_keep(const AttentionScheme& s, double ratio, int64_t visible) {
   return keys_kept(visible, ratio, s.min_keys);
@@ -113,7 +108,8 @@ void npu_int8_attention(const AttentionLayerConsts& c, const float* q, int64_t l
       k::gemm_s8s8s32(q8.data(), hd, k8.data() + g * L * hd, hd, S.data(), keys, rows, keys, hd,
                       isa);
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
+        const int64_t visible = sh.past + r0 + i + 1,
+                      lo = k::first_visible_key(visible - 1, sh.window);
         const int32_t* s = S.data() + i * keys;
         float mx = -INFINITY;
         for (int64_t j = lo; j < visible; ++j)
@@ -288,7 +284,8 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, qh.data(), hd,
                     kg, ldkv, 0.0f, S.data(), keys);
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
+          const int64_t visible = sh.past + r0 + i + 1,
+                        lo = k::first_visible_key(visible - 1, sh.window);
           const float* srow = S.data() + i * keys;
           const int64_t n = k::topk_indices(srow + lo, visible - lo,
                                             row_keep(s, ratio, visible - lo), idx.data(), fbuf);
@@ -308,7 +305,8 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         std::vector<float> cand_score;
         int64_t rescored = 0;
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t visible = sh.past + r0 + i + 1, lo = first_key(visible - 1, sh.window);
+          const int64_t visible = sh.past + r0 + i + 1,
+                        lo = k::first_visible_key(visible - 1, sh.window);
           const int32_t* srow = S.data() + i * keys + lo;  // the window's keys, from lo
           const int64_t n = k::topk_indices(srow, visible - lo, row_keep(s, ratio, visible - lo),
                                             idx.data(), ibuf);
@@ -329,7 +327,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         // C/G-Block-Sparse: the query block's mean against the key blocks' means
         const int64_t qb = (sh.past + r0) / B;  // absolute query block (= the diagonal block)
         // key blocks from the one holding the block's first row's first visible key (window)
-        const int64_t kb0 = first_key(sh.past + r0, sh.window) / B;
+        const int64_t kb0 = k::first_visible_key(sh.past + r0, sh.window) / B;
         std::vector<float> qpool(static_cast<size_t>(hd), 0.0f), bs(static_cast<size_t>(qb - kb0));
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t d = 0; d < hd; ++d) qpool[d] += qh[i * hd + d] / static_cast<float>(rows);
@@ -346,7 +344,7 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         for (int64_t t = 0; t < n_sel; ++t) sel[t] += static_cast<int32_t>(kb0);
         sel[static_cast<size_t>(n_sel)] = static_cast<int32_t>(qb);
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t pos = sh.past + r0 + i, lo = first_key(pos, sh.window);
+          const int64_t pos = sh.past + r0 + i, lo = k::first_visible_key(pos, sh.window);
           int64_t n = 0;
           for (int64_t t = 0; t <= n_sel; ++t)
             for (int64_t j = std::max(sel[t] * B, lo); j < std::min((sel[t] + 1) * B, pos + 1); ++j)

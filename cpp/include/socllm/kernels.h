@@ -46,6 +46,11 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
                       int64_t window = 0);
 int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim);
+// First key the query at absolute position `pos` sees: pos + 1 - window with a sliding window
+// (window > 0, at least 0), else 0. Every attention scheme and the graph's pair counts use it.
+inline int64_t first_visible_key(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+}
 
 // logprob[t] = log_softmax(logits[t, :])[target[t]] for t < T; logits [T, V] (ld).
 void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,

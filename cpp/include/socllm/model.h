@@ -59,6 +59,8 @@ struct ModelConfig {
     return sliding_window > 0 && sliding_window_pattern > 0 &&
            (l + 1) % sliding_window_pattern != 0;
   }
+  // Keys layer l's query sees at most: the sliding window on local layers, 0 (all) elsewhere.
+  int64_t layer_window(int64_t l) const { return is_local_layer(l) ? sliding_window : 0; }
   double layer_rope_theta(int64_t l) const {
     return is_local_layer(l) && rope_theta_local > 0 ? rope_theta_local : rope_theta;
   }

@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""Prefill and decode speed of socllm's fp32 engine next to torch/transformers on the same
-model, measured in one run on this machine with the same thread count.
+"""Prefill and decode speed of socllm's fp32 engine next to torch/transformers (and llama.cpp, if
+llama-cpp-python is installed) on the same model, measured in one run on this machine with the
+same thread count.
 
 Each implementation runs in its own subprocess (so its peak RSS is its own), one after the
 other (so they never share the cores). Prefill = the prompt through the model up to the
 next-token logits (transformers: ``logits_to_keep=1``, the same work); decode = one token at a
 time with a KV cache after a 128-token prompt, greedy.
+
+llama.cpp runs a model in its file's storage types, so its peer runs the same SmolLM2 file
+converted to F32 (scripts/gguf_to_f32.py; socllm's logits on that copy are bit-identical to the
+original's) with its default CPU settings (micro-batch 512, flash attention "auto"). It is a
+benchmark-only extra: ``pip install llama-cpp-python`` builds llama.cpp from source (about 15
+minutes on 2 cores); without it the peer is skipped, and ``--peers socllm,torch`` leaves it out.
 
     python scripts/bench_engine.py                 # 128/512/2048 prefill, 64 decode steps
     python scripts/bench_engine.py --quick         # smaller, for a smoke run
@@ -25,10 +32,13 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+LLAMA_CPP_FA = "llama.cpp+fa"  # llama.cpp with its flash-attention path on
+PEERS = ("torch", "llama.cpp", LLAMA_CPP_FA)
 
 
 def _prompt_ids(n: int) -> list[int]:
@@ -41,10 +51,17 @@ def _prompt_ids(n: int) -> list[int]:
     return m.tokenize(wikitext2_test_text()[:40000])[:n]
 
 
-def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threads: int) -> dict:
+def worker(
+    impl: str,
+    lengths: list[int],
+    decode_steps: int,
+    repeats: int,
+    threads: int,
+    ids: list[int],
+    f32_gguf: str | None = None,
+) -> dict:
     import numpy as np
 
-    ids = _prompt_ids(max(lengths + [128]))
     out: dict = {"impl": impl, "threads": threads, "prefill": {}}
     if impl == "socllm":
         import socllm
@@ -61,6 +78,35 @@ def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threa
         def decode(c, logits):
             for _ in range(decode_steps):
                 logits = m.step(c, [int(np.argmax(logits))])[0]
+            return logits
+    elif impl.startswith("llama.cpp"):
+        import llama_cpp
+
+        n_ctx = max(lengths + [128]) + decode_steps + 1
+        llm = llama_cpp.Llama(
+            model_path=f32_gguf,
+            n_ctx=n_ctx,
+            n_batch=n_ctx,  # the whole prompt in one llama_decode call (micro-batches of 512)
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=impl == LLAMA_CPP_FA,
+            verbose=False,
+        )
+        out["llama_cpp"] = llama_cpp.__version__
+        n_vocab = llm.n_vocab()
+
+        def last_logits():  # the batch's last row; Llama.eval keeps none without logits_all
+            return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).copy()
+
+        def prefill(x):
+            llm.reset()
+            llm.eval(x)
+            return None, last_logits()
+
+        def decode(_, logits):
+            for _ in range(decode_steps):
+                llm.eval([int(np.argmax(logits))])
+                logits = last_logits()
             return logits
     else:
         import torch
@@ -116,6 +162,32 @@ def worker(impl: str, lengths: list[int], decode_steps: int, repeats: int, threa
     return out
 
 
+def _f32_copy_of_model() -> str:
+    """The default SmolLM2 file in F32 for llama.cpp, converted once into socllm's cache."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from gguf_to_f32 import gguf_to_f32
+    from socllm.registry import BUILTIN_MODELS, cache_dir
+
+    src = BUILTIN_MODELS["smollm2-135m"].path()
+    dst = cache_dir() / "bench" / f"{src.stem}.F32.gguf"
+    if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+        gguf_to_f32(src, dst)
+    return str(dst)
+
+
+def _run_worker(impl: str, args, ids_file: Path, f32_gguf: str | None):
+    env = dict(os.environ)
+    if impl == "socllm" and args.socllm_coretype:
+        env["OPENBLAS_CORETYPE"] = args.socllm_coretype
+        env.pop("OPENBLAS_L2_SIZE", None)
+    cmd = [sys.executable, __file__, "--worker", impl, "--lengths", args.lengths]
+    cmd += ["--decode-steps", str(args.decode_steps), "--repeats", str(args.repeats)]
+    cmd += ["--threads", str(args.threads), "--ids-file", str(ids_file)]
+    if f32_gguf:
+        cmd += ["--f32-gguf", f32_gguf]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="128,512,2048")
@@ -124,15 +196,22 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="lengths 32,128; 8 decode steps; 1 repeat")
     ap.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"comma-separated, from {', '.join(PEERS)} (llama.cpp ones skipped if not installed)",
+    )
+    ap.add_argument(
         "--socllm-coretype",
         default=None,
         help="OPENBLAS_CORETYPE for the socllm worker (e.g. SkylakeX)",
     )
     ap.add_argument("--json", default=None)
-    ap.add_argument("--worker", choices=["socllm", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["socllm", *PEERS], help=argparse.SUPPRESS)
+    ap.add_argument("--f32-gguf", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--ids-file", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "python"))
     if args.json:  # before the work, not after it
-        sys.path.insert(0, str(REPO / "python"))
         from socllm.io_utils import check_output_path
 
         check_output_path(args.json, what="--json")
@@ -141,71 +220,83 @@ def main() -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
 
     if args.worker:
-        print(
-            json.dumps(worker(args.worker, lengths, args.decode_steps, args.repeats, args.threads))
+        ids = json.loads(Path(args.ids_file).read_text())
+        r = worker(
+            args.worker, lengths, args.decode_steps, args.repeats, args.threads, ids, args.f32_gguf
         )
+        print(json.dumps(r))
         return 0
 
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = sorted(set(peers) - set(PEERS))
+    if unknown or "torch" not in peers:
+        ap.error(f"--peers: unknown {unknown}; choose from {list(PEERS)}, torch included")
+    if any(p.startswith("llama.cpp") for p in peers):
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            print("[bench] llama-cpp-python is not installed: the llama.cpp peers are skipped")
+            peers = [p for p in peers if not p.startswith("llama.cpp")]
+    f32_gguf = _f32_copy_of_model() if any(p.startswith("llama.cpp") for p in peers) else None
+
+    # Tokenized here, not in the workers: loading socllm's model there would be in every
+    # worker's peak RSS.
     results = {}
-    for impl in ["socllm", "torch"]:
-        env = dict(os.environ)
-        if impl == "socllm" and args.socllm_coretype:
-            env["OPENBLAS_CORETYPE"] = args.socllm_coretype
-            env.pop("OPENBLAS_L2_SIZE", None)
-        cmd = [
-            sys.executable,
-            __file__,
-            "--worker",
-            impl,
-            "--lengths",
-            args.lengths,
-            "--decode-steps",
-            str(args.decode_steps),
-            "--repeats",
-            str(args.repeats),
-            "--threads",
-            str(args.threads),
-        ]
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            sys.stderr.write(r.stderr)
-            return r.returncode
-        results[impl] = json.loads(r.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        ids_file = Path(tmp) / "prompt_ids.json"
+        ids_file.write_text(json.dumps(_prompt_ids(max(lengths + [128]))))
+        for impl in ["socllm", *peers]:
+            r = _run_worker(impl, args, ids_file, f32_gguf)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr)
+                return r.returncode
+            results[impl] = json.loads(r.stdout.strip().splitlines()[-1])
 
     import numpy as np
 
-    s, t = results["socllm"], results["torch"]
-    diff = None
-    if "logits_128" in s and "logits_128" in t:
-        a, b = np.array(s.pop("logits_128")), np.array(t.pop("logits_128"))
-        diff = float(np.abs(a - b).max() / np.abs(b).max())
+    ref = np.array(results["torch"]["logits_128"]) if 128 in lengths else None
+    diffs = {}
+    for impl, res in results.items():
+        got = res.pop("logits_128", None)
+        if ref is not None and impl != "torch":
+            diffs[impl] = float(np.abs(np.array(got) - ref).max() / np.abs(ref).max())
+    s = results["socllm"]
+    versions = f"torch {results['torch']['torch']} + transformers"
+    if f32_gguf:
+        versions += f", llama-cpp-python {results[peers[-1]]['llama_cpp']} on an F32 copy"
+    print(f"socllm fp32 (OpenBLAS {s['blas']}) vs {versions}, {args.threads} threads, SmolLM2-135M")
     print(
-        f"socllm fp32 (OpenBLAS {s['blas']}) vs torch {t['torch']} + transformers, "
-        f"{args.threads} threads, SmolLM2-135M"
+        f"{'':26}"
+        + "".join(f"{i:>14}" for i in results)
+        + "".join(f"{'socllm/' + p:>20}" for p in peers)
     )
-    print(f"{'':24}{'socllm':>12}{'torch':>12}{'ratio':>9}")
-    for n in lengths:
-        a, b = s["prefill"][str(n)], t["prefill"][str(n)]
+
+    def row(label, get, fmt):
+        vals = [get(results[i]) for i in results]
         print(
-            f"prefill {n:>5} tok/s     {a['tokens_per_s']:12.1f}{b['tokens_per_s']:12.1f}"
-            f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x"
+            f"{label:26}"
+            + "".join(f"{v:14{fmt}}" for v in vals)
+            + "".join(f"{vals[0] / get(results[p]):19.2f}x" for p in peers)
         )
-    a, b = s["decode"], t["decode"]
-    print(
-        f"decode tok/s ({a['steps']} steps) {a['tokens_per_s']:9.1f}{b['tokens_per_s']:12.1f}"
-        f"{a['tokens_per_s'] / b['tokens_per_s']:8.2f}x"
+
+    for n in lengths:
+        row(f"prefill {n:>5} tok/s", lambda r, n=n: r["prefill"][str(n)]["tokens_per_s"], ".1f")
+    row(
+        f"decode tok/s ({s['decode']['steps']} steps)", lambda r: r["decode"]["tokens_per_s"], ".1f"
     )
-    print(
-        f"peak RSS MB             {s['peak_rss_mb']:12.0f}{t['peak_rss_mb']:12.0f}"
-        f"{s['peak_rss_mb'] / t['peak_rss_mb']:8.2f}x"
-    )
-    if diff is not None:
-        print(f"max |logit diff| / max |logit| at 128 tokens: {diff:.2e}")
+    row("peak RSS MB", lambda r: r["peak_rss_mb"], ".0f")
+    for impl, d in diffs.items():
+        print(f"max |logit diff| / max |logit| at 128 tokens, {impl} vs torch: {d:.2e}")
     if args.json:
         from socllm.io_utils import emit_json
 
         emit_json(
-            {"socllm": s, "torch": t, "logit_rel_diff_128": diff, "threads": args.threads},
+            {
+                **results,
+                "logit_rel_diff_128": diffs,
+                "threads": args.threads,
+                "f32_gguf": f32_gguf,
+            },
             args.json,
         )
     return 0

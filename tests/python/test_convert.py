@@ -460,6 +460,46 @@ def test_gguf_llama_matches_transformers(tmp_path: Path):
     _assert_equals_transformers(convert(src, tmp_path / "out.h5", progress=False), src)
 
 
+def _gguf_to_f32():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gguf_to_f32.py"
+    spec = importlib.util.spec_from_file_location("gguf_to_f32", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.gguf_to_f32
+
+
+def test_gguf_to_f32_copy_is_the_same_model(tmp_path: Path):
+    """scripts/gguf_to_f32.py (llama.cpp's fp32 peer in bench_engine) changes storage types only:
+    socllm converts the copy to the same config, tokenizer and weights, bit for bit, as the
+    mixed Q8_0/F16/F32 original (socllm dequantizes with its own C++ code, the copy with
+    gguf-py)."""
+    src = tmp_path / "tiny.gguf"
+    _write_gguf(src, "llama", tied=False)
+    dst = _gguf_to_f32()(src, tmp_path / "f32" / "tiny.F32.gguf")
+    r = gguf.GGUFReader(str(dst))
+    assert {t.tensor_type for t in r.tensors} == {F32}
+    assert r.fields["general.file_type"].contents() == 0  # LLAMA_FTYPE_ALL_F32
+    assert r.fields["tokenizer.ggml.merges"].contents() == GGUF_MERGES
+    a = convert(src, tmp_path / "a.h5", progress=False)
+    b = convert(dst, tmp_path / "b.h5", progress=False)
+    with h5py.File(a) as fa, h5py.File(b) as fb:
+        assert dict(fa["config"].attrs) == dict(fb["config"].attrs)
+        assert fa["tokenizer/json"][()] == fb["tokenizer/json"][()]
+        wa, wb = _datasets(fa["weights"]), _datasets(fb["weights"])
+    assert sorted(wa) == sorted(wb)
+    for name, w in wa.items():
+        np.testing.assert_array_equal(wb[name], w, err_msg=name)
+
+    (tmp_path / "text.gguf").write_text("not a gguf")
+    with pytest.raises(FormatError, match="text.gguf: not a readable GGUF"):
+        _gguf_to_f32()(tmp_path / "text.gguf", tmp_path / "x.gguf")
+    with pytest.raises(MissingFileError, match="absent.gguf"):
+        _gguf_to_f32()(tmp_path / "absent.gguf", tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
 @pytest.mark.slow
 def test_smollm2_gguf_matches_transformers(tmp_path: Path):
     """The real default model (Q4_1/Q8_0, tied, GQA 9/3 heads): ~20 s, mostly transformers."""

@@ -310,16 +310,44 @@ int64_t kept_pairs(int64_t rows, int64_t kv_len, int64_t window, double ratio, i
   return n;
 }
 
-// Block-sparse: per query block, the key blocks it keeps (keys_kept over its visible blocks),
-// times the rows of the block, at most the keys they see.
-int64_t kept_block_pairs(int64_t rows, int64_t kv_len, int64_t block, double ratio) {
+// Block-sparse's query blocks as prefill_attention.cpp forms them: blocks of `block` absolute
+// positions. Each ranks the key blocks from the one holding its first row's first visible key
+// (a sliding window's start) up to its own diagonal block, which it always keeps.
+struct BlockSparseQueryBlock {
+  int64_t r0, r1;      // its rows [r0, r1)
+  int64_t candidates;  // key blocks it chooses among, the diagonal included
+};
+
+std::vector<BlockSparseQueryBlock> block_sparse_query_blocks(int64_t rows, int64_t kv_len,
+                                                             int64_t block, int64_t window) {
   const int64_t past = kv_len - rows;
+  std::vector<BlockSparseQueryBlock> out;
+  for (int64_t r0 = 0; r0 < rows;) {
+    const int64_t qb = (past + r0) / block;
+    const int64_t r1 = std::min(rows, (qb + 1) * block - past);
+    out.push_back({r0, r1, qb - kernels::first_visible_key(past + r0, window) / block + 1});
+    r0 = r1;
+  }
+  return out;
+}
+
+// Block-sparse's scored (query block, key block) pairs: its estimation GEMM and top-k.
+int64_t block_sparse_candidates(int64_t rows, int64_t kv_len, int64_t block, int64_t window) {
   int64_t n = 0;
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t r1 = std::min(rows, r0 + block);
-    const int64_t visible_blocks = (past + r1 + block - 1) / block;
-    const int64_t kept = quant::keys_kept(visible_blocks, ratio, 1) * block;
-    for (int64_t r = r0; r < r1; ++r) n += std::min(past + r + 1, kept);
+  for (const auto& b : block_sparse_query_blocks(rows, kv_len, block, window)) n += b.candidates;
+  return n;
+}
+
+// Block-sparse's attended pairs: per query block the key blocks it keeps (keys_kept over its
+// candidates), and per row at most the keys it sees. Exact at keep=1; otherwise it assumes
+// full kept blocks inside the row's range (which blocks are kept depends on the data).
+int64_t kept_block_pairs(int64_t rows, int64_t kv_len, int64_t block, int64_t window,
+                         double ratio) {
+  int64_t n = 0;
+  for (const auto& b : block_sparse_query_blocks(rows, kv_len, block, window)) {
+    const int64_t kept = quant::keys_kept(b.candidates, ratio, 1) * block;
+    for (int64_t r = b.r0; r < b.r1; ++r)
+      n += std::min(visible_keys(r, rows, kv_len, window), kept);
   }
   return n;
 }
@@ -350,8 +378,8 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
   const int64_t H = c_.n_heads, d = c_.head_dim;
   const soc::Processor P = plan_.at(OpClass::Attention).processor;
   const std::string core = P == soc::Processor::Cpu ? core_ : std::string();
-  // The NPU's static-shape score ops compute every key (dense); the CPU's top-k and sparse
-  // attention see a sliding-window layer's window only (prefill_attention.cpp).
+  // The NPU's static-shape score ops compute every key (dense); the CPU's top-k, sparse and
+  // block-sparse attention see a sliding-window layer's window only (prefill_attention.cpp).
   const int64_t window = c_.layer_window(layer);
   const int64_t dense = rows * kv_len, causal = causal_pairs(rows, kv_len, window);
   auto ratio = [&](int64_t h) {
@@ -428,8 +456,7 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
   // sparse / block-sparse: every stage on the attention's processor, head after head.
   const bool block = a.kind == quant::AttentionKind::BlockSparse;
   const int64_t B = a.block;
-  const int64_t mb = (rows + B - 1) / B, kb = (kv_len + B - 1) / B;
-  const int64_t block_pairs = mb * kb - mb * (mb - 1) / 2;
+  const int64_t block_pairs = block ? block_sparse_candidates(rows, kv_len, B, window) : 0;
   std::vector<int64_t> on = deps;
   for (int64_t h = 0; h < H; ++h) {
     const std::string hn = ".h" + std::to_string(h);
@@ -447,7 +474,7 @@ std::vector<int64_t> BlockGraphBuilder::add_attention_tasks(const std::string& p
         task("topk" + hn, sched::TaskKind::TopK, P,
              {attn_op(OpKind::TopK, "topk", DType::Fp32, 1, d, block ? block_pairs : causal, core)},
              {h}, 4 * (block ? block_pairs : causal), {est});
-    const int64_t kept = block ? kept_block_pairs(rows, kv_len, B, ratio(h))
+    const int64_t kept = block ? kept_block_pairs(rows, kv_len, B, window, ratio(h))
                                : kept_pairs(rows, kv_len, window, ratio(h), a.min_keys);
     const int64_t sa =
         task("sparse_attention" + hn, sched::TaskKind::SparseAttention, P,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import numpy as np
 import pytest
@@ -176,3 +177,20 @@ def test_gemma3_extras_are_in_the_graph():
     sparse = ops(gemma, "fp32:attention=sparse,keep=1")
     kept = {k[0]: o["elements"] for k, o in sparse.items() if k[1] == "sparse_attention"}
     assert kept == {0: sum(min(r + 1, W) for r in range(T)), 1: T * (T + 1) // 2}
+
+    # Block-sparse in blocks of 4 positions: query block i ranks the key blocks from the one
+    # holding its first row's first visible key to its own (prefill_attention.cpp), keeps
+    # ceil(keep x that many), and each row attends at most the keys it sees.
+    B = 4
+    for keep in (1, 0.5):
+        got = ops(gemma, f"fp32:attention=block-sparse,keep={keep},block={B}")
+        for layer, window in ((0, W), (1, T)):
+            blocks = [(i, i - max(0, B * i - window + 1) // B + 1) for i in range(T // B)]
+            assert got[(layer, "qk_estimate", "h0")]["elements"] == sum(c for _, c in blocks)
+            want = sum(
+                min(r + 1, window, math.ceil(keep * c) * B)
+                for i, c in blocks
+                for r in range(B * i, B * i + B)
+            )
+            assert got[(layer, "sparse_attention", "h0")]["elements"] == want, (keep, layer)
+    assert want < T * (T + 1) // 2  # keep=0.5 drops pairs on the global layer too

@@ -10,9 +10,10 @@ time with a KV cache after a 128-token prompt, greedy.
 
 llama.cpp runs a model in its file's storage types, so its peer runs the same SmolLM2 file
 converted to F32 (scripts/gguf_to_f32.py; socllm's logits on that copy are bit-identical to the
-original's) with its default CPU settings (micro-batch 512, flash attention "auto"). It is a
-benchmark-only extra: ``pip install llama-cpp-python`` builds llama.cpp from source (about 15
-minutes on 2 cores); without it the peer is skipped, and ``--peers socllm,torch`` leaves it out.
+original's) with its default CPU settings (F16 KV cache, micro-batches of 512), once with flash
+attention off (``llama.cpp``) and once on (``llama.cpp+fa``). It is a benchmark-only extra:
+``pip install -e .[bench-llamacpp]`` builds llama.cpp from source (15-25 minutes on 2 cores);
+without it those peers are skipped, and ``--peers torch`` leaves them out.
 
     python scripts/bench_engine.py                 # 128/512/2048 prefill, 64 decode steps
     python scripts/bench_engine.py --quick         # smaller, for a smoke run
@@ -263,7 +264,8 @@ def main() -> int:
     s = results["socllm"]
     versions = f"torch {results['torch']['torch']} + transformers"
     if f32_gguf:
-        versions += f", llama-cpp-python {results[peers[-1]]['llama_cpp']} on an F32 copy"
+        llama = next(p for p in peers if p.startswith("llama.cpp"))
+        versions += f", llama-cpp-python {results[llama]['llama_cpp']} on an F32 copy"
     print(f"socllm fp32 (OpenBLAS {s['blas']}) vs {versions}, {args.threads} threads, SmolLM2-135M")
     print(
         f"{'':26}"

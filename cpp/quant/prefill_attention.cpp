@@ -250,12 +250,10 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
   // Row blocks: for block-sparse, the query blocks of absolute positions (pooling unit);
   // otherwise kRowBlock rows.
   std::vector<std::pair<int64_t, int64_t>> blocks;  // [r0, rows)
+  std::vector<BlockSparseQueryBlock> query_blocks;
   if (s.kind == AttentionKind::BlockSparse) {
-    for (int64_t r0 = 0; r0 < T;) {
-      const int64_t end = std::min(T, ((sh.past + r0) / B + 1) * B - sh.past);
-      blocks.emplace_back(r0, end - r0);
-      r0 = end;
-    }
+    query_blocks = block_sparse_query_blocks(T, sh.past, B, sh.window);
+    for (const auto& qb : query_blocks) blocks.emplace_back(qb.r0, qb.rows);
   } else {
     for (int64_t r0 = 0; r0 < T; r0 += kRowBlock)
       blocks.emplace_back(r0, std::min(kRowBlock, T - r0));
@@ -325,9 +323,8 @@ void prefill_attention(const AttentionScheme& s, const AttentionLayerConsts& c, 
         }
       } else {
         // C/G-Block-Sparse: the query block's mean against the key blocks' means
-        const int64_t qb = (sh.past + r0) / B;  // absolute query block (= the diagonal block)
-        // key blocks from the one holding the block's first row's first visible key (window)
-        const int64_t kb0 = k::first_visible_key(sh.past + r0, sh.window) / B;
+        const auto& blk = query_blocks[static_cast<size_t>(bi)];
+        const int64_t qb = blk.diagonal, kb0 = blk.first_key_block;
         std::vector<float> qpool(static_cast<size_t>(hd), 0.0f), bs(static_cast<size_t>(qb - kb0));
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t d = 0; d < hd; ++d) qpool[d] += qh[i * hd + d] / static_cast<float>(rows);

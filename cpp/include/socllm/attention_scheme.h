@@ -118,4 +118,17 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
 // Keys a row with `visible` causal keys keeps at `ratio`.
 int64_t keys_kept(int64_t visible, double ratio, int64_t min_keys);
 
+// Block-sparse's query blocks over T rows after `past` keys: blocks of `block` absolute
+// positions (the first and last may be partial). Each ranks the key blocks from
+// first_key_block (the one holding its first row's first visible key, after a sliding window's
+// start) up to its own diagonal block, which it always keeps. The kernel (prefill_attention.cpp)
+// and the task graph's pair counts (block.cpp) both take them from here.
+struct BlockSparseQueryBlock {
+  int64_t r0, rows;  // its rows [r0, r0 + rows)
+  int64_t first_key_block, diagonal;
+  int64_t candidates() const { return diagonal - first_key_block + 1; }
+};
+std::vector<BlockSparseQueryBlock> block_sparse_query_blocks(int64_t T, int64_t past, int64_t block,
+                                                             int64_t window);
+
 }  // namespace socllm::quant

@@ -8,18 +8,24 @@ for the shorter lengths (causal attention: a prefix's Q/K/V are the prefix run's
 ``ops.prefill_attention`` on the same arrays; the variants are interleaved within every
 repetition, in a rotated order, so load on the shared cores hits them alike:
 
-* ``fp32``: C/G-Full, the engine's dense kernel (the peer; blocked sgemm + softmax);
+* ``fp32``: C/G-Full, the engine's dense kernel (the peer; flash-style blocks, register-tiled
+  Q·Kᵀ and P·V micro-kernels, online softmax);
 * ``sparse``: C/G-Sparse, fp32 Q·Kᵀ estimate, per-row top-k, attention over the kept keys;
 * ``shadow-attn``: INT8 Q·Kᵀ estimate (each head's own scale: ``scales=dynamic``, same work as
   the bucketed plan), top-k on the int32 scores, fp32 attention over the kept keys (§3.2);
 * ``certified``: shadow-attn with certified top-k (the uncertain band rescored in fp32);
 * ``block-sparse``: C/G-Block-Sparse, 64x64 mean-pooled estimate, block top-k;
 * ``npu-int8``: NPU-Full, dense INT8 Q·Kᵀ and P·V with static scales (here the tensors' own
-  absmax/127, as calibration would give).
+  absmax/127, as calibration would give);
+* ``torch-sdpa`` (if torch is installed; ``--no-torch`` leaves it out): torch's
+  ``scaled_dot_product_attention(is_causal=True, enable_gqa=True)`` on the same arrays with the
+  same thread count, the outside peer of ``fp32`` (issue 16 item 6). Each row also gives
+  ``fp32``'s GFLOP/s over the T (T + 1) / 2 causal pairs.
 
 Speed-up = fp32 time / variant time of the same repetition (median over repetitions); above 1
 is faster. The binding copies the head-major arrays into the engine's row layout and back on
-every call, in every variant alike (its cost is estimated and printed).
+every call, in every socllm variant alike (its cost is estimated and printed; torch-sdpa has
+none, so its ratio slightly favours torch).
 
 The shadow-attn breakdown (``--breakdown``, on by default) is a separate measurement on ONE
 thread: the engine's shadow-attn total, then its INT8 GEMMs and its top-k calls issued one by
@@ -57,6 +63,7 @@ from socllm.io_utils import check_output_path, emit_json  # noqa: E402
 ops = _core.ops
 # SmolLM2-135M's attention shape (the default model's config; --synthetic uses it too).
 N_HEADS, N_KV_HEADS, HEAD_DIM = 9, 3, 64
+TORCH = "torch-sdpa"  # the peer of the engine's dense kernel
 ROW_BLOCK = 64  # the engine's query rows per estimation GEMM (prefill_attention.cpp kRowBlock)
 
 
@@ -120,17 +127,41 @@ def relayout_ms(q, k, v) -> float:
     return 1e3 * statistics.median(times)
 
 
-def time_variants(q, k, v, specs: dict[str, str], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each variant per repetition; the order rotates every repetition."""
-    names = list(specs)
+def torch_sdpa(q, k, v, threads: int):
+    """torch's fused causal attention on the same head-major arrays (the peer of ``fp32``), or
+    None without torch. One call, as the engine's kernel: GQA by ``enable_gqa``."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    tq, tk, tv = (torch.from_numpy(x)[None] for x in (q, k, v))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def run():
+        with torch.no_grad():
+            return sdpa(tq, tk, tv, is_causal=True, enable_gqa=True)
+
+    return run
+
+
+def time_variants(
+    q, k, v, specs: dict[str, str], repeats: int, peers=None
+) -> dict[str, list[float]]:
+    """Seconds of each variant (and each peer: name -> callable) per repetition; the order
+    rotates every repetition."""
     kw = {"npu-int8": {"static_qkv": static_qkv(q, k, v)}}
-    for name in names:  # warm-up (first-touch of buffers, OpenBLAS threads)
-        ops.prefill_attention(q, k, v, specs[name], **kw.get(name, {}))
+    run = {n: (lambda s=s, n=n: ops.prefill_attention(q, k, v, s, **kw.get(n, {})))
+           for n, s in specs.items()}  # fmt: skip
+    run.update(peers or {})
+    names = list(run)
+    for name in names:  # warm-up (first-touch of buffers, thread pools)
+        run[name]()
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
-            ops.prefill_attention(q, k, v, specs[name], **kw.get(name, {}))
+            run[name]()
             out[name].append(time.perf_counter() - t0)
     return out
 
@@ -225,6 +256,7 @@ def main(argv=None) -> int:
         "--breakdown-repeats", type=int, default=3, help="0: skip the shadow-attn breakdown"
     )
     ap.add_argument("--synthetic", action="store_true", help="random Q/K/V, no model load")
+    ap.add_argument("--no-torch", action="store_true", help=f"leave out the {TORCH} peer")
     ap.add_argument("--quick", action="store_true", help="lengths 128,256; 2 repeats; 1 breakdown")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quiet", action="store_true")
@@ -271,11 +303,16 @@ def main(argv=None) -> int:
         qt = np.ascontiguousarray(q[:, :T])
         kt = np.ascontiguousarray(k[:, :T])
         vt = np.ascontiguousarray(v[:, :T])
-        times = time_variants(qt, kt, vt, specs, a.repeats)
+        sdpa = None if a.no_torch else torch_sdpa(qt, kt, vt, a.threads)
+        times = time_variants(qt, kt, vt, specs, a.repeats, {TORCH: sdpa} if sdpa else None)
         row = {"tokens": T, "relayout_ms_estimate": relayout_ms(qt, kt, vt), "variants": {}}
+        # causal exact attention: Q·Kᵀ and P·V over the T (T + 1) / 2 visible pairs
+        flop = 4.0 * shape[0] * shape[2] * T * (T + 1) / 2
+        row["fp32_gflops"] = flop / statistics.median(times["fp32"]) / 1e9
         for name, ts in times.items():
             paired = [f / t for f, t in zip(times["fp32"], ts, strict=True)]
             row["variants"][name] = {
+                "gflops": flop / statistics.median(ts) / 1e9,
                 "median_ms": 1e3 * statistics.median(ts),
                 "min_ms": 1e3 * min(ts),
                 "times_ms": [1e3 * t for t in ts],
@@ -293,13 +330,17 @@ def main(argv=None) -> int:
     meta["load_avg_after"] = os.getloadavg()[0]
 
     say("\nprefill attention of one layer, ms (speed-up vs fp32 in the same repetition)")
-    say(f"{'tokens':>7}" + "".join(f"{n:>22}" for n in specs))
+    say(
+        f"{'tokens':>7}"
+        + "".join(f"{n:>22}" for n in rows[0]["variants"])
+        + f"{'fp32 GFLOP/s':>14}"
+    )
     for row in rows:
         cells = "".join(
             f"{c['median_ms']:12.1f} ({c['speedup_vs_fp32']:5.2f}x)"
             for c in row["variants"].values()
         )
-        say(f"{row['tokens']:>7}{cells}")
+        say(f"{row['tokens']:>7}{cells}{row['fp32_gflops']:14.0f}")
     say(
         "binding relayout copies (in every variant, numpy estimate): "
         + ", ".join(f"{r['tokens']}: {r['relayout_ms_estimate']:.1f} ms" for r in rows)

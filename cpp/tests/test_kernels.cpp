@@ -128,6 +128,29 @@ TEST(Attention, MatchesNaiveWithGqaAndPast) {
   }
 }
 
+TEST(Attention, RealHeadShapesMatchNaive) {
+  // The micro-kernels' tails: SmolLM2's 9/3 heads of 64, Gemma 3's 4/1 of 256, and head sizes
+  // that are no multiple of a vector (padded P·V columns), over the tile-row and key-chunk edges.
+  for (auto [H, Hkv, hd, T, past] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{{9, 3, 64, 261, 0},
+                                                                            {9, 3, 64, 1, 300},
+                                                                            {4, 1, 256, 77, 40},
+                                                                            {5, 5, 20, 70, 3},
+                                                                            {6, 2, 72, 33, 0}}) {
+    const int64_t L = past + T;
+    auto q = randn(static_cast<size_t>(T * H * hd), 21);
+    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 22);
+    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 23);
+    std::vector<float> out(static_cast<size_t>(T * H * hd)),
+        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
+    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
+                        out.data(), H * hd, scratch.data());
+    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 2e-5) << H << "/" << Hkv << "x" << hd << ", " << T << "," << past;
+  }
+}
+
 TEST(Attention, SlidingWindowMatchesNaive) {
   // Gemma 3's local layers: each query sees its last `window` keys, itself included.
   const int64_t H = 4, Hkv = 1, hd = 16;

@@ -1,8 +1,10 @@
-"""scripts/bench_attention.py at a tiny size on random tensors: every variant is timed in the
-same run, the speed-ups are against fp32 of the same repetitions, the JSON says where it ran."""
+"""scripts/bench_attention.py at a tiny size on random tensors: every variant (and torch's SDPA,
+the dense kernel's peer) is timed in the same run, the speed-ups are against fp32 of the same
+repetitions, the JSON says where it ran."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,10 +27,18 @@ def test_bench_attention_quick(tmp_path):
     assert meta["threads"] == 2 and meta["isa"] in meta["supported_isas"]
     assert meta["shape"] == {"n_heads": 9, "n_kv_heads": 3, "head_dim": 64}
     assert [row["tokens"] for row in d["rows"]] == [128, 256]
+    peers = {"torch-sdpa"} if importlib.util.find_spec("torch") else set()
     for row in d["rows"]:
         v = row["variants"]
-        assert set(v) == {"fp32", "sparse", "shadow-attn", "certified", "block-sparse", "npu-int8"}
+        assert (
+            set(v)
+            == {"fp32", "sparse", "shadow-attn", "certified", "block-sparse", "npu-int8"} | peers
+        )
         assert v["fp32"]["speedup_vs_fp32"] == 1.0
+        # causal pairs T (T + 1) / 2, 4 flop per pair and head dim, 9 heads of 64
+        T = row["tokens"]
+        flop = 4 * 9 * 64 * T * (T + 1) / 2
+        assert row["fp32_gflops"] == pytest.approx(flop / v["fp32"]["median_ms"] / 1e6)
         assert all(len(x["times_ms"]) == 2 and x["median_ms"] > 0 for x in v.values())
         b = row["shadow_attn_breakdown_1thread"]
         assert b["topk_calls"] == 9 * row["tokens"]

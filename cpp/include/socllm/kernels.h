@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace socllm::kernels {
 
@@ -56,26 +57,39 @@ inline int64_t first_visible_key(int64_t pos, int64_t window) {
 void log_softmax_gather(const float* logits, int64_t T, int64_t V, int64_t ld,
                         const int32_t* target, float* logprob);
 
+// The int32 type of the same width as F: int32_t for float, the GCC int vector for a float vector.
+template <typename F>
+struct Int32Of {
+  typedef int32_t type __attribute__((vector_size(sizeof(F))));
+};
+template <>
+struct Int32Of<float> {
+  using type = int32_t;
+};
+
 // exp(x) for x <= 0 (softmax after subtracting the max): Cephes expf, x = k ln2 + r with a
 // degree-6 polynomial for exp(r); relative error < 2e-7. Pure arithmetic (k by the
 // 1.5 * 2^23 rounding trick, 2^k by building the float's exponent bits) so that loops calling
 // it vectorize; std::exp is a libm call per element, and floor/int conversions kept GCC 12
-// from vectorizing.
-inline float exp_nonpositive(float x) {
+// from vectorizing. F is float or a GCC float vector (the same operations, lane by lane).
+template <typename F>
+inline F exp_nonpositive(F x) {
+  static_assert(sizeof(F) % sizeof(float) == 0 && !std::is_same_v<F, double>, "float lanes");
+  using I = typename Int32Of<F>::type;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  x = x < -87.0f ? -87.0f : x;           // exp(-87) ~ 1.6e-38: below it, 0 for softmax
-  const float shifted = x * 1.44269504088896341f + kRound;
-  const float k = shifted - kRound;
-  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  x = x < -87.0f ? F{} - 87.0f : x;      // exp(-87) ~ 1.6e-38: below it, 0 for softmax
+  const F shifted = x * 1.44269504088896341f + kRound;
+  const F k = shifted - kRound;
+  const F r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  F p = F{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t k_int = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
-  return y * std::bit_cast<float>((k_int + 127) << 23);
+  const F y = p * r * r + r + 1.0f;
+  const I k_int = std::bit_cast<I>(shifted) - std::bit_cast<int32_t>(kRound);
+  return y * std::bit_cast<F>((k_int + 127) << 23);
 }
 
 // x[i] = binary16(x[i]) (round to nearest even, overflow to inf): how the engine emulates an

@@ -20,14 +20,15 @@ def gemma():
 
 
 @pytest.fixture(scope="module")
-def reference(gemma, gemma_hf_tokenizer):
+def reference(gemma):
+    """transformers on the same GGUF (socllm.reference: its conversion is cached after the
+    first session)."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    path = socllm.BUILTIN_MODELS["gemma3-270m"].path()
-    tok = gemma_hf_tokenizer
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    ).eval()
+    pytest.importorskip("transformers")
+    from socllm.reference import load_reference
+
+    torch.set_num_threads(2)
+    tok, model = load_reference("gemma3-270m")
     return torch, tok, model
 
 

@@ -152,3 +152,47 @@ def test_tiny_checkpoints_match_transformers(tmp_path, monkeypatch, arch, tied):
             theirs = ref(torch.tensor([ids])).logits[0].numpy()
         ours = m.logits(ids)
         assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max())
+
+
+def test_reference_cache_round_trip_is_exact_and_atomic(hf_reference, tmp_path, monkeypatch):
+    """The cached conversion (socllm.reference.load_reference) gives the same tokens and
+    bit-identical logits with tied weights still tied; an interrupted save leaves no entry;
+    a new transformers version is a new entry."""
+    import transformers
+    from socllm import reference
+
+    tok, _ = hf_reference
+    cfg = transformers.LlamaConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    monkeypatch.setenv("SOCLLM_CACHE", str(tmp_path))
+    entry = tmp_path / "reference" / "m"
+
+    def fail(*_a, **_k):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", fail)
+        with pytest.raises(KeyboardInterrupt):
+            reference._save_reference(entry, tok, model)
+    assert list((tmp_path / "reference").iterdir()) == []  # no entry, no temp folder
+
+    reference._save_reference(entry, tok, model)
+    reference._save_reference(entry, tok, model)  # an existing entry (another process's) is kept
+    tok2, model2 = reference._load_saved_reference(entry)
+    text = "The cache keeps transformers' own conversion, 12 émigrés."
+    ids = tok(text).input_ids
+    assert tok2(text).input_ids == ids
+    assert model2.lm_head.weight.data_ptr() == model2.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        assert torch.equal(model(x).logits, model2(x).logits)
+
+    gguf = reference.BUILTIN_MODELS["smollm2-135m"].path()
+    before = reference._reference_cache_entry(gguf)
+    monkeypatch.setattr(transformers, "__version__", transformers.__version__ + ".post1")
+    assert reference._reference_cache_entry(gguf) != before
+    assert before.parent == tmp_path / "reference"

@@ -21,13 +21,9 @@ def main() -> int:
     ap.add_argument("--lengths", default="1,7,100,700")
     args = ap.parse_args()
     import torch
-    import transformers
+    from socllm.reference import load_reference
 
-    path = socllm.BUILTIN_MODELS["gemma3-270m"].path()
-    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    ref = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    ).eval()
+    tok, ref = load_reference("gemma3-270m")
     m = socllm.load("gemma3-270m", progress=False)
     ids = tok(wikitext2_test_text()[:20000]).input_ids
     for n in (int(x) for x in args.lengths.split(",")):

@@ -1,10 +1,11 @@
-"""Helpers of the benchmark scripts (scripts/bench_*.py): which CPU a run was on, and the best
-wall time of a call. Speed figures are ratios against a peer measured in the same run; these
-name the machine they came from."""
+"""Helpers of the benchmark scripts (scripts/bench_*.py) and the sweep: which CPU and code a run
+was on, and the best wall time of a call. Speed figures are ratios against a peer measured in
+the same run; these name the machine they came from."""
 
 from __future__ import annotations
 
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,3 +49,39 @@ def best_time(fn: Callable[[], object], min_seconds: float = 0.3, min_runs: int 
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+def source_commit() -> str | None:
+    """The git commit of the source checkout socllm is imported from (``+dirty`` if tracked
+    files differ from it), or None outside a checkout or without git. An installed wheel has
+    none; its version is :data:`socllm.__version__`."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        r = subprocess.run(
+            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return r.stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def run_provenance() -> dict:
+    """What a result was computed with: socllm's version and source commit, the CPU, the INT8
+    kernel ISA and the OpenBLAS kernels."""
+    from . import _core
+    from ._version import __version__
+
+    return {
+        "socllm": __version__,
+        "source_commit": source_commit(),
+        "cpu_model": cpu_model(),
+        "cpu_family_model": cpu_family_model(),
+        "isa": _core.ops.isa(),
+        "blas": _core.blas_info()["corename"],
+    }

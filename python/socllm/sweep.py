@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import _core
+from .bench_utils import run_provenance
 from .errors import InvalidArgumentError, SocllmError
 from .io_utils import atomic_path, atomic_write_text
 
@@ -305,6 +306,7 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
         out = {"status": "error", "error": f"{type(cause).__name__}: {cause}"}
     out["seconds"] = round(time.perf_counter() - t0, 2)
     out["host"] = socket.gethostname()
+    out["provenance"] = run_provenance()
     return out
 
 
@@ -442,6 +444,18 @@ def run_sweep(
         "retried": report.retried,
         "failed": report.failed,
         "seconds": report.seconds,
+        # the code and machines the cells came from (cells written before provenance was
+        # recorded have none)
+        "provenance": [
+            json.loads(p)
+            for p in sorted(
+                {
+                    json.dumps(r["provenance"], sort_keys=True)
+                    for r in records.values()
+                    if r and "provenance" in r
+                }
+            )
+        ],
         "rows": table["rows"],
     }
     atomic_write_text(out / "sweep.json", json.dumps(summary, indent=1) + "\n")

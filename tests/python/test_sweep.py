@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("socllm._core")
 
+import socllm
 from socllm import sweep as sw
 from socllm.errors import InvalidArgumentError
 from socllm.stats import paired_bootstrap_ci
@@ -167,6 +168,10 @@ def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm
     rec = sw.run_cell(cell, sw.SweepSettings(), None)
     assert rec["status"] == "error"
     assert rec["error"] == "UnsupportedError: residual in fp16 overflows"
+    # every record names the code and machine it came from
+    prov = rec["provenance"]
+    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()
+    assert prov["blas"] == socllm._core.blas_info()["corename"] and prov["cpu_model"]
 
     def plain(*_):
         raise ValueError("not the engine")
@@ -266,6 +271,9 @@ def test_cells_reproduce_the_accuracy_table(sweep_dir):
     assert 0 < heldout["kl"]["value"] < 0.05 and heldout["n_scored"] == 126
     assert rows[("none", "fp32")]["wikitext2-heldout"]["kl"]["value"] == 0.0
     assert f"| `w8a8` | {calib} |" in (out / "sweep.md").read_text()
+    # one machine and one build ran every cell
+    (prov,) = summary["provenance"]
+    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()
 
 
 def test_rerun_skips_everything_and_other_settings_are_refused(sweep_dir, smollm):

@@ -111,21 +111,29 @@ TEST(SiluMul, HandComputed) {
   EXPECT_NEAR(out[1], 2.0 / (1 + std::exp(-2.0)) * -1.0, 1e-6);
 }
 
+namespace {
+// attention_causal on random Q/K/V against naive_attention, to 2e-5 per element.
+void expect_attention_matches_naive(int64_t H, int64_t Hkv, int64_t hd, int64_t T, int64_t past,
+                                    int64_t window, uint32_t seed) {
+  const int64_t L = past + T;
+  auto q = randn(static_cast<size_t>(T * H * hd), seed);
+  auto kk = randn(static_cast<size_t>(L * Hkv * hd), seed + 1);
+  auto vv = randn(static_cast<size_t>(L * Hkv * hd), seed + 2);
+  std::vector<float> out(static_cast<size_t>(T * H * hd)),
+      scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
+  k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
+                      out.data(), H * hd, scratch.data(), window);
+  auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd, window);
+  for (size_t i = 0; i < out.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 2e-5) << H << "/" << Hkv << "x" << hd << ", T " << T << ", past "
+                                      << past << ", window " << window;
+}
+}  // namespace
+
 TEST(Attention, MatchesNaiveWithGqaAndPast) {
-  const int64_t H = 4, Hkv = 2, hd = 16;
   for (auto [T, past] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}, {700, 0}, {3, 1000}, {129, 257}}) {
-    const int64_t L = past + T;
-    auto q = randn(static_cast<size_t>(T * H * hd), 5);
-    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 6);
-    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 7);
-    std::vector<float> out(static_cast<size_t>(T * H * hd)),
-        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
-    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
-                        out.data(), H * hd, scratch.data());
-    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past;
-  }
+           {1, 0}, {5, 0}, {1, 9}, {300, 0}, {130, 70}, {700, 0}, {3, 1000}, {129, 257}})
+    expect_attention_matches_naive(4, 2, 16, T, past, 0, 5);
 }
 
 TEST(Attention, RealHeadShapesMatchNaive) {
@@ -136,24 +144,12 @@ TEST(Attention, RealHeadShapesMatchNaive) {
                                                                             {9, 3, 64, 1, 300},
                                                                             {4, 1, 256, 77, 40},
                                                                             {5, 5, 20, 70, 3},
-                                                                            {6, 2, 72, 33, 0}}) {
-    const int64_t L = past + T;
-    auto q = randn(static_cast<size_t>(T * H * hd), 21);
-    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 22);
-    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 23);
-    std::vector<float> out(static_cast<size_t>(T * H * hd)),
-        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
-    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
-                        out.data(), H * hd, scratch.data());
-    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd);
-    for (size_t i = 0; i < out.size(); ++i)
-      ASSERT_NEAR(out[i], ref[i], 2e-5) << H << "/" << Hkv << "x" << hd << ", " << T << "," << past;
-  }
+                                                                            {6, 2, 72, 33, 0}})
+    expect_attention_matches_naive(H, Hkv, hd, T, past, 0, 21);
 }
 
 TEST(Attention, SlidingWindowMatchesNaive) {
   // Gemma 3's local layers: each query sees its last `window` keys, itself included.
-  const int64_t H = 4, Hkv = 1, hd = 16;
   for (auto [T, past, window] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{40, 0, 8},
                                                                                    {1, 30, 8},
                                                                                    {300, 0, 64},
@@ -161,19 +157,8 @@ TEST(Attention, SlidingWindowMatchesNaive) {
                                                                                    {10, 0, 512},
                                                                                    {1100, 0, 512},
                                                                                    {2, 900, 512},
-                                                                                   {300, 0, 1}}) {
-    const int64_t L = past + T;
-    auto q = randn(static_cast<size_t>(T * H * hd), 11);
-    auto kk = randn(static_cast<size_t>(L * Hkv * hd), 12);
-    auto vv = randn(static_cast<size_t>(L * Hkv * hd), 13);
-    std::vector<float> out(static_cast<size_t>(T * H * hd)),
-        scratch(static_cast<size_t>(k::attention_scratch_floats(T, L, H, Hkv, hd)));
-    k::attention_causal(q.data(), H * hd, kk.data(), vv.data(), Hkv * hd, T, past, H, Hkv, hd,
-                        out.data(), H * hd, scratch.data(), window);
-    auto ref = naive_attention(q, kk, vv, T, past, H, Hkv, hd, window);
-    for (size_t i = 0; i < out.size(); ++i)
-      ASSERT_NEAR(out[i], ref[i], 2e-5) << T << "," << past << "," << window;
-  }
+                                                                                   {300, 0, 1}})
+    expect_attention_matches_naive(4, 1, 16, T, past, window, 11);
 }
 
 TEST(Attention, ScratchStopsGrowingWithKeysAndLargeScoresStayFinite) {

@@ -52,9 +52,10 @@ def best_time(fn: Callable[[], object], min_seconds: float = 0.3, min_runs: int 
 
 
 def source_commit() -> str | None:
-    """The git commit of the source checkout socllm is imported from (``+dirty`` if tracked
-    files differ from it), or None outside a checkout or without git. An installed wheel has
-    none; its version is :data:`socllm.__version__`."""
+    """The git commit of the socllm checkout this package is imported from (``+dirty`` if
+    tracked files differ from it), at the time of the call; None for an installed wheel (its
+    version is :data:`socllm.__version__`), inside another project's repository, or without
+    git. A process that imported socllm before a later commit still runs the older code."""
     here = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
@@ -64,6 +65,8 @@ def source_commit() -> str | None:
         return r.stdout.strip()
 
     try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() / "python" / "socllm" != here:
+            return None  # e.g. a wheel installed into a virtualenv inside some other repository
         head = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):

@@ -1,7 +1,7 @@
 """Shared fixtures: the real default model (converted once into the user cache) and, for
 agreement tests, the reference implementation (transformers + torch on the same GGUF).
 
-Test tiers (``bash scripts/test.sh`` runs the first two, in about 8-10 minutes on 2 cores):
+Test tiers (``bash scripts/test.sh`` runs the first two, in about 8 minutes on 2 cores):
 * unit: fast checks against hand-computed cases, scalar kernels and numpy (``-m "not golden"``);
 * golden (``pytestmark = pytest.mark.golden``): agreement with independent references:
   transformers, lm-eval's ``hf`` backend, gguf-py, the config-only task graph;

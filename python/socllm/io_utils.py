@@ -171,7 +171,7 @@ def check_distinct_outputs(outputs: dict[str, str | os.PathLike | None]) -> None
 # Temp files
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists on this machine (unknown counts as alive)."""
     if os.name != "posix" or pid <= 0:  # Windows' os.kill would terminate it
         return True
@@ -193,7 +193,7 @@ def remove_stale_temps(folder: str | os.PathLike, dest_name: str | None = None) 
         m = _TEMP_NAME.fullmatch(p.name)
         if m is None or (dest_name is not None and m["dest"] != dest_name):
             continue
-        if not _pid_alive(int(m["pid"])):
+        if not pid_alive(int(m["pid"])):
             with contextlib.suppress(OSError):  # gone already, or not ours to delete
                 p.unlink()
 

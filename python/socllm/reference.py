@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .data import wikitext2_test_path
+from .io_utils import pid_alive
 from .perplexity import sliding_windows
 from .registry import BUILTIN_MODELS, cache_dir, file_digest
 
@@ -73,7 +74,10 @@ def _save_reference(entry: Path, tok, ref) -> None:
     import torch
 
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}."))
+    _remove_stale_reference_temps(entry)
+    tmp = Path(
+        tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}.{os.getpid()}-", suffix=".tmp")
+    )
     try:
         config = copy.deepcopy(ref.config)
         if hasattr(config, "quantization_config"):  # the GGUF loader's marker, not a format
@@ -88,6 +92,15 @@ def _save_reference(entry: Path, tok, ref) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale_reference_temps(entry: Path) -> None:
+    """Deletes the temp folders of ``entry`` whose writer process is gone: a killed save leaves
+    up to a model's fp32 weights under a hidden name. A live writer's folder is kept."""
+    for p in entry.parent.glob(f".{entry.name}.*.tmp"):
+        pid = p.name[len(entry.name) + 2 :].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _load_saved_reference(entry: Path):

@@ -4,6 +4,10 @@ HF-directory path."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import socllm
@@ -180,7 +184,18 @@ def test_reference_cache_round_trip_is_exact_and_atomic(hf_reference, tmp_path, 
             reference._save_reference(entry, tok, model)
     assert list((tmp_path / "reference").iterdir()) == []  # no entry, no temp folder
 
+    # a save killed before its cleanup leaves a temp folder: the next save removes it if its
+    # writer is gone, and keeps a live writer's
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / "reference" / f".m.{gone.pid}-abcdefgh.tmp"
+    live = tmp_path / "reference" / f".m.{os.getpid()}-abcdefgh.tmp"
+    for d in (stale, live):
+        d.mkdir()
+        (d / "weights.pt").write_bytes(b"partial")
+
     reference._save_reference(entry, tok, model)
+    assert not stale.exists() and live.exists()
     reference._save_reference(entry, tok, model)  # an existing entry (another process's) is kept
     tok2, model2 = reference._load_saved_reference(entry)
     text = "The cache keeps transformers' own conversion, 12 émigrés."

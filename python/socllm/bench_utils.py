@@ -4,6 +4,7 @@ the same run; these name the machine they came from."""
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 import time
@@ -51,16 +52,23 @@ def best_time(fn: Callable[[], object], min_seconds: float = 0.3, min_runs: int 
     return min(times)
 
 
+@functools.cache
 def source_commit() -> str | None:
     """The git commit of the socllm checkout this package is imported from (``+dirty`` if
-    tracked files differ from it), at the time of the call; None for an installed wheel (its
-    version is :data:`socllm.__version__`), inside another project's repository, or without
-    git. A process that imported socllm before a later commit still runs the older code."""
+    tracked files differ from it), read once per process: a process keeps the code it
+    imported, whatever is committed later (callers ask early, e.g. a sweep cell before its
+    work). None for an installed wheel (its version is :data:`socllm.__version__`), inside
+    another project's repository, or without git."""
     here = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
         r = subprocess.run(
-            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10, check=True
+            # no optional locks: never take .git/index.lock from a user's concurrent git command
+            ["git", "--no-optional-locks", "-C", str(here), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
         return r.stdout.strip()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.metadata
 import math
 import os
 import shutil
@@ -34,19 +35,23 @@ def load_reference(model: str = "smollm2-135m", *, cache: bool = True):
     With ``cache``, transformers' own conversion of the GGUF (its dequantized fp32 weights,
     config and tokenizer) is saved once under ``cache_dir()/reference`` and loaded from there
     afterwards: seconds instead of gguf-py's parse and dequantization (about 30 s for
-    Gemma-3-270M). The entry is keyed on the GGUF's SHA-256 and the transformers and torch
-    versions, so it is the conversion this installation would make; it is written to a temp
-    folder and renamed into place, so an interrupted save leaves no entry."""
+    Gemma-3-270M). The entry is keyed on the GGUF's SHA-256 and the versions of transformers,
+    torch, gguf-py and tokenizers, so it is the conversion this installation would make; it is
+    written to a temp folder and renamed into place, so an interrupted save leaves no entry."""
     gguf = BUILTIN_MODELS[model].path()
     if not cache:
         return _convert_gguf(gguf)
     entry = _reference_cache_entry(gguf)
     if not (entry / _REFERENCE_WEIGHTS).is_file():
+        # entries appear complete (renamed into place), so one without weights was damaged
+        # by hand: it is replaced, not left to fail every later load
+        shutil.rmtree(entry, ignore_errors=True)
         _save_reference(entry, *_convert_gguf(gguf))
     return _load_saved_reference(entry)
 
 
 _REFERENCE_WEIGHTS = "weights.pt"
+_REFERENCE_LIBRARIES = ("transformers", "torch", "gguf", "tokenizers")
 
 
 def _convert_gguf(gguf: Path):
@@ -60,11 +65,15 @@ def _convert_gguf(gguf: Path):
     return tok, ref
 
 
-def _reference_cache_entry(gguf: Path) -> Path:
-    import torch
-    import transformers
+# Bump when what _convert_gguf or _save_reference produce changes.
+_REFERENCE_CACHE_FORMAT = 1
 
-    key = f"{file_digest(gguf)}|transformers {transformers.__version__}|torch {torch.__version__}"
+
+def _reference_cache_entry(gguf: Path) -> Path:
+    """The entry's folder: keyed on the GGUF's content and every library in the conversion
+    (gguf-py dequantizes the tensors, tokenizers builds the tokenizer)."""
+    libs = "|".join(f"{m} {importlib.metadata.version(m)}" for m in _REFERENCE_LIBRARIES)
+    key = f"{file_digest(gguf)}|{libs}|format {_REFERENCE_CACHE_FORMAT}"
     return (
         cache_dir() / "reference" / f"{gguf.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     )

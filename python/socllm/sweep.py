@@ -285,6 +285,7 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
     error with the socllm error's class and message."""
     from .divergence import compare_plans
 
+    provenance = run_provenance()  # before the work: the code this process runs it with
     t0 = time.perf_counter()
     try:
         model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell)
@@ -306,7 +307,7 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
         out = {"status": "error", "error": f"{type(cause).__name__}: {cause}"}
     out["seconds"] = round(time.perf_counter() - t0, 2)
     out["host"] = socket.gethostname()
-    out["provenance"] = run_provenance()
+    out["provenance"] = provenance
     return out
 
 

@@ -27,11 +27,21 @@ def _repo(root: Path, package: str) -> tuple[Path, str]:
     return pkg / "bench_utils.py", head
 
 
+@pytest.fixture(autouse=True)
+def fresh_commit_cache():
+    """source_commit is read once per process: each case starts and ends without a value."""
+    bench_utils.source_commit.cache_clear()
+    yield
+    bench_utils.source_commit.cache_clear()
+
+
 def test_source_commit_of_a_checkout_and_dirty_flag(tmp_path, monkeypatch):
     module, head = _repo(tmp_path / "socllm", "python/socllm")
     monkeypatch.setattr(bench_utils, "__file__", str(module))
     assert bench_utils.source_commit() == head
     module.write_text("# edited\n")
+    assert bench_utils.source_commit() == head  # once per process: the code it imported
+    bench_utils.source_commit.cache_clear()
     assert bench_utils.source_commit() == head + "+dirty"
 
 
@@ -40,6 +50,7 @@ def test_no_commit_inside_another_repository_or_outside_git(tmp_path, monkeypatc
     module, _ = _repo(tmp_path / "project", ".venv/lib/site-packages/socllm")
     monkeypatch.setattr(bench_utils, "__file__", str(module))
     assert bench_utils.source_commit() is None
+    bench_utils.source_commit.cache_clear()
     plain = tmp_path / "plain" / "python" / "socllm" / "bench_utils.py"
     plain.parent.mkdir(parents=True)
     plain.write_text("")

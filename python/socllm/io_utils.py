@@ -15,6 +15,7 @@
 Temp files are named ``.{DEST.name}.{pid}-{8 hex}.tmp`` beside DEST (the C++ writer of
 calibration files uses the same convention). One whose pid is no live process on this machine
 was left by a killed writer: the next write of DEST removes it (:func:`remove_stale_temps`).
+:func:`atomic_dir` builds a folder the same way: a temp folder of that name, renamed into place.
 
 Permissions: a new file gets ``0o666 & ~umask`` (what ``open(path, "w")`` would give), a file
 that replaces an existing one keeps that file's permission bits (not its owner or group).
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -63,10 +65,31 @@ def _create_file(path: str) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
 
 
-def make_temp_dir(parent: Path, prefix: str = ".tmp-") -> Path:
+def make_temp_dir(parent: Path, prefix: str = ".tmp-", suffix: str = "") -> Path:
     """A new empty directory in ``parent`` with mode ``0o777 & ~umask`` (``tempfile.mkdtemp``
     gives 0700), for building a folder that is then renamed into place."""
-    return _unique(Path(parent), prefix, "", lambda p: os.mkdir(p, 0o777))
+    return _unique(Path(parent), prefix, suffix, lambda p: os.mkdir(p, 0o777))
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yields a new empty folder beside ``dest``, named as temp files are (so a killed
+    writer's is removed by the next build of ``dest``), and renames it to ``dest`` if the block
+    succeeds. A ``dest`` folder that another process renamed into place first is kept, and
+    this one dropped; on any failure the temp folder is removed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(dest.parent, dest.name)
+    tmp = make_temp_dir(dest.parent, f".{dest.name}.{os.getpid()}-", ".tmp")
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +217,9 @@ def remove_stale_temps(folder: str | os.PathLike, dest_name: str | None = None) 
         if m is None or (dest_name is not None and m["dest"] != dest_name):
             continue
         if not pid_alive(int(m["pid"])):
+            if p.is_dir() and not p.is_symlink():  # a killed atomic_dir's folder
+                shutil.rmtree(p, ignore_errors=True)
+                continue
             with contextlib.suppress(OSError):  # gone already, or not ours to delete
                 p.unlink()
 

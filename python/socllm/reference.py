@@ -13,9 +13,7 @@ import copy
 import hashlib
 import importlib.metadata
 import math
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .data import wikitext2_test_path
-from .io_utils import pid_alive
+from .io_utils import atomic_dir
 from .perplexity import sliding_windows
 from .registry import BUILTIN_MODELS, cache_dir, file_digest
 
@@ -82,34 +80,13 @@ def _reference_cache_entry(gguf: Path) -> Path:
 def _save_reference(entry: Path, tok, ref) -> None:
     import torch
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_reference_temps(entry)
-    tmp = Path(
-        tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}.{os.getpid()}-", suffix=".tmp")
-    )
-    try:
+    with atomic_dir(entry) as tmp:
         config = copy.deepcopy(ref.config)
         if hasattr(config, "quantization_config"):  # the GGUF loader's marker, not a format
             del config.quantization_config
         config.to_json_file(tmp / "config.json")
         tok.save_pretrained(tmp)
         torch.save(ref.state_dict(), tmp / _REFERENCE_WEIGHTS)  # tied weights stay shared
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            if not (entry / _REFERENCE_WEIGHTS).is_file():  # not another process's entry
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _remove_stale_reference_temps(entry: Path) -> None:
-    """Deletes the temp folders of ``entry`` whose writer process is gone: a killed save leaves
-    up to a model's fp32 weights under a hidden name. A live writer's folder is kept."""
-    for p in entry.parent.glob(f".{entry.name}.*.tmp"):
-        pid = p.name[len(entry.name) + 2 :].split("-", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
 
 
 def _load_saved_reference(entry: Path):

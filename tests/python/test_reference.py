@@ -188,8 +188,8 @@ def test_reference_cache_round_trip_is_exact_and_atomic(hf_reference, tmp_path, 
     # writer is gone, and keeps a live writer's
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    stale = tmp_path / "reference" / f".m.{gone.pid}-abcdefgh.tmp"
-    live = tmp_path / "reference" / f".m.{os.getpid()}-abcdefgh.tmp"
+    stale = tmp_path / "reference" / f".m.{gone.pid}-0123abcd.tmp"
+    live = tmp_path / "reference" / f".m.{os.getpid()}-0123abcd.tmp"
     for d in (stale, live):
         d.mkdir()
         (d / "weights.pt").write_bytes(b"partial")

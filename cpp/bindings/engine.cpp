@@ -449,20 +449,22 @@ void init_engine(py::module_& m) {
           "and channels, hot hits, cold fetches and bytes, pruned values).")
       .def(
           "logits",
-          [](const Engine& e, const py::handle& seqs, const py::handle& plan) {
+          [](const Engine& e, const py::handle& seqs, const py::handle& plan,
+             const std::optional<std::vector<int64_t>>& last_rows) {
             auto batch = to_batch(seqs, "Engine.logits");
             Plan p = plan_from_py(plan);
             std::vector<TensorF32> out;
             {
               py::gil_scoped_release nogil;
-              out = e.logits(batch, p);
+              out = e.logits(batch, p, last_rows.value_or(std::vector<int64_t>{}));
             }
             py::list l;
             for (auto& t : out) l.append(to_numpy(std::move(t)));
             return l;
           },
-          py::arg("seqs"), py::arg("plan") = "fp32",
-          "Logits [T_i, vocab] float32 for every position of each sequence (fresh context).")
+          py::arg("seqs"), py::arg("plan") = "fp32", py::arg("last_rows") = py::none(),
+          "Logits [T_i, vocab] float32 for every position of each sequence (fresh context), or "
+          "with last_rows (a count per sequence) those of its last last_rows[i] positions only.")
       .def(
           "step",
           [](const Engine& e, KVCache& cache, const py::handle& tokens, bool all_positions,

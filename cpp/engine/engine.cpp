@@ -1209,13 +1209,57 @@ TensorF32 forward_fresh(const Engine& e, const std::vector<std::vector<int32_t>>
 }  // namespace
 
 std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& seqs,
-                                      const Plan& plan) const {
+                                      const Plan& plan,
+                                      const std::vector<int64_t>& last_rows) const {
+  if (!last_rows.empty() && last_rows.size() != seqs.size())
+    throw InvalidArgument("[Engine.logits] last_rows has " + std::to_string(last_rows.size()) +
+                          " counts for " + std::to_string(seqs.size()) + " sequences");
+  for (size_t i = 0; i < last_rows.size(); ++i)
+    if (last_rows[i] < 1 || last_rows[i] > static_cast<int64_t>(seqs[i].size()))
+      throw InvalidArgument("[Engine.logits] last_rows[" + std::to_string(i) + "] = " +
+                            std::to_string(last_rows[i]) + " is outside 1.." +
+                            std::to_string(seqs[i].size()) + " (the sequence's length)");
   TensorF32 h = forward_fresh(*this, seqs, plan);
-  std::vector<TensorF32> out;
-  int64_t r = 0;
-  for (const auto& s : seqs) {
-    out.push_back(logits_from_hidden(h.ptr() + r * h.dim(1), static_cast<int64_t>(s.size())));
-    r += static_cast<int64_t>(s.size());
+  const int64_t d = h.dim(1), V = model_->config().vocab_size;
+  // Short sequences share one vocabulary projection: sgemm repacks the [V, d] head on every
+  // call, which costs more than a few rows' product (Gemma 3's head is 671 MB). A group is
+  // capped at kHeadRows rows to bound its temporary [rows, V] before it is split.
+  constexpr int64_t kHeadRows = 256;
+  const size_t n_seqs = seqs.size();
+  // Sequence i's rows start at row first[i] of src: h itself, or its picked last rows.
+  std::vector<int64_t> rows(n_seqs), first(n_seqs), start(n_seqs);
+  int64_t total = 0, in_h = 0;
+  for (size_t i = 0; i < n_seqs; ++i) {
+    const auto T = static_cast<int64_t>(seqs[i].size());
+    rows[i] = last_rows.empty() ? T : last_rows[i];
+    start[i] = in_h + T - rows[i];
+    first[i] = last_rows.empty() ? start[i] : total;
+    total += rows[i];
+    in_h += T;
+  }
+  std::vector<float> picked;
+  const float* src = h.ptr();
+  if (!last_rows.empty()) {
+    picked.resize(static_cast<size_t>(total * d));
+    for (size_t i = 0; i < n_seqs; ++i)
+      std::copy_n(h.ptr() + start[i] * d, rows[i] * d, picked.data() + first[i] * d);
+    src = picked.data();
+  }
+  std::vector<TensorF32> out(n_seqs);
+  for (size_t i = 0; i < n_seqs;) {
+    size_t j = i + 1;
+    int64_t m = rows[i];
+    while (j < n_seqs && m + rows[j] <= kHeadRows) m += rows[j++];
+    if (j == i + 1) {
+      out[i] = logits_from_hidden(src + first[i] * d, rows[i]);
+    } else {
+      const TensorF32 group = logits_from_hidden(src + first[i] * d, m);
+      for (size_t k = i; k < j; ++k) {
+        out[k] = TensorF32({rows[k], V});
+        std::copy_n(group.ptr() + (first[k] - first[i]) * V, rows[k] * V, out[k].ptr());
+      }
+    }
+    i = j;
   }
   return out;
 }

@@ -317,10 +317,15 @@ class LanguageModel:
         return self._engine.logits([ids], plan)[0]
 
     def logits_batch(
-        self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32"
+        self,
+        seqs: Sequence[Sequence[int]],
+        plan: PlanLike = "fp32",
+        last_rows: Sequence[int] | None = None,
     ) -> list[np.ndarray]:
-        """Several independent sequences in one engine call (linears batched over all rows)."""
-        return self._engine.logits(seqs, plan)
+        """Several independent sequences in one engine call (linears batched over all rows):
+        ``[T_i, V]`` logits each, or with ``last_rows`` only the last ``last_rows[i]`` rows of
+        sequence ``i`` (the vocabulary projection runs for those rows only)."""
+        return self._engine.logits(seqs, plan, None if last_rows is None else list(last_rows))
 
     def token_logprobs(
         self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32"

@@ -438,6 +438,12 @@ def test_empty_input(m):
         m.logits_batch([])
     with pytest.raises(socllm.InvalidArgumentError, match="empty token sequence"):
         m.logits_batch([[1, 2], []])
+    with pytest.raises(socllm.InvalidArgumentError, match="2 counts for 1 sequences"):
+        m.logits_batch([[1, 2]], last_rows=[1, 1])
+    with pytest.raises(socllm.InvalidArgumentError, match=r"last_rows\[1\] = 3 is outside 1..2"):
+        m.logits_batch([[1, 2, 3], [1, 2]], last_rows=[1, 3])
+    with pytest.raises(socllm.InvalidArgumentError, match=r"last_rows\[0\] = 0"):
+        m.logits_batch([[1, 2]], last_rows=[0])
     with pytest.raises(socllm.InvalidArgumentError, match="prompt is empty"):
         m.generate("", 4)
     with pytest.raises(socllm.InvalidArgumentError, match="prompt is empty"):

@@ -80,6 +80,20 @@ def test_batched_sequences_equal_single(smollm, wiki_ids):
         np.testing.assert_allclose(b, smollm.logits(s), rtol=0, atol=2e-4)
 
 
+def test_last_rows_are_the_tail_of_all_rows(smollm, wiki_ids):
+    """Projecting only each sequence's last rows onto the vocabulary gives those rows of the
+    full logits (the lm-eval backend scores continuations this way). Not bit for bit: OpenBLAS
+    picks its sgemm kernel, and so its summation order, by the number of rows."""
+    seqs = [wiki_ids[:5], wiki_ids[100:360], wiki_ids[7:8], wiki_ids[400:700]]
+    tails = [2, 250, 1, 300]  # shared projections of 252 and 1 rows, then one of 300
+    for plan in ["fp32", "llm-int8"]:
+        full = smollm.logits_batch(seqs, plan)
+        part = smollm.logits_batch(seqs, plan, last_rows=tails)
+        for f, p, n in zip(full, part, tails, strict=True):
+            assert p.shape == (n, f.shape[1])
+            np.testing.assert_allclose(p, f[-n:], rtol=0, atol=2e-4)
+
+
 def test_incremental_decode_equals_full_prefill(smollm, wiki_ids):
     """KV-cache steps in uneven chunks give the logits of one full prefill."""
     ids = wiki_ids[:300]

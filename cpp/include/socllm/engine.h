@@ -118,9 +118,12 @@ class Engine {
   // Incremental step on one cache: logits for every new position [T, V], or the last [1, V].
   TensorF32 step(KVCache& cache, std::span<const int32_t> tokens, bool all_positions,
                  const Plan& plan) const;
-  // Fresh context per sequence; logits for all positions, one [T_i, V] per sequence.
-  std::vector<TensorF32> logits(const std::vector<std::vector<int32_t>>& seqs,
-                                const Plan& plan) const;
+  // Fresh context per sequence; logits for all positions, one [T_i, V] per sequence, or with
+  // last_rows (one count per sequence, 1..T_i) only the last last_rows[i] positions'
+  // [last_rows[i], V]: scoring a continuation needs only its rows, and the vocabulary
+  // projection of the others is most of a large-vocabulary model's work (Gemma 3: 262k x 640).
+  std::vector<TensorF32> logits(const std::vector<std::vector<int32_t>>& seqs, const Plan& plan,
+                                const std::vector<int64_t>& last_rows = {}) const;
   // For each sequence x: log p(x_t | x_<t) for t = 1 .. T-1 (T-1 values), computed block
   // by block so the [T, V] logits never exist at once.
   std::vector<std::vector<float>> token_logprobs(const std::vector<std::vector<int32_t>>& seqs,

@@ -292,9 +292,9 @@ class Engine:
         """
         Per layer {site: [len(rows), width]}: the linear inputs of an fp32 run at those rows.
         """
-    def logits(self, seqs: typing.Any, plan: typing.Any = 'fp32') -> list:
+    def logits(self, seqs: typing.Any, plan: typing.Any = 'fp32', last_rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None = None) -> list:
         """
-        Logits [T_i, vocab] float32 for every position of each sequence (fresh context).
+        Logits [T_i, vocab] float32 for every position of each sequence (fresh context), or with last_rows (a count per sequence) those of its last last_rows[i] positions only.
         """
     def new_cache(self, capacity: typing.SupportsInt | typing.SupportsIndex = 0) -> KVCache:
         ...

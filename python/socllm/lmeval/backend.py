@@ -34,7 +34,8 @@ them, so the two agree on the same model:
   continuation token is the argmax of its row), from log-softmax of the engine's fp32 logits
   (computed in float64 here, float32 in hf);
 * requests that share context + continuation[:-1] (all one-token-answer choices of one
-  question, e.g. MMLU's " A"/" B"/" C"/" D") run once, as hf's ``logits_cache`` does;
+  question, e.g. MMLU's " A"/" B"/" C"/" D") run once, as hf's ``logits_cache`` does, and
+  the vocabulary projection runs only for the rows that predict continuation tokens;
   unique inputs run longest first in batches of ``batch_size`` sequences and at most
   ``max_batch_tokens`` tokens (one long input may exceed it alone);
 * ``loglikelihood_rolling``: lm-eval's ``get_rolling_token_windows`` + ``make_disjoint_window``
@@ -326,8 +327,9 @@ class SocllmLM(TemplateLM):
         ctx_len = int(self.lm.config["context_length"])
         for batch in self._batches(order):
             # outs[j]: logits rows of batch[j] (greedy) or its token log-probabilities
-            if need_greedy:
-                outs = self.lm.logits_batch([list(s) for s in batch], self.plan)
+            if need_greedy:  # only the rows that predict a continuation token
+                tails = [max(len(conts[i]) for i in groups[key]) for key in batch]
+                outs = self.lm.logits_batch([list(s) for s in batch], self.plan, tails)
             else:
                 # whole sequences; one of max_length + 1 > context tokens cannot run whole:
                 # its input (all but the last token) runs for logits instead

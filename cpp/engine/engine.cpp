@@ -1216,8 +1216,8 @@ std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& s
                           " counts for " + std::to_string(seqs.size()) + " sequences");
   for (size_t i = 0; i < last_rows.size(); ++i)
     if (last_rows[i] < 1 || last_rows[i] > static_cast<int64_t>(seqs[i].size()))
-      throw InvalidArgument("[Engine.logits] last_rows[" + std::to_string(i) + "] = " +
-                            std::to_string(last_rows[i]) + " is outside 1.." +
+      throw InvalidArgument("[Engine.logits] last_rows[" + std::to_string(i) +
+                            "] = " + std::to_string(last_rows[i]) + " is outside 1.." +
                             std::to_string(seqs[i].size()) + " (the sequence's length)");
   TensorF32 h = forward_fresh(*this, seqs, plan);
   const int64_t d = h.dim(1), V = model_->config().vocab_size;

@@ -20,7 +20,9 @@ cell (issue 16 item 3).
   failed every attempt is listed and makes the sweep fail, never silently dropped.
 * At the end one table (markdown + JSON): lm-eval tasks as score and paired difference from
   the same model's fp32 (standard error and paired bootstrap 95% interval); the
-  ``wikitext2-heldout`` task as KL, top-1 agreement and perplexity ratio against fp32.
+  ``wikitext2-heldout`` task as KL, top-1 agreement and perplexity ratio against fp32; with
+  two or more lm-eval tasks, a last column with their unweighted mean (a plan's mean paired
+  change ± its standard error, once every task of the row has finished).
 
 Ray is started locally on demand (``ray.init()``) unless ``address`` names a running cluster.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import socket
@@ -533,6 +536,8 @@ def build_table(cells: Sequence[Cell], records: dict[str, dict | None]) -> dict:
     (%) with the paired difference from the model's fp32 (points, ± standard error, [bootstrap
     95% interval]); the distribution task as KL / top-1 / perplexity ratio against fp32."""
     tasks = list(dict.fromkeys(c.task for c in cells))
+    scored = [t for t in tasks if t != DISTRIBUTION_TASK]
+    with_mean = len(scored) > 1
     rows: dict[tuple, dict] = {}
     for c in cells:
         rows.setdefault((c.model, c.calib, c.plan), {})[c.task] = records.get(c.key)
@@ -543,8 +548,10 @@ def build_table(cells: Sequence[Cell], records: dict[str, dict | None]) -> dict:
         lines += [
             f"**{model}**",
             "",
-            "| plan | calibration | " + " | ".join(_task_header(t) for t in tasks) + " |",
-            "| --- | --- |" + " ---: |" * len(tasks),
+            "| plan | calibration | "
+            + " | ".join(_task_header(t) for t in tasks)
+            + (" | mean of the lm-eval tasks |" if with_mean else " |"),
+            "| --- | --- |" + " ---: |" * (len(tasks) + with_mean),
         ]
         for (m, calib, plan), by_task in rows.items():
             if m != model:
@@ -554,6 +561,9 @@ def build_table(cells: Sequence[Cell], records: dict[str, dict | None]) -> dict:
             for t in tasks:
                 entry, text = _table_cell(t, plan, by_task.get(t), ref.get(t))
                 row["tasks"][t] = entry
+                texts.append(text)
+            if with_mean:
+                row["mean"], text = _task_mean([row["tasks"][t] for t in scored], plan)
                 texts.append(text)
             out_rows.append(row)
             lines.append(f"| `{plan}` | {calib} | " + " | ".join(texts) + " |")
@@ -565,6 +575,24 @@ def _task_header(task: str) -> str:
     if task == DISTRIBUTION_TASK:
         return f"{task} (KL nats / top-1 % / ppl ratio)"
     return f"{task} ({lmeval_tasks()[task]})"
+
+
+def _task_mean(entries: list[dict | None], plan: str) -> tuple[dict | None, str]:
+    """The unweighted mean over lm-eval tasks, as the papers average (seed 001 Table 6 "Avg.
+    Degrad."): fp32's mean score; another plan's mean paired change ± its standard error,
+    sqrt(sum se_i^2) / n, since the tasks' documents are disjoint and their changes
+    independent. Empty unless every task has a result (and, for a plan, a paired change)."""
+    if any(e is None or "score" not in e for e in entries):
+        return None, ""
+    n = len(entries)
+    if plan == REFERENCE_PLAN:
+        score = sum(e["score"] for e in entries) / n
+        return {"score": score, "n_tasks": n}, _pct(score)
+    if any("delta" not in e for e in entries):
+        return None, ""
+    delta = sum(e["delta"] for e in entries) / n
+    se = math.sqrt(sum(e["se"] ** 2 for e in entries)) / n
+    return {"delta": delta, "se": se, "n_tasks": n}, f"{100 * delta:+.1f}±{100 * se:.1f}"
 
 
 def _table_cell(task: str, plan: str, rec: dict | None, ref: dict | None):

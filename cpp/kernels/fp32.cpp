@@ -1,4 +1,7 @@
 #include <cblas.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -124,11 +127,57 @@ int64_t argmax(const float* x, int64_t n) {
 
 namespace socllm::kernels {
 
-void round_to_fp16(float* x, int64_t n) {
-  // _Float16 conversions round to nearest even and overflow to inf; with F16C (-march=native on
-  // x86) the loop compiles to vcvtps2ph / vcvtph2ps.
-#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+namespace {
+
+// Round-trip of one register of floats through binary16. The conversion instructions take the
+// rounding mode from their immediate (nearest even), not MXCSR, and overflow to inf as IEEE
+// does. GCC 12 does not vectorize scalar _Float16 casts (vcvtss2sh per element), hence the
+// intrinsics.
+#if defined(__AVX512F__)
+constexpr int64_t kFp16Lanes = 16;
+inline bool round_lanes_to_fp16(float* x) {
+  const __m512 v = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x), _MM_FROUND_TO_NEAREST_INT));
+  _mm512_storeu_ps(x, v);
+  const __m512i exp = _mm512_set1_epi32(0x7f800000);
+  return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), exp), exp) == 0;
+}
+#elif defined(__F16C__) && defined(__AVX2__)
+constexpr int64_t kFp16Lanes = 8;
+inline bool round_lanes_to_fp16(float* x) {
+  const __m256 v = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x), _MM_FROUND_TO_NEAREST_INT));
+  _mm256_storeu_ps(x, v);
+  const __m256i exp = _mm256_set1_epi32(0x7f800000);
+  return _mm256_movemask_epi8(
+             _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exp), exp)) == 0;
+}
+#else
+constexpr int64_t kFp16Lanes = 1;
+inline bool round_lanes_to_fp16(float* x) {
+  *x = static_cast<float>(static_cast<_Float16>(*x));
+  return std::isfinite(*x);
+}
+#endif
+
+// Elements per parallel task: a multiple of every lane count.
+constexpr int64_t kFp16Block = 4096;
+
+}  // namespace
+
+bool round_to_fp16(float* x, int64_t n) {
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (int64_t{1} << 16))
+  for (int64_t b = 0; b < n; b += kFp16Block) {
+    const int64_t end = std::min(n, b + kFp16Block);
+    int64_t i = b;
+    bool ok = true;
+    for (; i + kFp16Lanes <= end; i += kFp16Lanes) ok &= round_lanes_to_fp16(x + i);
+    for (; i < end; ++i) {  // the tail
+      x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+      ok &= std::isfinite(x[i]);
+    }
+    finite = finite && ok;
+  }
+  return finite;
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

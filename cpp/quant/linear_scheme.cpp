@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "socllm/core.h"
 #include "socllm/kernels.h"
@@ -594,17 +595,23 @@ int64_t PreparedLinear::weight_bytes() const { return stored_weight_bytes_; }
 
 void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64_t ldy,
                                      bool accumulate) const {
-  std::vector<int8_t> A(static_cast<size_t>(N * in_));
+  // Every element of A and C is written before it is read: no zero fill (a serial pass over
+  // tens of MB at prefill sizes).
+  std::unique_ptr<int8_t[]> A_static;
+  const int8_t* A = nullptr;
   std::vector<float> row_scale(static_cast<size_t>(N), act_scale_);
+  QuantizedWeights qa;
   if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
-    quantize_static(xs, N * in_, act_scale_, 8, A.data());
+    A_static = std::make_unique_for_overwrite<int8_t[]>(static_cast<size_t>(N * in_));
+    quantize_static(xs, N * in_, act_scale_, 8, A_static.get());
+    A = A_static.get();
   } else {  // dynamic per row: LLM.int8's vector-wise activation scales
-    const QuantizedWeights qa = quantize_weights(xs, N, in_, {8, Granularity::PerChannel, 0});
-    std::memcpy(A.data(), qa.q.data(), A.size());
-    row_scale = qa.scales;
+    qa = quantize_weights(xs, N, in_, {8, Granularity::PerChannel, 0});
+    A = qa.q.data();
+    row_scale = std::move(qa.scales);
   }
-  std::vector<int32_t> C(static_cast<size_t>(N * out_));
-  kernels::gemm_s8s8s32_packed(A.data(), in_, *packed_, C.data(), out_, N, kernels::best_isa());
+  const auto C = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(N * out_));
+  kernels::gemm_s8s8s32_packed(A, in_, *packed_, C.get(), out_, N, kernels::best_isa());
   // Float epilogue: dequantize the int32 accumulators (the NPU's requantize step).
   const float oq_max = scheme_.output_quant == OutputQuant::None
                            ? 0.0f
@@ -612,7 +619,7 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
 #pragma omp parallel for schedule(static) if (N * out_ >= (int64_t{1} << 15))
   for (int64_t m = 0; m < N; ++m) {
     float* yr = y + m * ldy;
-    const int32_t* cr = C.data() + m * out_;
+    const int32_t* cr = C.get() + m * out_;
     const float sx = row_scale[static_cast<size_t>(m)];
     for (int64_t n = 0; n < out_; ++n) {
       float v = static_cast<float>(cr[n]) * (sx * w_scales_[static_cast<size_t>(n)]);
@@ -670,6 +677,12 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
         y[m * ldy + n] = accumulate ? y[m * ldy + n] + v : v;
       }
     return;
+  }
+  // The integer paths read x as it is; a copy is made only for what changes it below
+  // (smoothing, outlier columns taken out, float fake-quantization).
+  if (smooth_.empty() && !scheme_.shadow && !scheme_.outlier_threshold) {
+    if (packed_) return forward_integer(x, N, y, ldy, accumulate);
+    if (grouped_) return forward_grouped(x, N, y, ldy, accumulate, 0, out_);
   }
   std::vector<float> xs(x, x + N * in_);
   if (!smooth_.empty())
@@ -752,10 +765,7 @@ void PreparedLinear::quantize_activations_float(std::vector<float>& xs, int64_t 
   switch (scheme_.activations) {
     case ActFormat::F32: break;
     case ActFormat::F16: {
-      kernels::round_to_fp16(xs.data(), static_cast<int64_t>(xs.size()));
-      bool overflow = false;  // a branch-free scan: it vectorizes
-      for (float v : xs) overflow |= !std::isfinite(v);
-      if (overflow)
+      if (!kernels::round_to_fp16(xs.data(), static_cast<int64_t>(xs.size())))
         throw Unsupported(
             "[PreparedLinear] a linear's fp16 input overflows (|x| > 65504): the model's "
             "activations exceed binary16 (use fp32 activations)");

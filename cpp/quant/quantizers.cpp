@@ -7,12 +7,21 @@
 namespace socllm::quant {
 
 namespace {
-inline int8_t quantize_one(float x, float scale, int32_t qmax) {
-  if (scale == 0.0f) return 0;
+inline float round_clamp(float x, float scale, float lo, float hi) {
   // nearbyint rounds half to even under the default rounding mode, like np.round.
-  const float r = std::nearbyint(x / scale);
-  return static_cast<int8_t>(
-      std::clamp(r, static_cast<float>(-qmax - 1), static_cast<float>(qmax)));
+  return std::clamp(std::nearbyint(x / scale), lo, hi);
+}
+
+// q[i] = clamp(round(x[i] / scale), -qmax - 1, qmax); 0 for a zero scale. No NaN in x (checked
+// by the callers), so the loop vectorizes with the same result per element.
+void quantize_block(const float* x, int64_t n, float scale, int32_t qmax, int8_t* q) {
+  if (scale == 0.0f) {
+    std::fill(q, q + n, int8_t{0});
+    return;
+  }
+  const float lo = static_cast<float>(-qmax - 1), hi = static_cast<float>(qmax);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(round_clamp(x[i], scale, lo, hi));
 }
 
 // Index of the first NaN (or, with `inf_too`, +-inf) in x[0, n), -1 if none. The scan is a
@@ -27,9 +36,11 @@ int64_t first_bad(const float* x, int64_t n, bool inf_too) {
   return -1;
 }
 
-float absmax(const float* x, int64_t n, int64_t stride) {
+// max |x[i]| (no NaN in x: the order of the reduction does not matter).
+float absmax(const float* x, int64_t n) {
   float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(x[i * stride]));
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(x[i]));
   return m;
 }
 }  // namespace
@@ -81,10 +92,9 @@ QuantizedWeights quantize_weights(const float* W, int64_t rows, int64_t cols,
 #pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16))
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float* x = W + b * block;
-    const float scale = absmax(x, block, 1) / qmax;
+    const float scale = absmax(x, block) / qmax;
     out.scales[static_cast<size_t>(b)] = scale;
-    for (int64_t i = 0; i < block; ++i)
-      out.q[static_cast<size_t>(b * block + i)] = quantize_one(x[i], scale, spec.qmax());
+    quantize_block(x, block, scale, spec.qmax(), out.q.data() + b * block);
   }
   return out;
 }
@@ -105,9 +115,14 @@ void fake_quantize(float* x, int64_t rows, int64_t cols, const QuantSpec& spec) 
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
   for (int64_t b = 0; b < n / block; ++b) {
     float* xb = x + b * block;
-    const float scale = absmax(xb, block, 1) / static_cast<float>(qmax);
-    for (int64_t i = 0; i < block; ++i)
-      xb[i] = static_cast<float>(quantize_one(xb[i], scale, qmax)) * scale;
+    const float scale = absmax(xb, block) / static_cast<float>(qmax);
+    if (scale == 0.0f) {  // all zeros: +0 as 0 * scale gives
+      std::fill(xb, xb + block, 0.0f);
+      continue;
+    }
+    const float lo = static_cast<float>(-qmax - 1), hi = static_cast<float>(qmax);
+#pragma omp simd
+    for (int64_t i = 0; i < block; ++i) xb[i] = round_clamp(xb[i], scale, lo, hi) * scale;
   }
 }
 
@@ -128,8 +143,11 @@ void quantize_static(const float* x, int64_t n, float scale, int bits, int8_t* o
   const int32_t qmax = QuantSpec{bits, Granularity::PerTensor, 0}.qmax();
   if (const int64_t bad = first_bad(x, n, false); bad >= 0)
     throw InvalidArgument("[quantize_static] NaN at index " + std::to_string(bad));
+  // +-inf saturate; parallel in blocks that each vectorize
+  constexpr int64_t kBlock = 4096;
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) out[i] = quantize_one(x[i], scale, qmax);  // +-inf saturate
+  for (int64_t b = 0; b < n; b += kBlock)
+    quantize_block(x + b, std::min(kBlock, n - b), scale, qmax, out + b);
 }
 
 }  // namespace socllm::quant

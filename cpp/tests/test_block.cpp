@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
 #include <set>
 #include <string>
 
@@ -233,4 +237,39 @@ TEST(Kernels, RoundToFp16) {
   EXPECT_TRUE(std::isinf(x[4]));          // overflows
   EXPECT_NEAR(x[5], -0.66650390625f, 0);  // 0x3955: the nearest half to -2/3
   EXPECT_EQ(x[6], 0.0f);                  // below half the smallest subnormal
+}
+
+// The vectorized conversion equals the compiler's scalar binary16 cast bit for bit, over every
+// exponent a float has (subnormal halves, ties, overflow, NaN, signed zero), at lengths that
+// leave tails after the vector lanes and across parallel blocks; the return value says whether
+// every result is finite.
+TEST(Kernels, RoundToFp16MatchesScalarCastAndReportsNonFinite) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{4099}, int64_t{70001}}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) {
+      v = std::bit_cast<float>(bits(rng));
+      if (!std::isfinite(v)) v = 0.5f;
+      else if (std::abs(v) > 65519.0f) v = std::ldexp(v, -200);  // no overflow yet
+    }
+    const float specials[] = {0.0f,          -0.0f,         65504.0f,
+                              65519.99f,     5.9604645e-8f, 2.9802322e-8f,
+                              2.9802326e-8f, 6.1035156e-5f, -1.0f - 1.0f / 2048};
+    for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i) x[i] = specials[i];
+    std::vector<float> want = x;
+    for (auto& v : want) v = static_cast<float>(static_cast<_Float16>(v));
+    EXPECT_TRUE(kernels::round_to_fp16(x.data(), n)) << n;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(x[static_cast<size_t>(i)]),
+                std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
+          << "n " << n << " index " << i;
+    // one value past 65520 (overflows to inf), at the last index: a tail or the last lane
+    x.back() = -65520.0f;
+    EXPECT_FALSE(kernels::round_to_fp16(x.data(), n)) << n;
+    EXPECT_EQ(x.back(), -std::numeric_limits<float>::infinity());
+    x.back() = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_FALSE(kernels::round_to_fp16(x.data(), n)) << n;
+    EXPECT_TRUE(std::isnan(x.back()));
+  }
 }

@@ -98,8 +98,9 @@ inline F exp_nonpositive(F x) {
 }
 
 // x[i] = binary16(x[i]) (round to nearest even, overflow to inf): how the engine emulates an
-// op whose plan format is fp16 (its output is stored in fp16).
-void round_to_fp16(float* x, int64_t n);
+// op whose plan format is fp16 (its output is stored in fp16). Returns whether every result is
+// finite (false: an overflow to inf, or a NaN or inf in x), checked in the same pass.
+bool round_to_fp16(float* x, int64_t n);
 
 // y[i] += x[i] (residual add).
 void add_inplace(float* y, const float* x, int64_t n);

@@ -230,15 +230,17 @@ def _worker_model(name: str, calib_bytes: bytes | None, threads: int):
     digest = hashlib.sha256(calib_bytes).hexdigest() if calib_bytes else ""
     key = (name, digest)
     if key not in _MODELS:
-        calib = None
-        if calib_bytes:
-            calib = Path(tempfile.gettempdir()) / f"socllm-sweep-calib-{digest[:16]}.h5"
-            if not calib.exists():
-                with atomic_path(calib) as tmp:
-                    tmp.write_bytes(calib_bytes)
         while len(_MODELS) >= _MAX_CACHED_MODELS:
             _MODELS.pop(next(iter(_MODELS)))
-        _MODELS[key] = load(name, calib=calib, progress=False)
+        model = load(name, progress=False)
+        if calib_bytes:
+            # the engine keeps the statistics it loads, so the file lives only while it is read
+            with tempfile.TemporaryDirectory(prefix="socllm-sweep-calib-") as d:
+                path = Path(d) / "calib.h5"
+                path.write_bytes(calib_bytes)
+                model.load_calibration(path)
+            model.calibration_path = None  # it came through Ray, from the driver's calib/ file
+        _MODELS[key] = model
     return _MODELS[key]
 
 
@@ -433,7 +435,7 @@ def run_sweep(
                 ray.shutdown()
     report.seconds = round(time.perf_counter() - t0, 1)
     records = {c.key: _read_cell(out, c, identity) for c in cells}
-    table = build_table(cells, records)
+    table = build_table(cells, records, finished_only=table_only)
     report.table_md = table["markdown"]
     summary = {
         "grid": {
@@ -531,16 +533,22 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def build_table(cells: Sequence[Cell], records: dict[str, dict | None]) -> dict:
+def build_table(
+    cells: Sequence[Cell], records: dict[str, dict | None], *, finished_only: bool = False
+) -> dict:
     """``{"markdown", "rows"}``: one row per (model, calibration, plan); lm-eval cells as score
     (%) with the paired difference from the model's fp32 (points, ± standard error, [bootstrap
-    95% interval]); the distribution task as KL / top-1 / perplexity ratio against fp32."""
+    95% interval]); the distribution task as KL / top-1 / perplexity ratio against fp32.
+    ``finished_only``: rows without any finished cell are left out (``--table-only`` over a
+    grid wider than what ran, e.g. the union of two sweeps' calibration settings)."""
     tasks = list(dict.fromkeys(c.task for c in cells))
     scored = [t for t in tasks if t != DISTRIBUTION_TASK]
     with_mean = len(scored) > 1
     rows: dict[tuple, dict] = {}
     for c in cells:
         rows.setdefault((c.model, c.calib, c.plan), {})[c.task] = records.get(c.key)
+    if finished_only:
+        rows = {k: v for k, v in rows.items() if any(r is not None for r in v.values())}
     out_rows = []
     lines = []
     for model in dict.fromkeys(c.model for c in cells):

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -149,6 +150,10 @@ def test_table_pairs_every_row_with_the_models_fp32():
     assert rows["llm-int8"] == {"error": "PlanError: no"} and rows["w4a16"] is None
     assert "| `w8-group` | none | 50.0 (-10.0±" in t["markdown"]
     assert "| `w4a16` | none | not run |" in t["markdown"]
+    # --table-only: a row with no finished cell is not part of what ran
+    t = sw.build_table(cells, records, finished_only=True)
+    assert [r["plan"] for r in t["rows"]] == ["fp32", "w8-group", "llm-int8"]
+    assert "w4a16" not in t["markdown"]
 
 
 def test_table_mean_over_tasks_is_the_mean_change_with_independent_errors():
@@ -221,6 +226,24 @@ def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm
     monkeypatch.setattr(sw, "evaluate_lmeval_cell", plain)
     with pytest.raises(ValueError, match="not the engine"):
         sw.run_cell(cell, sw.SweepSettings(), None)
+
+
+def test_worker_loads_the_calibration_and_leaves_no_file(monkeypatch, tmp_path, smollm):
+    """A cell's calibration arrives as bytes (through Ray): the worker loads it into the engine
+    and deletes the file it read it from (they used to pile up in /tmp)."""
+    threads, level = socllm._core.num_threads(), socllm._core.log_level()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sw, "_MODELS", {})
+    try:
+        calib = sw.calibrate_task(str(smollm.path), "act-scales:samples=2,seqlen=32", threads)
+        m = sw._worker_model(str(smollm.path), calib, threads)
+        assert sw._worker_model(str(smollm.path), calib, threads) is m  # cached by content
+    finally:
+        socllm._core.set_num_threads(threads)
+        socllm._core.set_log_level(level)
+    assert list(tmp_path.iterdir()) == []
+    assert m.calibration is not None and m.calibration_path is None
+    m.logits([1, 2, 3], "w8a8")  # a static plan: it needs the loaded scales
 
 
 # -- a tiny grid on a local Ray cluster ----------------------------------------------------------

@@ -361,7 +361,8 @@ def cmd_sweep(args) -> int:
     print(
         f"\n{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
         f"{len(report.retried)} retried, {len(report.failed)} failed ({report.seconds} s); "
-        f"table in {Path(args.out) / 'sweep.md'} and sweep.json",
+        f"table in {Path(args.out) / 'sweep.md'} and sweep.json"
+        + "".join(f", plot {p.name}" for p in report.plots),
         file=sys.stderr,
     )
     for key, attempts in report.retried.items():

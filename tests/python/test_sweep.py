@@ -198,6 +198,60 @@ def test_table_mean_over_tasks_is_the_mean_change_with_independent_errors():
     assert "| 75.0 |" in t["markdown"]  # fp32's mean score
 
 
+def test_forest_plot_draws_the_tables_numbers(tmp_path):
+    """The plot's panels carry the table's paired changes and intervals in points, the KL with
+    its interval, errors by name, blanks for cells not run, and the mean's ±1.96 se."""
+    from socllm.sweep_plot import forest_panels, plot_forest
+
+    cells = sw.plan_grid(
+        ["smollm2-135m"],
+        ["none"],
+        ["w8-group", "llm-int8", "w4a16"],
+        ["wikitext2-heldout", "piqa", "arc_easy"],
+    )
+    lm = lambda d: {"metric": "acc", "n": len(d), "score": sum(d.values()) / len(d), "docs": d}  # noqa: E731
+    ref = {f"d/{i}": float(i % 2) for i in range(40)}
+    worse = {**ref, **{f"d/{i}": 0.0 for i in range(1, 40, 2)}}  # every right answer lost
+    kl = {"value": 0.02, "se": 0.001, "ci95": [0.018, 0.022]}
+    dist = {"kl": kl, "top1": kl, "ppl_ratio": kl, "ppl": 20.0, "ppl_ref": 19.0, "n_scored": 9}
+    records = {}
+    for c in cells:
+        if c.task == "wikitext2-heldout":
+            records[c.key] = _record(
+                c, {**dist, "kl": {**kl, "value": 0.0}} if c.plan == "fp32" else dist
+            )
+        elif c.plan == "llm-int8":
+            records[c.key] = _record(c, error="UnsupportedError: fp16 overflow")
+        elif c.plan == "w8-group" and c.task == "arc_easy":
+            records[c.key] = _record(c, lm({**ref, "d/1": 0.0}))  # one right answer lost
+        elif c.plan != "w4a16" or c.task == "piqa":
+            records[c.key] = _record(c, lm(worse if c.plan == "w4a16" else ref))
+    rows = sw.build_table(cells, records)["rows"]
+    panels = {p.task: p for p in forest_panels(rows, "smollm2-135m")}
+    assert list(panels) == ["wikitext2-heldout", "piqa", "arc_easy", "mean"]
+    w8, int8, w4 = panels["piqa"].points
+    assert [p.label for p in (w8, int8, w4)] == ["w8-group", "llm-int8", "w4a16"]
+    assert (w8.value, w8.resolved) == (0.0, False) and int8.error == "UnsupportedError"
+    assert w4.value == pytest.approx(-50.0) and w4.resolved and w4.hi < 0
+    table_w4 = next(r for r in rows if r["plan"] == "w4a16")["tasks"]["piqa"]
+    assert (w4.lo, w4.hi) == pytest.approx([100 * x for x in table_w4["ci95"]])
+    assert panels["arc_easy"].points[2].value is None  # not run: blank
+    assert (
+        panels["wikitext2-heldout"].points[0].lo,
+        panels["wikitext2-heldout"].points[0].value,
+    ) == (0.018, 0.02)
+    (mean_w8, mean_int8, mean_w4) = panels["mean"].points
+    table_mean = next(r for r in rows if r["plan"] == "w8-group")["mean"]
+    assert mean_w8.value == pytest.approx(-1.25) and table_mean["se"] > 0
+    assert mean_w8.hi - mean_w8.value == pytest.approx(100 * 1.959964 * table_mean["se"])
+    assert mean_int8.value is None and mean_w4.value is None
+    assert "fp32 50.0%, n=40" in panels["piqa"].title
+    dest = plot_forest(rows, "smollm2-135m", tmp_path / "f.png")
+    assert dest.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob(".*"))
+    with pytest.raises(ValueError, match="no finished non-fp32 cell of 'gemma3-270m'"):
+        plot_forest(rows, "gemma3-270m", tmp_path / "g.png")
+
+
 def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm):
     """A plan the model cannot run (Gemma 3's fp16 overflow, say) is a deterministic result,
     also when lm-eval's backend wraps it in a ValueError; anything else reaches Ray's retry."""
@@ -336,6 +390,8 @@ def test_cells_reproduce_the_accuracy_table(sweep_dir):
     assert 0 < heldout["kl"]["value"] < 0.05 and heldout["n_scored"] == 126
     assert rows[("none", "fp32")]["wikitext2-heldout"]["kl"]["value"] == 0.0
     assert f"| `w8a8` | {calib} |" in (out / "sweep.md").read_text()
+    (png,) = out.glob("sweep-*.png")  # the forest plot of the one model
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one machine and one build ran every cell
     (prov,) = summary["provenance"]
     assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()

@@ -1,0 +1,33 @@
+"""Draws the forest plot of a sweep table from its sweep.json (or a copy in docs/results/sweep):
+``<json stem>.png`` next to each file (``<json stem>-<model>.png`` when it has several models),
+for each model with a finished non-fp32 cell.
+
+    python scripts/plot_sweep.py docs/results/sweep/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from socllm.sweep import slug
+from socllm.sweep_plot import forest_panels, plot_forest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tables", nargs="+", type=Path, help="sweep.json files")
+    args = ap.parse_args()
+    for path in args.tables:
+        rows = json.loads(path.read_text())["rows"]
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        for model in models:
+            if forest_panels(rows, model):
+                suffix = f"-{slug(model)}" if len(models) > 1 else ""
+                dest = path.with_name(f"{path.stem}{suffix}.png")
+                print(plot_forest(rows, model, dest))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,12 @@
-// Exact INT8 GEMM with runtime dispatch: AVX-512 VNNI (vpdpbusd), AVX2 (int16 pairs and
-// vpmaddwd, exact: no saturating vpmaddubsw), scalar reference. All paths are bit-identical.
+// Exact INT8 GEMM with runtime dispatch: AMX-INT8 (tdpbssd/tdpbusd tiles), AVX-512 VNNI
+// (vpdpbusd), AVX2 (int16 pairs and vpmaddwd, exact: no saturating vpmaddubsw), scalar
+// reference. All paths are bit-identical.
 #include "socllm/gemm_s8.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -254,6 +258,133 @@ void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t
     }
 }
 
+// ---- AMX-INT8: 16 x 16 int32 tiles from 16 x 64 int8 A tiles and the VNNI-packed B ----------
+//
+// An AMX B tile is 16 rows of 64 bytes, row r holding k = 4r .. 4r+3 of 16 columns: exactly 16
+// consecutive groups of VnniPack at one column block, so B tiles load from the VNNI pack (stride
+// cols * 4 bytes) with no second copy. tdpbssd (s8 x s8) and tdpbusd (u8 x s8) accumulate in
+// int32 with wrapping adds, so the result equals every other path's bit for bit. Tiles are
+// always full (16 rows, 64 bytes): K must be a multiple of 64 and M's last M % 16 rows run on
+// the VNNI path (gemm_amx's caller); N is padded to 16 in the pack and a partial column tile
+// is stored through a buffer.
+constexpr int64_t kAmxRows = 16, kAmxK = 64, kAmxCols = 16;
+constexpr int64_t kAmxRowBlock = 128;  // rows per task: its B column block stays in L1/L2
+
+#define SOCLLM_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
+
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// tmm0-3: C (2 x 2 tiles), tmm4-5: A, tmm6-7: B. A tiles hold `k_bytes` (4..64) k per row and
+// B tiles k_bytes / 4 rows; C tiles, and every tile of the plain GEMM (k_bytes 64), are full.
+inline AmxTileConfig amx_config(int k_bytes = 64) {
+  AmxTileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = t == 4 || t == 5 ? static_cast<uint16_t>(k_bytes) : 64;
+    c.rows[t] = t >= 6 ? static_cast<uint8_t>(k_bytes / 4) : 16;
+  }
+  return c;
+}
+
+// C[MT*16 rows, NT*16 cols] at (A, n0) over all of K; `valid` columns of the last column tile
+// are stored (16 = all).
+template <bool kSigned, int MT, int NT>
+SOCLLM_AMX_TARGET void tile_amx(const int8_t* A, int64_t lda, const VnniPack& pb, int64_t n0,
+                                int64_t K, int32_t* C, int64_t ldc, int64_t valid_last) {
+  _tile_zero(0);
+  if constexpr (NT > 1) _tile_zero(1);
+  if constexpr (MT > 1) _tile_zero(2);
+  if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+  const int64_t b_stride = pb.cols * 4;
+  for (int64_t k0 = 0; k0 < K; k0 += kAmxK) {
+    const int32_t* b = pb.data.data() + (k0 / 4) * pb.cols + n0;
+    _tile_loadd(4, A + k0, lda);
+    if constexpr (MT > 1) _tile_loadd(5, A + kAmxRows * lda + k0, lda);
+    _tile_loadd(6, b, b_stride);
+    if constexpr (NT > 1) _tile_loadd(7, b + kAmxCols, b_stride);
+    if constexpr (kSigned) {
+      _tile_dpbssd(0, 4, 6);
+      if constexpr (NT > 1) _tile_dpbssd(1, 4, 7);
+      if constexpr (MT > 1) _tile_dpbssd(2, 5, 6);
+      if constexpr (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
+    } else {
+      _tile_dpbusd(0, 4, 6);
+      if constexpr (NT > 1) _tile_dpbusd(1, 4, 7);
+      if constexpr (MT > 1) _tile_dpbusd(2, 5, 6);
+      if constexpr (MT > 1 && NT > 1) _tile_dpbusd(3, 5, 7);
+    }
+  }
+  // Tile t = 2 * row tile + column tile (AMX intrinsics take tile numbers as literals); a
+  // partial last column tile goes through `buf`.
+  alignas(64) int32_t buf[kAmxRows * kAmxCols];
+#define SOCLLM_AMX_STORE(t, i, j)                                                          \
+  do {                                                                                     \
+    int32_t* c = C + (i) * kAmxRows * ldc + (j) * kAmxCols;                                \
+    if ((j) < NT - 1 || valid_last == kAmxCols) {                                          \
+      _tile_stored(t, c, ldc * 4);                                                         \
+    } else {                                                                               \
+      _tile_stored(t, buf, kAmxCols * 4);                                                  \
+      for (int64_t r = 0; r < kAmxRows; ++r)                                               \
+        std::memcpy(c + r * ldc, buf + r * kAmxCols, static_cast<size_t>(valid_last) * 4); \
+    }                                                                                      \
+  } while (0)
+  SOCLLM_AMX_STORE(0, 0, 0);
+  if constexpr (NT > 1) SOCLLM_AMX_STORE(1, 0, 1);
+  if constexpr (MT > 1) SOCLLM_AMX_STORE(2, 1, 0);
+  if constexpr (MT > 1 && NT > 1) SOCLLM_AMX_STORE(3, 1, 1);
+#undef SOCLLM_AMX_STORE
+}
+
+// One task of gemm_amx: rows [m0, m1) (whole tiles) of the column block at n0.
+template <bool kSigned>
+SOCLLM_AMX_TARGET void amx_task(const int8_t* A, int64_t lda, const VnniPack& pb, int32_t* C,
+                                int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t N,
+                                int64_t K) {
+  const AmxTileConfig cfg = amx_config();
+  _tile_loadconfig(&cfg);  // tile state is per thread
+  const int64_t cols = std::min(2 * kAmxCols, N - n0);
+  const bool two_cols = cols > kAmxCols;
+  const int64_t valid_last = cols - (two_cols ? kAmxCols : 0);
+  for (int64_t m = m0; m < m1; m += 2 * kAmxRows) {
+    const int8_t* a = A + m * lda;
+    int32_t* c = C + m * ldc + n0;
+    const bool two_rows = m + 2 * kAmxRows <= m1;
+    if (two_rows && two_cols) tile_amx<kSigned, 2, 2>(a, lda, pb, n0, K, c, ldc, valid_last);
+    else if (two_rows) tile_amx<kSigned, 2, 1>(a, lda, pb, n0, K, c, ldc, valid_last);
+    else if (two_cols) tile_amx<kSigned, 1, 2>(a, lda, pb, n0, K, c, ldc, valid_last);
+    else tile_amx<kSigned, 1, 1>(a, lda, pb, n0, K, c, ldc, valid_last);
+  }
+  _tile_release();
+}
+
+// Rows [0, M) with M a multiple of 16 and K of 64 (gemm_amx_or_vnni checks).
+template <typename TA>
+void gemm_amx(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t ldc, int64_t M,
+              int64_t N, int64_t K) {
+  constexpr bool kSigned = std::is_same_v<TA, int8_t>;
+  const auto* a8 = reinterpret_cast<const int8_t*>(A);  // tdpbusd reads the same bytes as u8
+  const int64_t n_blocks = (N + 2 * kAmxCols - 1) / (2 * kAmxCols);
+  const int64_t n_row_blocks = (M + kAmxRowBlock - 1) / kAmxRowBlock;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb)
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb)
+      amx_task<kSigned>(a8, lda, pb, C, ldc, rb * kAmxRowBlock,
+                        std::min(M, (rb + 1) * kAmxRowBlock), nb * 2 * kAmxCols, N, K);
+}
+
+// The AMX path where its tiles fit (K a multiple of 64, at least 16 rows), the VNNI path for
+// the rest: both give the same bits.
+template <typename TA>
+void gemm_amx_or_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t ldc,
+                      int64_t M, int64_t N, int64_t K) {
+  const int64_t m_amx = K > 0 && K % kAmxK == 0 ? M / kAmxRows * kAmxRows : 0;
+  if (m_amx > 0) gemm_amx(A, lda, pb, C, ldc, m_amx, N, K);
+  if (m_amx < M) gemm_vnni(A + m_amx * lda, lda, pb, C + m_amx * ldc, ldc, M - m_amx, N, K);
+}
+
 // ---- Per-group GEMM (Q8_0 x Q8_0): integer dots per group, float accumulation over groups --
 //
 // The same packed codes and inner loops as above, restarted at every group boundary: after a
@@ -367,6 +498,102 @@ __attribute__((target("avx2,fma"))) void tile_grouped_avx2(const int16_t* A, int
   }
 }
 
+// The per-group GEMM on AMX tiles: per group, the int32 dots of a 32 x 32 block in four C
+// tiles (one tile product per `chunk` k of the group), stored to `dot` and folded into float
+// accumulators with the same fma per group as the VNNI tile (bit-identical). A is read as int8
+// (tdpbssd), so no zero-point shift. Columns outside [c0, c1) are not written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_cvtepi32_ps, as above
+template <int MT, int NT>
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void tile_grouped_amx(
+    const int8_t* A, int64_t lda, const float* as, int64_t lds, const PackedGroupedWeightsS8& W,
+    int64_t n0, float* C, int64_t ldc, int64_t c0, int64_t c1, int64_t chunk) {
+  const VnniPack& pb = *W.codes().vnni();
+  const int64_t gs = W.group(), ld = W.ld(), b_stride = pb.cols * 4;
+  constexpr int64_t kCols = 2 * kAmxCols;
+  alignas(64) int32_t dot[2 * kAmxRows][kCols];
+  __m512 facc[MT * kAmxRows][NT];
+  for (auto& row : facc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  for (int64_t g = 0; g < W.groups(); ++g) {
+    _tile_zero(0);
+    if constexpr (NT > 1) _tile_zero(1);
+    if constexpr (MT > 1) _tile_zero(2);
+    if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+    for (int64_t k0 = g * gs; k0 < (g + 1) * gs; k0 += chunk) {
+      const int32_t* b = pb.data.data() + (k0 / 4) * pb.cols + n0;
+      _tile_loadd(4, A + k0, lda);
+      if constexpr (MT > 1) _tile_loadd(5, A + kAmxRows * lda + k0, lda);
+      _tile_loadd(6, b, b_stride);
+      if constexpr (NT > 1) _tile_loadd(7, b + kAmxCols, b_stride);
+      _tile_dpbssd(0, 4, 6);
+      if constexpr (NT > 1) _tile_dpbssd(1, 4, 7);
+      if constexpr (MT > 1) _tile_dpbssd(2, 5, 6);
+      if constexpr (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, &dot[0][0], kCols * 4);
+    if constexpr (NT > 1) _tile_stored(1, &dot[0][kAmxCols], kCols * 4);
+    if constexpr (MT > 1) _tile_stored(2, &dot[kAmxRows][0], kCols * 4);
+    if constexpr (MT > 1 && NT > 1) _tile_stored(3, &dot[kAmxRows][kAmxCols], kCols * 4);
+    const float* ws = W.scales_t() + g * ld + n0;
+    for (int i = 0; i < MT * kAmxRows; ++i) {
+      const __m512 sa = _mm512_set1_ps(as[i * lds + g]);
+      for (int j = 0; j < NT; ++j) {
+        const __m512 scale = _mm512_mul_ps(sa, _mm512_loadu_ps(ws + j * kAmxCols));
+        const __m512 d = _mm512_cvtepi32_ps(_mm512_load_si512(&dot[i][j * kAmxCols]));
+        facc[i][j] = _mm512_fmadd_ps(d, scale, facc[i][j]);
+      }
+    }
+  }
+  for (int j = 0; j < NT; ++j) {
+    const auto [lo, hi] = lanes_in(n0 + j * kAmxCols, kAmxCols, c0, c1);
+    if (lo >= hi) continue;
+    const auto m = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << lo);
+    for (int i = 0; i < MT * kAmxRows; ++i)
+      _mm512_mask_storeu_ps(C + i * ldc + n0 + j * kAmxCols, m, facc[i][j]);
+  }
+}
+#pragma GCC diagnostic pop
+
+// Rows [0, M) (a multiple of 16) of the columns [c0, c1), in tasks of (32 columns, 128 rows).
+template <int MT>
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void grouped_amx_task(
+    const int8_t* A, int64_t lda, const float* as, int64_t lds, const PackedGroupedWeightsS8& W,
+    float* C, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t col_tiles, int64_t c0,
+    int64_t c1, int64_t chunk) {
+  const AmxTileConfig cfg = amx_config(static_cast<int>(chunk));
+  _tile_loadconfig(&cfg);
+  for (int64_t m = m0; m < m1; m += 2 * kAmxRows) {
+    const bool two_rows = m + 2 * kAmxRows <= m1;
+    auto run = [&]<int R, int N>() {
+      tile_grouped_amx<R, N>(A + m * lda, lda, as + m * lds, lds, W, n0, C + m * ldc, ldc, c0, c1,
+                             chunk);
+    };
+    if (two_rows && col_tiles > 1) run.template operator()<2, 2>();
+    else if (two_rows) run.template operator()<2, 1>();
+    else if (col_tiles > 1) run.template operator()<1, 2>();
+    else run.template operator()<1, 1>();
+  }
+  _tile_release();
+}
+
+void gemm_grouped_amx(const int8_t* A, int64_t lda, const float* as, int64_t lds,
+                      const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M, int64_t c0,
+                      int64_t c1, int64_t chunk) {
+  const int64_t t0 = c0 / kAmxCols, t1 = (c1 + kAmxCols - 1) / kAmxCols;  // column tiles
+  const int64_t n_blocks = (t1 - t0 + 1) / 2;
+  const int64_t n_row_blocks = (M + kAmxRowBlock - 1) / kAmxRowBlock;
+#pragma omp parallel for collapse(2) \
+    schedule(dynamic, 1) if (M * (c1 - c0) * W.k() >= (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < n_blocks; ++nb)
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+      const int64_t tile = t0 + 2 * nb;
+      grouped_amx_task<2>(A, lda, as, lds, W, C, ldc, rb * kAmxRowBlock,
+                          std::min(M, (rb + 1) * kAmxRowBlock), tile * kAmxCols,
+                          std::min<int64_t>(2, t1 - tile), c0, c1, chunk);
+    }
+}
+
 void gemm_grouped_scalar(const int8_t* A, int64_t lda, const float* as, int64_t lds,
                          const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
                          int64_t c0, int64_t c1) {
@@ -452,6 +679,7 @@ template <typename TA>
 void run_path(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
               int64_t M, int64_t N, int64_t K, Isa isa) {
   switch (isa) {
+    case Isa::AmxInt8: return gemm_amx_or_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx512Vnni: return gemm_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx2: return gemm_avx2(A, lda, pack_b_avx2(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
@@ -473,15 +701,34 @@ std::string isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512Vnni: return "avx512-vnni";
+    case Isa::AmxInt8: return "amx-int8";
   }
   return "?";
 }
 
 Isa isa_from_name(const std::string& name) {
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::AmxInt8})
     if (isa_name(i) == name) return i;
-  throw InvalidArgument("[isa] unknown instruction set '" + name + "' (scalar, avx2, avx512-vnni)");
+  throw InvalidArgument("[isa] unknown instruction set '" + name +
+                        "' (scalar, avx2, avx512-vnni, amx-int8)");
 }
+
+namespace {
+// AMX needs the CPU's AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24, 25) and, on Linux, the
+// process's permission to use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM), which a
+// kernel without AMX support refuses.
+bool amx_int8_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!((edx >> 24) & 1u) || !((edx >> 25) & 1u)) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
 
 std::vector<Isa> supported_isas() {
   // The CPU does not change while the process runs: detect once (this is on every GEMM call).
@@ -490,8 +737,10 @@ std::vector<Isa> supported_isas() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) out.push_back(Isa::Avx2);
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512vnni")) {
       out.push_back(Isa::Avx512Vnni);
+      if (amx_int8_usable()) out.push_back(Isa::AmxInt8);  // its tails run on the VNNI path
+    }
     return out;
   }();
   return isas;
@@ -552,6 +801,7 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
   if (M == 0 || N == 0) return;
+  if (isa == Isa::AmxInt8) return gemm_amx_or_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
   if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
   if (isa == Isa::Avx2) return gemm_avx2(A, lda, *W.avx2(), C, ldc, M, N, K);
   run_path(A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
@@ -610,7 +860,18 @@ void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, i
     return;
   }
   // A path whose operand step does not divide the group runs the next narrower one (all paths
-  // give the same bits).
+  // give the same bits). AMX takes whole 16-row blocks when a group is 4..64 k or a multiple
+  // of 64 (one or more tile products per group); its row tail runs on VNNI.
+  if (isa == Isa::AmxInt8) {
+    const int64_t chunk = gs % kAmxK == 0 ? kAmxK : gs;
+    const int64_t m_amx = gs % 4 == 0 && chunk <= kAmxK ? M / kAmxRows * kAmxRows : 0;
+    if (m_amx > 0)
+      gemm_grouped_amx(A, lda, a_scales, lds, W, C, ldc, m_amx, col_begin, col_end, chunk);
+    if (m_amx < M)
+      gemm_grouped_s8s8f32(A + m_amx * lda, lda, a_scales + m_amx * lds, lds, W, C + m_amx * ldc,
+                           ldc, M - m_amx, col_begin, col_end, Isa::Avx512Vnni);
+    return;
+  }
   if (isa == Isa::Avx512Vnni && gs % 4 != 0) isa = Isa::Avx2;
   if (isa == Isa::Avx2 && gs % 2 != 0) isa = Isa::Scalar;
   if (isa == Isa::Avx512Vnni) {

@@ -67,6 +67,24 @@ TEST(GemmS8, AllPathsExactOverSizes) {
         }
 }
 
+TEST(GemmS8, AmxTileShapesAndTails) {
+  // K a multiple of 64 and M >= 16 run on AMX tiles where the CPU has them: 1 or 2 row and
+  // column tiles per block, partial last column tiles (N % 16), row tails (M % 16) on VNNI, a
+  // task boundary (128 rows), and padded leading dimensions. Other CPUs check the same shapes
+  // on their widest path.
+  uint32_t seed = 100;
+  for (int64_t M : {16, 31, 32, 48, 130})
+    for (int64_t N : {1, 16, 17, 40, 64})
+      for (int64_t K : {64, 192, 576})
+        for (int pad : {0, 5}) {
+          check_all_paths<int8_t>(M, N, K, pad, seed, false);
+          check_all_paths<uint8_t>(M, N, K, pad, seed++, false);
+        }
+  // The largest products on every element: sums of 4096 * 2^14 = 2^26 in each accumulator.
+  check_all_paths<int8_t>(32, 48, 4096, 0, 9, true);
+  check_all_paths<uint8_t>(32, 48, 4096, 0, 9, true);
+}
+
 TEST(GemmS8, ExtremeValuesAndLongK) {
   // -128 x -128 everywhere is the largest product; K = 4099 crosses every vector width.
   check_all_paths<int8_t>(5, 6, 4099, 1, 7, true);
@@ -87,7 +105,7 @@ TEST(GemmS8, PrepackedWeightsEqualUnpacked) {
   std::mt19937 g(11);
   std::uniform_int_distribution<int> d(-128, 127);
   for (auto [M, N, K] :
-       std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 19, 65}, {13, 70, 300}}) {
+       std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 19, 65}, {13, 70, 300}, {40, 70, 128}}) {
     std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * (K + 2)));
     for (auto& x : A) x = static_cast<int8_t>(d(g));
     for (auto& x : B) x = static_cast<int8_t>(d(g));
@@ -148,8 +166,8 @@ GroupedCase random_grouped(int64_t M, int64_t N, int64_t K, int64_t gs, uint32_t
 
 TEST(GemmGroupedS8, AllPathsEqualTheDefinedSumOrder) {
   uint32_t seed = 100;
-  for (int64_t gs : {1, 2, 4, 6, 32})
-    for (int64_t M : {1, 3, 4, 5, 13, 70})
+  for (int64_t gs : {1, 2, 4, 6, 32, 48})  // 4, 32 and 48 also run on AMX tiles (M >= 16)
+    for (int64_t M : {1, 3, 4, 5, 13, 16, 70})
       for (int64_t N : {1, 7, 16, 31, 33, 100})
         for (int64_t groups : {1, 3}) {
           const int64_t K = gs * groups;
@@ -169,8 +187,10 @@ TEST(GemmGroupedS8, AllPathsEqualTheDefinedSumOrder) {
 
 TEST(GemmGroupedS8, ExtremeCodesAndLargeGroups) {
   // -128 x -128 over a 1024-wide group is the largest dot (2^24): still exact as a float.
-  for (int64_t gs : {1024, 64}) {
-    const int64_t M = 5, N = 37, K = 2048;
+  // 32 rows: AMX tiles where the CPU has them, 64 k per tile product (16 of them per group).
+  for (auto [gs, M] :
+       std::vector<std::array<int64_t, 2>>{{1024, 5}, {64, 5}, {1024, 32}, {128, 32}}) {
+    const int64_t N = 37, K = 2048;
     const GroupedCase c = random_grouped(M, N, K, gs, 7, gs == 1024);
     const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
     const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
@@ -184,20 +204,27 @@ TEST(GemmGroupedS8, ExtremeCodesAndLargeGroups) {
 
 TEST(GemmGroupedS8, ColumnBlocksEqualTheWholeAndLeaveTheRestAlone) {
   // A partitioned linear computes blocks of columns; each must carry the whole GEMM's bits.
-  const int64_t M = 9, N = 75, K = 96, gs = 32;
-  const GroupedCase c = random_grouped(M, N, K, gs, 3, false);
-  const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
-  const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
-  for (k::Isa isa : k::supported_isas()) {
-    std::vector<float> C(static_cast<size_t>(M * N), 7.0f);
-    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 5, 40, isa);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n)
-        ASSERT_EQ(C[m * N + n], n >= 5 && n < 40 ? ref[m * N + n] : 7.0f)
-            << k::isa_name(isa) << " m=" << m << " n=" << n;
-    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 40, N, isa);
-    k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, 0, 5, isa);
-    EXPECT_EQ(C, ref) << k::isa_name(isa);
+  // 9 rows run on vectors; 37 and 48 rows on AMX tiles (with a 5-row tail) where there are any.
+  for (int64_t M : {9, 37, 48}) {
+    const int64_t N = 75, K = 96, gs = 32;
+    const GroupedCase c = random_grouped(M, N, K, gs, 3, false);
+    const k::PackedGroupedWeightsS8 W(c.B.data(), K, c.sw.data(), N, K, gs);
+    const auto ref = grouped_reference(c.A, c.sa, c.B, c.sw, M, N, K, gs);
+    for (k::Isa isa : k::supported_isas()) {
+      for (auto [c0, c1] : std::vector<std::array<int64_t, 2>>{{5, 40}, {16, 48}, {70, 75}}) {
+        std::vector<float> C(static_cast<size_t>(M * N), 7.0f);
+        k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, c0, c1, isa);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(C[m * N + n], n >= c0 && n < c1 ? ref[m * N + n] : 7.0f)
+                << k::isa_name(isa) << " M=" << M << " columns [" << c0 << ", " << c1 << ") m=" << m
+                << " n=" << n;
+      }
+      std::vector<float> C(static_cast<size_t>(M * N), 7.0f);  // the whole, block by block
+      for (auto [c0, c1] : std::vector<std::array<int64_t, 2>>{{5, 40}, {40, N}, {0, 5}})
+        k::gemm_grouped_s8s8f32(c.A.data(), K, c.sa.data(), K / gs, W, C.data(), N, M, c0, c1, isa);
+      EXPECT_EQ(C, ref) << k::isa_name(isa) << " M=" << M;
+    }
   }
 }
 

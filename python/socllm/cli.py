@@ -357,12 +357,15 @@ def cmd_sweep(args) -> int:
         crash_pattern=args.inject_crash,
         table_only=args.table_only,
     )
+    from .sweep_plot import write_sweep_plots
+
+    plots = write_sweep_plots(report.rows, args.out)
     print(report.table_md)
     print(
         f"\n{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
         f"{len(report.retried)} retried, {len(report.failed)} failed ({report.seconds} s); "
         f"table in {Path(args.out) / 'sweep.md'} and sweep.json"
-        + "".join(f", plot {p.name}" for p in report.plots),
+        + "".join(f", plot {p.name}" for p in plots),
         file=sys.stderr,
     )
     for key, attempts in report.retried.items():

@@ -7,7 +7,9 @@
   Q8_0 x Q8_0) of int8 ``A [M, K]`` with scales ``[M, K / G]`` and
   ``W = PackedGroupedWeightsS8(B [K, N], scales [N, K / G], G)``: exact int32 dots per group,
   summed over groups in order with one fma each (the w8-group and w4-group plans' linears).
-- ``isa()``: the path used by default on this CPU (``avx512-vnni``, ``avx2`` or ``scalar``);
+- ``isa()``: the path used by default on this CPU (``amx-int8``, ``avx512-vnni``, ``avx2`` or
+  ``scalar``; ``amx-int8`` runs whole 16-row, K % 64 == 0 blocks on AMX tiles and the rest on
+  VNNI, and the grouped GEMM on VNNI);
   ``supported_isas()``: every path this CPU can run (``isa=`` forces one).
 - ``linear_f32(x, W)``: fp32 ``x @ W.T`` with the engine's OpenBLAS sgemm (the benchmarks' peer).
 

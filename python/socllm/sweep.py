@@ -22,8 +22,8 @@ cell (issue 16 item 3).
   the same model's fp32 (standard error and paired bootstrap 95% interval); the
   ``wikitext2-heldout`` task as KL, top-1 agreement and perplexity ratio against fp32; with
   two or more lm-eval tasks, a last column with their unweighted mean (a plan's mean paired
-  change ± its standard error, once every task of the row has finished), and one forest plot
-  per model of the same numbers (``sweep-<model>.png``, :mod:`socllm.sweep_plot`).
+  change ± its standard error, once every task of the row has finished); ``socllm sweep`` also
+  draws one forest plot per model of the same numbers (:mod:`socllm.sweep_plot`).
 
 Ray is started locally on demand (``ray.init()``) unless ``address`` names a running cluster.
 """
@@ -355,7 +355,7 @@ class SweepReport:
     failed: dict[str, str] = field(default_factory=dict)  # key -> error after all attempts
     seconds: float = 0.0
     table_md: str = ""
-    plots: list[Path] = field(default_factory=list)  # one forest plot per model (sweep_plot)
+    rows: list[dict] = field(default_factory=list)  # the table's rows (sweep.json "rows")
 
 
 def _cell_file(out: Path, cell: Cell) -> Path:
@@ -468,18 +468,8 @@ def run_sweep(
     }
     atomic_write_text(out / "sweep.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "sweep.md", table["markdown"] + "\n")
-    report.plots = write_plots(table["rows"], out)
+    report.rows = table["rows"]
     return report
-
-
-def write_plots(rows: Sequence[dict], out: Path) -> list[Path]:
-    """``sweep-<model>.png`` in ``out`` for each model with a finished non-fp32 cell."""
-    from .sweep_plot import forest_panels, plot_forest
-
-    models = dict.fromkeys(r["model"] for r in rows)
-    return [
-        plot_forest(rows, m, out / f"sweep-{slug(m)}.png") for m in models if forest_panels(rows, m)
-    ]
 
 
 def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .io_utils import atomic_path
-from .sweep import DISTRIBUTION_TASK, NO_CALIBRATION, REFERENCE_PLAN
+from .sweep import DISTRIBUTION_TASK, NO_CALIBRATION, REFERENCE_PLAN, slug
 
 MEAN_PANEL = "mean"
 LABEL_WIDTH_CHARS = 38  # plan strings with options wrap at their commas
@@ -197,3 +197,13 @@ def plot_forest(rows: Sequence[dict], model: str, dest: str | Path, columns: int
         fig.savefig(tmp, format="png")
     plt.close(fig)
     return dest
+
+
+def write_sweep_plots(rows: Sequence[dict], out: str | Path) -> list[Path]:
+    """``sweep-<model>.png`` in ``out`` for each model with a finished non-fp32 cell."""
+    models = dict.fromkeys(r["model"] for r in rows)
+    return [
+        plot_forest(rows, m, Path(out) / f"sweep-{slug(m)}.png")
+        for m in models
+        if forest_panels(rows, m)
+    ]

@@ -12,7 +12,18 @@ import socllm
 from socllm import ops
 
 ISAS = ops.supported_isas()
-SIZES = [(1, 1, 1), (3, 5, 7), (4, 4, 64), (7, 13, 65), (17, 9, 127), (33, 31, 1000), (2, 3, 0)]
+# (16, 16, 64), (48, 40, 128) and (33, 31, 1000)'s first 32 rows are whole AMX tiles.
+SIZES = [
+    (1, 1, 1),
+    (3, 5, 7),
+    (4, 4, 64),
+    (7, 13, 65),
+    (17, 9, 127),
+    (16, 16, 64),
+    (48, 40, 128),
+    (33, 31, 1000),
+    (2, 3, 0),
+]
 
 
 def ref(A, B):
@@ -20,7 +31,7 @@ def ref(A, B):
 
 
 def test_isa_names():
-    assert ISAS[0] == "scalar" and set(ISAS) <= {"scalar", "avx2", "avx512-vnni"}
+    assert ISAS[0] == "scalar" and set(ISAS) <= {"scalar", "avx2", "avx512-vnni", "amx-int8"}
     if not os.environ.get("SOCLLM_MAX_ISA"):
         assert ops.isa() == ISAS[-1]
 

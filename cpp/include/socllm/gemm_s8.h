@@ -14,7 +14,9 @@
 
 namespace socllm::kernels {
 
-enum class Isa { Scalar, Avx2, Avx512Vnni };
+// In order of width; AmxInt8 (Intel AMX tiles, Sapphire Rapids and later) runs the shapes its
+// 16 x 64 tiles fit (K a multiple of 64, blocks of 16 rows) and the VNNI path for the rest.
+enum class Isa { Scalar, Avx2, Avx512Vnni, AmxInt8 };
 
 // Largest K for which no input can overflow int32: s8 x s8 products reach 128 * 128 = 2^14
 // (so K * 2^14 <= 2^31 - 1), u8 x s8 products reach -255 * 128 (so K * 32640 <= 2^31).

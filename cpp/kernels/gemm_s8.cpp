@@ -271,6 +271,8 @@ constexpr int64_t kAmxRows = 16, kAmxK = 64, kAmxCols = 16;
 constexpr int64_t kAmxRowBlock = 128;  // rows per task: its B column block stays in L1/L2
 
 #define SOCLLM_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
+// The per-group kernel's float epilogue runs on AVX-512 registers.
+#define SOCLLM_AMX_AVX512_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
 
 struct alignas(64) AmxTileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -505,9 +507,10 @@ __attribute__((target("avx2,fma"))) void tile_grouped_avx2(const int16_t* A, int
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_cvtepi32_ps, as above
 template <int MT, int NT>
-__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void tile_grouped_amx(
-    const int8_t* A, int64_t lda, const float* as, int64_t lds, const PackedGroupedWeightsS8& W,
-    int64_t n0, float* C, int64_t ldc, int64_t c0, int64_t c1, int64_t chunk) {
+SOCLLM_AMX_AVX512_TARGET void tile_grouped_amx(const int8_t* A, int64_t lda, const float* as,
+                                               int64_t lds, const PackedGroupedWeightsS8& W,
+                                               int64_t n0, float* C, int64_t ldc, int64_t c0,
+                                               int64_t c1, int64_t chunk) {
   const VnniPack& pb = *W.codes().vnni();
   const int64_t gs = W.group(), ld = W.ld(), b_stride = pb.cols * 4;
   constexpr int64_t kCols = 2 * kAmxCols;
@@ -555,12 +558,12 @@ __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void tile_grouped_
 }
 #pragma GCC diagnostic pop
 
-// Rows [0, M) (a multiple of 16) of the columns [c0, c1), in tasks of (32 columns, 128 rows).
-template <int MT>
-__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void grouped_amx_task(
-    const int8_t* A, int64_t lda, const float* as, int64_t lds, const PackedGroupedWeightsS8& W,
-    float* C, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t col_tiles, int64_t c0,
-    int64_t c1, int64_t chunk) {
+// One task of gemm_grouped_amx: rows [m0, m1) (whole tiles) of 1 or 2 column tiles at n0.
+SOCLLM_AMX_AVX512_TARGET void grouped_amx_task(const int8_t* A, int64_t lda, const float* as,
+                                               int64_t lds, const PackedGroupedWeightsS8& W,
+                                               float* C, int64_t ldc, int64_t m0, int64_t m1,
+                                               int64_t n0, int64_t col_tiles, int64_t c0,
+                                               int64_t c1, int64_t chunk) {
   const AmxTileConfig cfg = amx_config(static_cast<int>(chunk));
   _tile_loadconfig(&cfg);
   for (int64_t m = m0; m < m1; m += 2 * kAmxRows) {
@@ -577,6 +580,7 @@ __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void grouped_amx_t
   _tile_release();
 }
 
+// Rows [0, M) (a multiple of 16) of the columns [c0, c1), in tasks of (32 columns, 128 rows).
 void gemm_grouped_amx(const int8_t* A, int64_t lda, const float* as, int64_t lds,
                       const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M, int64_t c0,
                       int64_t c1, int64_t chunk) {
@@ -588,9 +592,9 @@ void gemm_grouped_amx(const int8_t* A, int64_t lda, const float* as, int64_t lds
   for (int64_t nb = 0; nb < n_blocks; ++nb)
     for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
       const int64_t tile = t0 + 2 * nb;
-      grouped_amx_task<2>(A, lda, as, lds, W, C, ldc, rb * kAmxRowBlock,
-                          std::min(M, (rb + 1) * kAmxRowBlock), tile * kAmxCols,
-                          std::min<int64_t>(2, t1 - tile), c0, c1, chunk);
+      grouped_amx_task(A, lda, as, lds, W, C, ldc, rb * kAmxRowBlock,
+                       std::min(M, (rb + 1) * kAmxRowBlock), tile * kAmxCols,
+                       std::min<int64_t>(2, t1 - tile), c0, c1, chunk);
     }
 }
 

@@ -8,8 +8,8 @@
   ``W = PackedGroupedWeightsS8(B [K, N], scales [N, K / G], G)``: exact int32 dots per group,
   summed over groups in order with one fma each (the w8-group and w4-group plans' linears).
 - ``isa()``: the path used by default on this CPU (``amx-int8``, ``avx512-vnni``, ``avx2`` or
-  ``scalar``; ``amx-int8`` runs whole 16-row, K % 64 == 0 blocks on AMX tiles and the rest on
-  VNNI, and the grouped GEMM on VNNI);
+  ``scalar``; ``amx-int8`` runs whole 16-row blocks on AMX tiles when K is a multiple of 64,
+  or for the grouped GEMM a group 4..64 k or a multiple of 64, and the rest on VNNI);
   ``supported_isas()``: every path this CPU can run (``isa=`` forces one).
 - ``linear_f32(x, W)``: fp32 ``x @ W.T`` with the engine's OpenBLAS sgemm (the benchmarks' peer).
 

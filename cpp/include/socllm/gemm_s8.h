@@ -15,7 +15,8 @@
 namespace socllm::kernels {
 
 // In order of width; AmxInt8 (Intel AMX tiles, Sapphire Rapids and later) runs the shapes its
-// 16 x 64 tiles fit (K a multiple of 64, blocks of 16 rows) and the VNNI path for the rest.
+// tiles fit (blocks of 16 rows; K a multiple of 64, or for the per-group GEMM a group of 4..64
+// k or a multiple of 64) and the VNNI path for the rest.
 enum class Isa { Scalar, Avx2, Avx512Vnni, AmxInt8 };
 
 // Largest K for which no input can overflow int32: s8 x s8 products reach 128 * 128 = 2^14

@@ -11,8 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from socllm.sweep import slug
-from socllm.sweep_plot import forest_panels, plot_forest
+from socllm.sweep_plot import write_sweep_plots
 
 
 def main() -> None:
@@ -21,12 +20,8 @@ def main() -> None:
     args = ap.parse_args()
     for path in args.tables:
         rows = json.loads(path.read_text())["rows"]
-        models = list(dict.fromkeys(r["model"] for r in rows))
-        for model in models:
-            if forest_panels(rows, model):
-                suffix = f"-{slug(model)}" if len(models) > 1 else ""
-                dest = path.with_name(f"{path.stem}{suffix}.png")
-                print(plot_forest(rows, model, dest))
+        for png in write_sweep_plots(rows, path.parent, stem=path.stem, model_suffix=False):
+            print(png)
 
 
 if __name__ == "__main__":

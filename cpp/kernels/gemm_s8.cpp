@@ -291,34 +291,45 @@ inline AmxTileConfig amx_config(int k_bytes = 64) {
   return c;
 }
 
+// The tile products of one k-chunk shared by both AMX kernels: C tiles 0-3 (2 x 2, the first
+// MT rows and NT columns in use) += A tiles (rows of A at a, a + 16 lda) x B tiles (b, b + 16).
+template <int MT, int NT>
+SOCLLM_AMX_TARGET inline void amx_zero_c() {
+  _tile_zero(0);
+  if constexpr (NT > 1) _tile_zero(1);
+  if constexpr (MT > 1) _tile_zero(2);
+  if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+}
+
+template <bool kSigned, int MT, int NT>
+SOCLLM_AMX_TARGET inline void amx_step(const int8_t* a, int64_t lda, const int32_t* b,
+                                       int64_t b_stride) {
+  _tile_loadd(4, a, lda);
+  if constexpr (MT > 1) _tile_loadd(5, a + kAmxRows * lda, lda);
+  _tile_loadd(6, b, b_stride);
+  if constexpr (NT > 1) _tile_loadd(7, b + kAmxCols, b_stride);
+  if constexpr (kSigned) {
+    _tile_dpbssd(0, 4, 6);
+    if constexpr (NT > 1) _tile_dpbssd(1, 4, 7);
+    if constexpr (MT > 1) _tile_dpbssd(2, 5, 6);
+    if constexpr (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
+  } else {
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (NT > 1) _tile_dpbusd(1, 4, 7);
+    if constexpr (MT > 1) _tile_dpbusd(2, 5, 6);
+    if constexpr (MT > 1 && NT > 1) _tile_dpbusd(3, 5, 7);
+  }
+}
+
 // C[MT*16 rows, NT*16 cols] at (A, n0) over all of K; `valid` columns of the last column tile
 // are stored (16 = all).
 template <bool kSigned, int MT, int NT>
 SOCLLM_AMX_TARGET void tile_amx(const int8_t* A, int64_t lda, const VnniPack& pb, int64_t n0,
                                 int64_t K, int32_t* C, int64_t ldc, int64_t valid_last) {
-  _tile_zero(0);
-  if constexpr (NT > 1) _tile_zero(1);
-  if constexpr (MT > 1) _tile_zero(2);
-  if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+  amx_zero_c<MT, NT>();
   const int64_t b_stride = pb.cols * 4;
-  for (int64_t k0 = 0; k0 < K; k0 += kAmxK) {
-    const int32_t* b = pb.data.data() + (k0 / 4) * pb.cols + n0;
-    _tile_loadd(4, A + k0, lda);
-    if constexpr (MT > 1) _tile_loadd(5, A + kAmxRows * lda + k0, lda);
-    _tile_loadd(6, b, b_stride);
-    if constexpr (NT > 1) _tile_loadd(7, b + kAmxCols, b_stride);
-    if constexpr (kSigned) {
-      _tile_dpbssd(0, 4, 6);
-      if constexpr (NT > 1) _tile_dpbssd(1, 4, 7);
-      if constexpr (MT > 1) _tile_dpbssd(2, 5, 6);
-      if constexpr (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
-    } else {
-      _tile_dpbusd(0, 4, 6);
-      if constexpr (NT > 1) _tile_dpbusd(1, 4, 7);
-      if constexpr (MT > 1) _tile_dpbusd(2, 5, 6);
-      if constexpr (MT > 1 && NT > 1) _tile_dpbusd(3, 5, 7);
-    }
-  }
+  for (int64_t k0 = 0; k0 < K; k0 += kAmxK)
+    amx_step<kSigned, MT, NT>(A + k0, lda, pb.data.data() + (k0 / 4) * pb.cols + n0, b_stride);
   // Tile t = 2 * row tile + column tile (AMX intrinsics take tile numbers as literals); a
   // partial last column tile goes through `buf`.
   alignas(64) int32_t buf[kAmxRows * kAmxCols];
@@ -519,21 +530,9 @@ SOCLLM_AMX_AVX512_TARGET void tile_grouped_amx(const int8_t* A, int64_t lda, con
   for (auto& row : facc)
     for (auto& v : row) v = _mm512_setzero_ps();
   for (int64_t g = 0; g < W.groups(); ++g) {
-    _tile_zero(0);
-    if constexpr (NT > 1) _tile_zero(1);
-    if constexpr (MT > 1) _tile_zero(2);
-    if constexpr (MT > 1 && NT > 1) _tile_zero(3);
-    for (int64_t k0 = g * gs; k0 < (g + 1) * gs; k0 += chunk) {
-      const int32_t* b = pb.data.data() + (k0 / 4) * pb.cols + n0;
-      _tile_loadd(4, A + k0, lda);
-      if constexpr (MT > 1) _tile_loadd(5, A + kAmxRows * lda + k0, lda);
-      _tile_loadd(6, b, b_stride);
-      if constexpr (NT > 1) _tile_loadd(7, b + kAmxCols, b_stride);
-      _tile_dpbssd(0, 4, 6);
-      if constexpr (NT > 1) _tile_dpbssd(1, 4, 7);
-      if constexpr (MT > 1) _tile_dpbssd(2, 5, 6);
-      if constexpr (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
-    }
+    amx_zero_c<MT, NT>();
+    for (int64_t k0 = g * gs; k0 < (g + 1) * gs; k0 += chunk)
+      amx_step<true, MT, NT>(A + k0, lda, pb.data.data() + (k0 / 4) * pb.cols + n0, b_stride);
     _tile_stored(0, &dot[0][0], kCols * 4);
     if constexpr (NT > 1) _tile_stored(1, &dot[0][kAmxCols], kCols * 4);
     if constexpr (MT > 1) _tile_stored(2, &dot[kAmxRows][0], kCols * 4);

@@ -129,14 +129,18 @@ def plot_forest(rows: Sequence[dict], model: str, dest: str | Path, columns: int
     """Draws ``model``'s panels (:func:`forest_panels`) into the PNG ``dest`` (written
     atomically). Resolved changes (interval excluding 0) are red for a loss, green for a gain;
     cells that ended in an error show its name."""
+    panels = forest_panels(rows, model)
+    if not panels:
+        raise ValueError(f"sweep plot: no finished non-fp32 cell of {model!r} to draw")
+    return _draw(panels, model, Path(dest), columns)
+
+
+def _draw(panels: Sequence[ForestPanel], model: str, dest: Path, columns: int = 4) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = forest_panels(rows, model)
-    if not panels:
-        raise ValueError(f"sweep plot: no finished non-fp32 cell of {model!r} to draw")
     n_rows = (len(panels) + columns - 1) // columns
     n_cols = min(columns, len(panels))
     n_plans = len(panels[0].points)
@@ -192,18 +196,23 @@ def plot_forest(rows: Sequence[dict], model: str, dest: str | Path, columns: int
         ax.set_visible(False)
     fig.suptitle(f"{model}: each plan against fp32 (95% intervals)", fontsize=10)
     fig.tight_layout()
-    dest = Path(dest)
     with atomic_path(dest) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
     return dest
 
 
-def write_sweep_plots(rows: Sequence[dict], out: str | Path) -> list[Path]:
-    """``sweep-<model>.png`` in ``out`` for each model with a finished non-fp32 cell."""
-    models = dict.fromkeys(r["model"] for r in rows)
-    return [
-        plot_forest(rows, m, Path(out) / f"sweep-{slug(m)}.png")
-        for m in models
-        if forest_panels(rows, m)
-    ]
+def write_sweep_plots(
+    rows: Sequence[dict], out: str | Path, stem: str = "sweep", model_suffix: bool = True
+) -> list[Path]:
+    """``<stem>-<model>.png`` in ``out`` for each model with a finished non-fp32 cell
+    (``<stem>.png`` when ``model_suffix`` is false and the rows hold one model)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    suffix = model_suffix or len(models) > 1
+    written = []
+    for m in models:
+        panels = forest_panels(rows, m)
+        if panels:
+            name = f"{stem}-{slug(m)}" if suffix else stem
+            written.append(_draw(panels, m, Path(out) / f"{name}.png"))
+    return written

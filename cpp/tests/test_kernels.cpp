@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -188,6 +189,55 @@ TEST(GeluTanhMul, HandComputed) {
   EXPECT_FLOAT_EQ(out[0], 0.0f);
   const double g1 = 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (1 + 0.044715)));
   EXPECT_NEAR(out[1], g1 * -2.0, 1e-6);  // 0.841192 x -2
+}
+
+// Against x / (1 + exp(-2v)) in double (the tanh form in double cancels for x << 0). The
+// kernel rounds 2v to float first, which alone moves sigmoid(2v) by up to ~2.4e-7 |2v|
+// relative; below 2v = -87 the sigmoid is at exp_nonpositive's clamp (absolute ~1.6e-38 |x|).
+TEST(GeluTanhMul, MatchesDoubleReferenceEverywhere) {
+  const double c = std::sqrt(2.0 / M_PI);
+  std::vector<float> xs;
+  for (float x = -12.0f; x <= 12.0f; x += 1.37e-3f) xs.push_back(x);
+  const auto n = static_cast<int64_t>(xs.size());
+  for (const float up : {1.0f, -2.5f}) {
+    std::vector<float> gu(xs), out(xs.size());
+    gu.resize(2 * xs.size(), up);
+    k::gelu_tanh_mul(gu.data(), 1, n, out.data());
+    int checked = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double x = xs[i], z = 2.0 * c * (x + 0.044715 * x * x * x);
+      const double ref = x / (1.0 + std::exp(-z)) * up;
+      if (z > -87.0) {
+        ASSERT_LE(std::abs(out[i] - ref), (1e-6 + 3e-7 * std::abs(z)) * std::abs(ref))
+            << "x " << x << " up " << up;
+        ++checked;
+      } else {
+        ASSERT_LE(std::abs(out[i]), 1e-36) << "x " << x;
+      }
+      // transformers' fp32 tanh form: the same up to its rounding (1 + tanh cancels: absolute)
+      const float xf = xs[i], cf = static_cast<float>(c);
+      const float tanh_form =
+          0.5f * xf * (1.0f + std::tanh(cf * (xf + 0.044715f * xf * xf * xf))) * up;
+      ASSERT_LE(std::abs(out[i] - tanh_form), 4e-6) << "x " << x << " up " << up;
+    }
+    EXPECT_GT(checked, static_cast<int>(xs.size()) / 2);
+  }
+}
+
+TEST(GeluTanhMul, NonFiniteAndHugeInputs) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // gate [NaN, 1e20, -1e20, -200], up [1, 3, 1, 1]; x^3 overflows to +-inf for +-1e20
+  std::vector<float> gu{nan, 1e20f, -1e20f, -200.0f, 1.0f, 3.0f, 1.0f, 1.0f}, out(4);
+  k::gelu_tanh_mul(gu.data(), 1, 4, out.data());
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_FLOAT_EQ(out[1], 3e20f);       // gelu(x) = x for x >> 0
+  EXPECT_LE(std::abs(out[2]), 2e-18f);  // ~0 for x << 0: 1.6e-38 |x| at the clamp
+  EXPECT_LE(std::abs(out[3]), 1e-35f);
+  EXPECT_EQ(k::sigmoid(inf), 1.0f);
+  EXPECT_LT(k::sigmoid(-inf), 1e-37f);
+  EXPECT_EQ(k::sigmoid(0.0f), 0.5f);
+  EXPECT_TRUE(std::isnan(k::sigmoid(nan)));
 }
 
 TEST(Attention, ChunkedEqualsFull) {

@@ -97,6 +97,14 @@ inline F exp_nonpositive(F x) {
   return y * std::bit_cast<F>((k_int + 127) << 23);
 }
 
+// The logistic sigmoid 1 / (1 + exp(-z)) from exp_nonpositive(-|z|), so no exp overflows for
+// any z; a loop calling it vectorizes (no libm call). Relative error < 1e-6 where the result is
+// above exp_nonpositive's clamp (~1.6e-38).
+inline float sigmoid(float z) {
+  const float e = exp_nonpositive(-std::fabs(z));
+  return (z >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
 // x[i] = binary16(x[i]) (round to nearest even, overflow to inf): how the engine emulates an
 // op whose plan format is fp16 (its output is stored in fp16). Returns whether every result is
 // finite (false: an overflow to inf, or a NaN or inf in x), checked in the same pass.

@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 import socllm.lmeval as sl  # noqa: E402
+from socllm.cli import split_list  # noqa: E402
 from socllm.io_utils import atomic_write_text  # noqa: E402
 from socllm.perplexity import eval_wikitext2  # noqa: E402
 from socllm.sweep import PRESET_PLANS  # noqa: E402
@@ -89,7 +90,12 @@ def best_of(repeats: int, fn) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--plans", default=",".join(PRESET_PLANS))
+    ap.add_argument(
+        "--plans",
+        default=",".join(PRESET_PLANS),
+        help="comma-separated, or ';'-separated when a plan has options "
+        "(fp32;w8-group:norm=fp32,...)",
+    )
     ap.add_argument(
         "--calib",
         default=None,
@@ -108,7 +114,7 @@ def main() -> int:
 
     socllm.set_num_threads(args.threads)
     socllm.set_log_level("warn")
-    plans = [p.strip() for p in args.plans.split(",") if p.strip()]
+    plans = split_list(args.plans)
     model = socllm.load(args.model, progress=False)
     calib_note = args.calib
     with tempfile.TemporaryDirectory() as tmp:

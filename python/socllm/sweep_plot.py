@@ -132,10 +132,20 @@ def plot_forest(rows: Sequence[dict], model: str, dest: str | Path, columns: int
     panels = forest_panels(rows, model)
     if not panels:
         raise ValueError(f"sweep plot: no finished non-fp32 cell of {model!r} to draw")
-    return _draw(panels, model, Path(dest), columns)
+    return _save(forest_figure(panels, model, columns), Path(dest))
 
 
-def _draw(panels: Sequence[ForestPanel], model: str, dest: Path, columns: int = 4) -> Path:
+def _save(fig, dest: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return dest
+
+
+def forest_figure(panels: Sequence[ForestPanel], model: str, columns: int = 4):
+    """The matplotlib figure of ``panels``, ``columns`` to a row, under one title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,6 +163,7 @@ def _draw(panels: Sequence[ForestPanel], model: str, dest: Path, columns: int = 
         dpi=110,
         squeeze=False,
         sharey=True,
+        layout="constrained",  # makes room for the suptitle, which tight_layout does not
     )
     ys = list(range(n_plans))[::-1]
     for ax, panel in zip(axes.flat, panels, strict=False):
@@ -195,11 +206,7 @@ def _draw(panels: Sequence[ForestPanel], model: str, dest: Path, columns: int = 
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"{model}: each plan against fp32 (95% intervals)", fontsize=10)
-    fig.tight_layout()
-    with atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return dest
+    return fig
 
 
 def write_sweep_plots(
@@ -214,5 +221,5 @@ def write_sweep_plots(
         panels = forest_panels(rows, m)
         if panels:
             name = f"{stem}-{slug(m)}" if suffix else stem
-            written.append(_draw(panels, m, Path(out) / f"{name}.png"))
+            written.append(_save(forest_figure(panels, m), Path(out) / f"{name}.png"))
     return written

@@ -6,6 +6,7 @@ scores of the existing accuracy table (docs/results/plan_accuracy.json)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -201,7 +202,8 @@ def test_table_mean_over_tasks_is_the_mean_change_with_independent_errors():
 def test_forest_plot_draws_the_tables_numbers(tmp_path):
     """The plot's panels carry the table's paired changes and intervals in points, the KL with
     its interval, errors by name, blanks for cells not run, and the mean's ±1.96 se."""
-    from socllm.sweep_plot import forest_panels, plot_forest
+    import matplotlib.pyplot as plt
+    from socllm.sweep_plot import forest_figure, forest_panels, plot_forest
 
     cells = sw.plan_grid(
         ["smollm2-135m"],
@@ -248,6 +250,17 @@ def test_forest_plot_draws_the_tables_numbers(tmp_path):
     assert "fp32 50.0%, n=40" in panels["piqa"].title
     dest = plot_forest(rows, "smollm2-135m", tmp_path / "f.png")
     assert dest.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(tmp_path.glob(".*"))
+    # the figure title stays above every panel title on a tall figure (tight_layout drew a
+    # 24-plan figure's first-row titles over it)
+    tall = [
+        dataclasses.replace(p, points=p.points * 8) for p in forest_panels(rows, "smollm2-135m")
+    ]
+    fig = forest_figure(tall, "smollm2-135m", columns=2)
+    fig.canvas.draw()  # the layout runs at draw time
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig._suptitle.get_window_extent(renderer).y0
+    assert all(ax.title.get_window_extent(renderer).y1 <= title_bottom for ax in fig.axes)
+    plt.close(fig)
     with pytest.raises(ValueError, match="no finished non-fp32 cell of 'gemma3-270m'"):
         plot_forest(rows, "gemma3-270m", tmp_path / "g.png")
 

@@ -10,11 +10,18 @@ cell (issue 16 item 3).
 * Each calibration setting is one Ray task per model that returns the HDF5 file's bytes; the
   driver stores them (``calib/``) and hands them to the cells through the object store, so the
   nodes of a cluster share no file system.
-* Only the driver writes: each cell's result lands in ``cells/.../<task>.json`` atomically when
-  it arrives, so a sweep killed at any point keeps every finished cell, and a rerun skips them
-  (a cell file made with other settings is an error, not a silent mix). Deterministic socllm
-  errors (e.g. a plan the model cannot run) are results too (``status: error``), rerun only with
-  ``retry_errors``.
+* Only the driver writes results: each cell's result lands in ``cells/.../<task>.json``
+  atomically when it arrives, so a sweep killed at any point keeps every finished cell, and a
+  rerun skips them (a cell file made with other settings is an error, not a silent mix).
+  Deterministic socllm errors (e.g. a plan the model cannot run) are results too (``status:
+  error``), rerun only with ``retry_errors``.
+* A running lm-eval cell commits each request it scores to its own SQLite file under
+  ``partial/`` (lm-eval's per-request cache; the name carries the cell and a digest of the
+  settings), so a worker or sweep killed mid-cell loses at most the batch in flight: the next
+  attempt, a Ray retry or a rerun, scores only the missing requests (``resumed_requests`` in
+  the cell file; its ``seconds`` are the last attempt's). The driver deletes the file once the
+  cell's result is written. Resuming needs the retry on the same node or a ``--out`` shared by
+  the nodes; elsewhere the cell starts afresh.
 * A worker that dies is retried by Ray (``retries`` times; any non-socllm exception as well);
   every attempt is counted by a ledger actor, so retried cells are reported, and a cell that
   failed every attempt is listed and makes the sweep fail, never silently dropped.
@@ -31,6 +38,7 @@ Ray is started locally on demand (``ray.init()``) unless ``address`` names a run
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -63,6 +71,8 @@ DISTRIBUTION_TASK = "wikitext2-heldout"  # socllm.divergence's metrics against f
 NO_CALIBRATION = "none"
 DEFAULT_CALIBRATION = "act-scales"  # socllm calibrate's default: 128 x 512 tokens, seed 0
 CELL_FORMAT = 1  # bump when a cell's result changes meaning
+# lm-eval's name for the cache file of a use_cache prefix (CachingLM of rank 0)
+LMEVAL_CACHE_SUFFIX = "_rank0.db"
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -258,9 +268,12 @@ def calibrate_task(model: str, spec: str, threads: int) -> bytes:
         return path.read_bytes()
 
 
-def evaluate_lmeval_cell(model, plan: str, task: str, limit, batch_size: int, fewshot) -> dict:
+def evaluate_lmeval_cell(
+    model, plan: str, task: str, limit, batch_size: int, fewshot, partial=None
+) -> dict:
     """One plan on one lm-eval task: the primary metric's score, per-document scores
-    (``docs``: {"subtask/doc_id": 0/1}) for pairing, acc and acc_norm."""
+    (``docs``: {"subtask/doc_id": 0/1}) for pairing, acc and acc_norm. ``partial``: the path
+    prefix of the cell's per-request cache (:func:`socllm.lmeval.evaluate`'s ``use_cache``)."""
     import socllm.lmeval as sl
 
     metric = lmeval_tasks()[task]
@@ -274,6 +287,7 @@ def evaluate_lmeval_cell(model, plan: str, task: str, limit, batch_size: int, fe
         quiet=True,
         log_samples=True,
         bootstrap_iters=0,
+        use_cache=partial,
     )
     docs = {f"{row['task']}/{row['doc_id']}": float(row[metric]) for row in r["predictions"][task]}
     return {
@@ -286,13 +300,32 @@ def evaluate_lmeval_cell(model, plan: str, task: str, limit, batch_size: int, fe
     }
 
 
-def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> dict:
+def cached_requests(partial: str | os.PathLike | None) -> int:
+    """Requests already scored in the per-request cache at ``partial`` (0 if it has none)."""
+    db = Path(f"{partial}{LMEVAL_CACHE_SUFFIX}") if partial else None
+    if db is None or not db.exists():
+        return 0
+    from sqlitedict import SqliteDict
+
+    with SqliteDict(str(db), flag="r") as d:
+        return len(d)
+
+
+def run_cell(
+    cell: Cell,
+    settings: SweepSettings,
+    calib_bytes: bytes | None,
+    partial: str | os.PathLike | None = None,
+) -> dict:
     """The result of one cell (no attempt bookkeeping): ``status`` ok with ``result``, or
-    error with the socllm error's class and message."""
+    error with the socllm error's class and message. ``partial``: where an lm-eval cell keeps
+    the requests it has scored, so an attempt that dies mid-cell loses none of them
+    (``resumed_requests``: how many this attempt found there)."""
     from .divergence import compare_plans
 
     provenance = run_provenance()  # before the work: the code this process runs it with
     t0 = time.perf_counter()
+    resumed = None
     try:
         model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell)
         if cell.task == DISTRIBUTION_TASK:
@@ -300,8 +333,20 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
                 model, [cell.plan], context=settings.context, windows=settings.windows
             )[cell.plan]
         else:
+            if partial is not None:
+                try:  # a node that cannot write there (no shared --out) runs without it
+                    Path(partial).parent.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    partial = None
+            resumed = cached_requests(partial)
             r = evaluate_lmeval_cell(
-                model, cell.plan, cell.task, settings.limit, settings.batch_size, settings.fewshot
+                model,
+                cell.plan,
+                cell.task,
+                settings.limit,
+                settings.batch_size,
+                settings.fewshot,
+                partial,
             )
         out = {"status": "ok", "result": r}
     except (SocllmError, ValueError) as e:
@@ -312,21 +357,43 @@ def run_cell(cell: Cell, settings: SweepSettings, calib_bytes: bytes | None) -> 
             raise
         out = {"status": "error", "error": f"{type(cause).__name__}: {cause}"}
     out["seconds"] = round(time.perf_counter() - t0, 2)
+    if resumed is not None:
+        out["resumed_requests"] = resumed
     out["host"] = socket.gethostname()
     out["provenance"] = provenance
     return out
 
 
-def cell_task(cell: Cell, settings: SweepSettings, calib_bytes, ledger, crash_pattern) -> dict:
+def _die_mid_cell(cell: Cell, settings: SweepSettings, calib_bytes) -> None:
+    """Tests (``crash_pattern``): kill this worker process as an out-of-memory kill would, in
+    the middle of an lm-eval cell (on its second engine batch, once the first batch's requests
+    are in the per-request cache), at once for any other cell."""
+    if cell.task == DISTRIBUTION_TASK:
+        os._exit(1)
+    model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell)
+    batches = itertools.count()
+    logits_batch = model.logits_batch
+
+    def dying(*args, **kwargs):
+        if next(batches) == 1:
+            os._exit(1)
+        return logits_batch(*args, **kwargs)
+
+    model.logits_batch = dying
+
+
+def cell_task(
+    cell: Cell, settings: SweepSettings, calib_bytes, ledger, crash_pattern, partial=None
+) -> dict:
     """Ray task: :func:`run_cell` with its attempt number from the ledger. ``crash_pattern``
-    (tests only): the first attempt of a cell whose key contains it kills its worker process,
-    as an out-of-memory kill would."""
+    (tests only): the first attempt of a cell whose key contains it kills its worker process
+    (:func:`_die_mid_cell`)."""
     import ray
 
     attempt = ray.get(ledger.start.remote(cell.key))
     if crash_pattern and crash_pattern in cell.key and attempt == 1:
-        os._exit(1)
-    return {**run_cell(cell, settings, calib_bytes), "attempt": attempt}
+        _die_mid_cell(cell, settings, calib_bytes)
+    return {**run_cell(cell, settings, calib_bytes, partial), "attempt": attempt}
 
 
 class AttemptLedger:
@@ -377,6 +444,18 @@ def _read_cell(out: Path, cell: Cell, identity: dict) -> dict | None:
             "use another --out or the same settings"
         )
     return rec
+
+
+def _partial_prefix(out: Path, cell: Cell, identity: dict) -> Path:
+    """The path prefix of a cell's per-request cache: the cell's own, and its settings', so a
+    run with other settings (or another cell) never reads it."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return out.resolve() / "partial" / Path(*cell.relpath().parts[1:-1]) / f"{cell.task}-{digest}"
+
+
+def _remove_partial(prefix: Path) -> None:
+    for f in prefix.parent.glob(f"{prefix.name}{LMEVAL_CACHE_SUFFIX}*"):  # with any -journal
+        f.unlink(missing_ok=True)
 
 
 def _calib_file(out: Path, model: str, spec: str) -> Path:
@@ -498,7 +577,11 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
             pending[ref] = ("calib", (c.model, c.calib))
     for c in todo:
         calib = calib_refs.get((c.model, c.calib))
-        pending[cell_remote.remote(c, settings, calib, ledger, crash_pattern)] = ("cell", c)
+        partial = str(_partial_prefix(out, c, identity))
+        pending[cell_remote.remote(c, settings, calib, ledger, crash_pattern, partial)] = (
+            "cell",
+            c,
+        )
     bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -518,6 +601,7 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
         path = _cell_file(out, what)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(rec) + "\n")
+        _remove_partial(_partial_prefix(out, what, identity))  # the cell file holds it all now
         report.ran.append(what.key)
         if value["attempt"] > 1:
             report.retried[what.key] = value["attempt"]

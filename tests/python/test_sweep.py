@@ -1,7 +1,8 @@
 """``socllm sweep`` (socllm.sweep): the grid is checked before anything runs, the paired bootstrap
 interval against an exact enumeration, the table against hand-made records, and a tiny grid on a
 local Ray cluster: a sweep killed mid-way resumes without losing a finished cell, a worker that
-dies is retried and reported (or listed as failed), and its cells reproduce the per-document
+dies is retried and reported (or listed as failed), a cell interrupted mid-way resumes from the
+requests it had scored, and the cells reproduce the per-document
 scores of the existing accuracy table (docs/results/plan_accuracy.json)."""
 
 from __future__ import annotations
@@ -313,6 +314,47 @@ def test_worker_loads_the_calibration_and_leaves_no_file(monkeypatch, tmp_path, 
     m.logits([1, 2, 3], "w8a8")  # a static plan: it needs the loaded scales
 
 
+def test_cell_killed_mid_way_resumes_from_its_scored_requests(monkeypatch, tmp_path, smollm):
+    """An lm-eval cell interrupted after its first engine batch keeps that batch's requests in
+    its per-request cache; the next attempt runs only the other inputs and gives the result of
+    an uninterrupted run, document for document."""
+    threads, level = socllm._core.num_threads(), socllm._core.log_level()
+    monkeypatch.setattr(sw, "_MODELS", {(str(smollm.path), ""): smollm})
+    cell = sw.Cell(str(smollm.path), "none", "w8-group", "arc_easy")
+    settings = sw.SweepSettings(limit=5, cpus_per_cell=threads)
+    engine_batch = smollm.logits_batch
+    batches: list[int] = []  # inputs per engine call
+
+    def counting(seqs, *args, **kwargs):
+        batches.append(len(seqs))
+        if len(batches) == 2 and interrupt:
+            raise KeyboardInterrupt  # what Ctrl-C or a kill would end the attempt with
+        return engine_batch(seqs, *args, **kwargs)
+
+    monkeypatch.setattr(smollm, "logits_batch", counting)
+    try:
+        interrupt = False
+        whole = sw.run_cell(cell, settings, None)
+        assert "resumed_requests" in whole and len(batches) >= 3
+        uninterrupted, batches[:] = list(batches), []
+
+        partial = tmp_path / "partial" / "arc_easy-x"
+        interrupt = True
+        with pytest.raises(KeyboardInterrupt):
+            sw.run_cell(cell, settings, None, partial)
+        first = sw.cached_requests(partial)
+        assert first >= uninterrupted[0]  # the first batch's inputs, one request or more each
+        interrupt, batches[:] = False, []
+        rec = sw.run_cell(cell, settings, None, partial)
+    finally:
+        socllm._core.set_num_threads(threads)
+        socllm._core.set_log_level(level)
+    assert rec["resumed_requests"] == first
+    assert sum(batches) == sum(uninterrupted) - uninterrupted[0]
+    assert rec["result"] == whole["result"] and rec["result"]["n"] == 5
+    assert sw.cached_requests(tmp_path / "none") == 0
+
+
 # -- a tiny grid on a local Ray cluster ----------------------------------------------------------
 
 pytest.importorskip("ray")
@@ -379,10 +421,17 @@ def test_killed_sweep_resumes_without_losing_a_cell(sweep_dir):
 
 
 def test_dead_worker_is_retried_and_reported(sweep_dir):
+    """The worker dies in the middle of the cell (after its first engine batch): the retry
+    resumes from the requests already scored (test_cells_reproduce_the_accuracy_table checks
+    its documents), and the per-request caches are gone once the cells are written."""
     out, _, r = sweep_dir
     assert "retried: " in r.stderr and "| w8-group | arc_easy (2 attempts)" in r.stderr
     summary = json.loads((out / "sweep.json").read_text())
     assert list(summary["retried"].values()) == [2] and summary["failed"] == {}
+    model_dir = next((out / "cells").iterdir())
+    resumed = json.loads((model_dir / "none" / "w8-group" / "arc_easy.json").read_text())
+    assert resumed["attempt"] == 2 and resumed["resumed_requests"] >= 8  # one batch of 8 inputs
+    assert [p for p in (out / "partial").rglob("*") if p.is_file()] == []
 
 
 def test_cells_reproduce_the_accuracy_table(sweep_dir):

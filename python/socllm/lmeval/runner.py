@@ -147,6 +147,7 @@ def evaluate(
     max_batch_tokens: int | None = None,
     bootstrap_iters: int = 1000,
     limit_per_subject: bool = False,
+    use_cache: str | os.PathLike | None = None,
     **plan_options: Any,
 ) -> dict:
     """Evaluate a socllm model on local lm-eval tasks.
@@ -159,7 +160,11 @@ def evaluate(
     ``limit_per_subject`` is true (lm-eval's own meaning: ``limit`` per subject). A float
     ``limit`` < 1 is a fraction of every task (lm-eval's meaning). ``quiet``: no progress
     bars, socllm's or lm-eval's, and no lm-eval INFO logs (:func:`quiet_lm_eval`). Extra
-    keywords are plan options (``alpha=0.5``...).
+    keywords are plan options (``alpha=0.5``...). ``use_cache``: lm-eval's per-request cache
+    (SQLite, ``<use_cache>_rank0.db``). The backend commits each request when its batch is
+    scored (rolling perplexity: when the whole call ends), so a rerun after an interruption
+    computes only the requests missing; entries are keyed by the request alone, so give each
+    model, plan and setting its own path.
 
     Returns ``{task: {"acc", "acc_norm", "n", "task", other metrics}}`` keyed by the names
     given, plus ``"lm_eval"``: the raw ``simple_evaluate`` result (serialize it with
@@ -201,6 +206,7 @@ def evaluate(
             num_fewshot=num_fewshot,
             log_samples=log_samples,
             bootstrap_iters=bootstrap_iters,
+            use_cache=None if use_cache is None else os.fspath(use_cache),
         )
     out: dict[str, Any] = summarize(raw, names)
     out[RAW_KEY] = raw

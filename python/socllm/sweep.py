@@ -324,6 +324,7 @@ def run_cell(
     from .divergence import compare_plans
 
     provenance = run_provenance()  # before the work: the code this process runs it with
+    started_unix_s = time.time()
     t0 = time.perf_counter()
     resumed = None
     try:
@@ -357,6 +358,7 @@ def run_cell(
             raise
         out = {"status": "error", "error": f"{type(cause).__name__}: {cause}"}
     out["seconds"] = round(time.perf_counter() - t0, 2)
+    out["started_unix_s"] = round(started_unix_s, 3)
     if resumed is not None:
         out["resumed_requests"] = resumed
     out["host"] = socket.gethostname()
@@ -390,10 +392,14 @@ def cell_task(
     (:func:`_die_mid_cell`)."""
     import ray
 
-    attempt = ray.get(ledger.start.remote(cell.key))
-    if crash_pattern and crash_pattern in cell.key and attempt == 1:
+    started = ledger.start.remote(cell.key)
+    if crash_pattern and crash_pattern in cell.key and ray.get(started) == 1:
         _die_mid_cell(cell, settings, calib_bytes)
-    return {**run_cell(cell, settings, calib_bytes, partial), "attempt": attempt}
+    rec = run_cell(cell, settings, calib_bytes, partial)
+    # The attempt number is waited for only now: a task blocked in ray.get lends its CPUs to
+    # the next queued cell, and both then run to the end (at the start, each cell would start
+    # one more than the cluster has CPUs for).
+    return {**rec, "attempt": ray.get(started)}
 
 
 class AttemptLedger:

@@ -459,6 +459,21 @@ def test_cells_reproduce_the_accuracy_table(sweep_dir):
     assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()
 
 
+def test_cells_run_no_more_at_once_than_the_cluster_has_cpus_for(sweep_dir):
+    """The local cluster has os.cpu_count() CPUs and each cell asks for 2: no more cells ran at
+    once (a cell blocked in ray.get at its start used to lend its CPUs to the next one). The
+    crashed cell is left out: its first attempt waits for its attempt number."""
+    out, _, _ = sweep_dir
+    spans = []
+    for path in (out / "cells").rglob("*.json"):
+        rec = json.loads(path.read_text())
+        if rec["cell"]["plan"] != "w8-group" or rec["cell"]["task"] != "arc_easy":
+            spans.append((rec["started_unix_s"], rec["started_unix_s"] + rec["seconds"]))
+    assert len(spans) == CELLS - 1
+    most = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
+    assert most <= max(1, (os.cpu_count() or 1) // 2), sorted(spans)
+
+
 def test_rerun_skips_everything_and_other_settings_are_refused(sweep_dir, smollm):
     out, _, _ = sweep_dir
     before = _cell_files(out)

@@ -46,7 +46,7 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -464,6 +464,16 @@ def _remove_partial(prefix: Path) -> None:
         f.unlink(missing_ok=True)
 
 
+def _remove_empty_partial_folders(out: Path, prefixes: Iterable[Path]) -> None:
+    """The cells' cache folders left empty, once none of them runs (a running cell may have
+    made its folder and not yet its cache)."""
+    root = out.resolve() / "partial"
+    folders = {f for p in prefixes for f in p.parents if f.is_relative_to(root) and f != root}
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def _calib_file(out: Path, model: str, spec: str) -> Path:
     return out / "calib" / slug(model) / f"{slug(spec)}.h5"
 
@@ -614,6 +624,7 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
         bar.update(1)
         bar.set_postfix(failed=len(report.failed), retried=len(report.retried))
     bar.close()
+    _remove_empty_partial_folders(out, (_partial_prefix(out, c, identity) for c in todo))
     attempts = ray.get(ledger.counts.remote())
     for key in report.failed:
         report.failed[key] += f" (after {attempts.get(key, 0)} attempts)"

@@ -20,8 +20,8 @@ cell (issue 16 item 3).
   settings), so a worker or sweep killed mid-cell loses at most the batch in flight: the next
   attempt, a Ray retry or a rerun, scores only the missing requests (``resumed_requests`` in
   the cell file; its ``seconds`` are the last attempt's). The driver deletes the file once the
-  cell's result is written. Resuming needs the retry on the same node or a ``--out`` shared by
-  the nodes; elsewhere the cell starts afresh.
+  cell's result is written, and the folders left empty when the sweep ends. Resuming needs the
+  retry on the same node or a ``--out`` shared by the nodes; elsewhere the cell starts afresh.
 * A worker that dies is retried by Ray (``retries`` times; any non-socllm exception as well);
   every attempt is counted by a ledger actor, so retried cells are reported, and a cell that
   failed every attempt is listed and makes the sweep fail, never silently dropped.

@@ -376,12 +376,16 @@ GRID = [
     "2",
 ]
 CELLS = 6  # fp32 and w8-group on "none", w8a8 on the one calibration; two tasks each
+# Every sweep here starts its own local Ray cluster: ray.init() would otherwise join a cluster
+# that `ray start` left running on the machine (a real sweep's), where these cells may wait for
+# CPUs forever.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": "local"}
 
 
 def _sweep(model_path, out, *extra, wait=True):
     cmd = [sys.executable, "-m", "socllm", "sweep", "--models", str(model_path), *GRID]
     cmd += ["--out", str(out), "--quiet", *extra]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, **RAY_ENV}
     if not wait:
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
@@ -503,7 +507,7 @@ def test_worker_dying_on_every_attempt_fails_the_sweep(tmp_path, smollm):
     cmd = [sys.executable, "-m", "socllm", "sweep", "--models", str(smollm.path), "--plans", "fp32"]
     cmd += ["--tasks", "wikitext2-heldout", "--windows", "1", "--context", "32", "--retries", "0"]
     cmd += ["--out", str(tmp_path), "--quiet", "--inject-crash", "fp32"]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, **RAY_ENV}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert r.returncode == 1
     assert "FAILED: " in r.stderr and "| fp32 | wikitext2-heldout: " in r.stderr
@@ -514,10 +518,12 @@ def test_worker_dying_on_every_attempt_fails_the_sweep(tmp_path, smollm):
 
 
 @pytest.mark.slow
-def test_sweep_reproduces_full_cells_of_the_accuracy_table(tmp_path):
+def test_sweep_reproduces_full_cells_of_the_accuracy_table(tmp_path, monkeypatch):
     """Whole cells of docs/results/plan_accuracy.json (100 documents each), document by
     document: fp32 and w4a16 (weight-only: no calibration, so nothing but the engine and the
     lm-eval path can change them)."""
+    for name, value in RAY_ENV.items():
+        monkeypatch.setenv(name, value)
     table = json.loads(PLAN_ACCURACY.read_text())["results"]
     report = sw.run_sweep(
         ["smollm2-135m"],

@@ -591,9 +591,10 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
             ref = calib_remote.remote(c.model, c.calib, settings.cpus_per_cell)
             calib_refs[(c.model, c.calib)] = ref
             pending[ref] = ("calib", (c.model, c.calib))
+    partials = {c: _partial_prefix(out, c, identity) for c in todo}
     for c in todo:
         calib = calib_refs.get((c.model, c.calib))
-        partial = str(_partial_prefix(out, c, identity))
+        partial = str(partials[c])
         pending[cell_remote.remote(c, settings, calib, ledger, crash_pattern, partial)] = (
             "cell",
             c,
@@ -617,14 +618,14 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
         path = _cell_file(out, what)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(rec) + "\n")
-        _remove_partial(_partial_prefix(out, what, identity))  # the cell file holds it all now
+        _remove_partial(partials[what])  # the cell file holds it all now
         report.ran.append(what.key)
         if value["attempt"] > 1:
             report.retried[what.key] = value["attempt"]
         bar.update(1)
         bar.set_postfix(failed=len(report.failed), retried=len(report.retried))
     bar.close()
-    _remove_empty_partial_folders(out, (_partial_prefix(out, c, identity) for c in todo))
+    _remove_empty_partial_folders(out, partials.values())
     attempts = ray.get(ledger.counts.remote())
     for key in report.failed:
         report.failed[key] += f" (after {attempts.get(key, 0)} attempts)"

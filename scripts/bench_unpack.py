@@ -53,7 +53,9 @@ QK_BLOCK = 256  # weights per K-quant block
 
 
 def model_linears(model) -> list[tuple[str, np.ndarray]]:
-    return [(f"layers/{i}/{n}", W) for (i, n), W in linear_weights(model.path).items()]
+    return [
+        (f"layers/{i}/{n}", W) for (i, n), W in linear_weights(model.path, model.config).items()
+    ]
 
 
 def allocate_and_pack(weights, bits: float, group: int, progress: bool, method: str = "greedy"):

@@ -3,9 +3,9 @@
 
 #include <optional>
 
+#include "calibration/calibration.h"
 #include "common.h"
-#include "socllm/calibration.h"
-#include "socllm/model.h"
+#include "model/model.h"
 
 namespace socllm::py_bind {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm::py_bind {
 
@@ -73,6 +73,14 @@ enum class LinearSite : int;
 namespace npu {
 struct GraphCacheStats;
 }
+namespace soc {
+class DeviceProfile;
+class CostModel;
+enum class Processor : int;
+}  // namespace soc
+namespace sched {
+struct PartitionCosts;
+}
 }  // namespace socllm
 
 namespace socllm::py_bind {
@@ -94,18 +102,32 @@ LinearSite site_from_name(const std::string& site, const char* fn);
 // The statistics of a static graph cache as a dict. Defined in engine.cpp.
 py::dict graph_stats_to_py(const npu::GraphCacheStats& s);
 
-// One init function per binding file, called in this order by module.cpp (a type is registered
-// before the functions whose signatures name it). init_soc and init_sched fill the `sim`
-// submodule; init_ops and init_quant create their own.
-void init_core(py::module_& m);         // core.cpp: core.h
-void init_io(py::module_& m);           // io.cpp: gguf.h
-void init_model(py::module_& m);        // model.cpp: model.h
-void init_soc(py::module_& sim);        // soc.cpp: soc.h
-void init_sched(py::module_& sim);      // sched.cpp: task_graph.h, simulator.h, simulate.h
-void init_plan(py::module_& m);         // plan.cpp: plan.h, block.h
-void init_calibration(py::module_& m);  // calibration.cpp: calibration.h
-void init_engine(py::module_& m);       // engine.cpp: engine.h, static_graph.h
-void init_ops(py::module_& m);          // ops.cpp: gemm_s8.h, kernels.h
-void init_quant(py::module_& m);        // quant.cpp: quant.h
+// A device profile from a DeviceProfile, a name or .json path (soc::load_device) or a dict (the
+// profile's JSON). Defined in soc.cpp.
+std::shared_ptr<const soc::DeviceProfile> device_from_py(const py::handle& profile);
+soc::DeviceProfile profile_from_py(const py::handle& profile);
+// The partition profiler's prediction mode: predictor(op: dict, processor: str) -> µs for the
+// solver, the cost model's synchronization and contention (partner and NPU). Calls back into
+// Python: the GIL stays held. Defined in sched.cpp.
+sched::PartitionCosts predicted_costs(const soc::CostModel& cost, const py::object& predictor,
+                                      soc::Processor partner);
+
+// One init function per binding file, each mirroring one folder of cpp/, called in this order
+// by module.cpp (a type is registered before the functions whose signatures name it).
+// init_soc, init_sched and init_sim fill the `sim` submodule; init_kernels creates `ops` (which
+// init_attention adds to) and init_quant `quant`.
+void init_core(py::module_& m);         // core.cpp: core/
+void init_io(py::module_& m);           // io.cpp: io/
+void init_model(py::module_& m);        // model.cpp: model/
+void init_kernels(py::module_& m);      // kernels.cpp: kernels/
+void init_quant(py::module_& m);        // quant.cpp: quant/
+void init_soc(py::module_& sim);        // soc.cpp: soc/
+void init_sched(py::module_& sim);      // sched.cpp: sched/
+void init_attention(py::module_& m);    // attention.cpp: attention/
+void init_plan(py::module_& m);         // plan.cpp: plan/
+void init_calibration(py::module_& m);  // calibration.cpp: calibration/
+void init_block(py::module_& m);        // block.cpp: block/, npu/
+void init_engine(py::module_& m);       // engine.cpp: engine/
+void init_sim(py::module_& sim);        // sim.cpp: sim/
 
 }  // namespace socllm::py_bind

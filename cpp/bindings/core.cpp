@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "common.h"
-#include "socllm/handoff.h"
+#include "core/handoff.h"
 
 namespace socllm::py_bind {
 
@@ -119,6 +119,9 @@ nlohmann::json py_to_json_at(const py::handle& o, const char* fn, int depth) {
     }
     return std::string(s, static_cast<size_t>(n));
   }
+  // a read-only mapping (a model's config) reads as the dict it wraps
+  if (!PyDict_Check(o.ptr()) && PyObject_TypeCheck(o.ptr(), &PyDictProxy_Type))
+    return py_to_json_at(py::dict(py::reinterpret_borrow<py::object>(o)), fn, depth);
   if (PyDict_Check(o.ptr())) {
     nlohmann::json j = nlohmann::json::object();
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(o)) {

@@ -1,12 +1,12 @@
-// Mirrors cpp/include/socllm/engine.h and static_graph.h: the engine, its KV caches and
-// linear static graphs, and the statistics of its graph cache.
+// Mirrors cpp/engine/ (engine.h; with block/kv_cache.h and npu/static_graph.h): the engine,
+// its KV caches and linear static graphs, and the statistics of its graph cache.
 #include <pybind11/stl.h>
 
 #include <optional>
 
 #include "common.h"
-#include "socllm/engine.h"
-#include "socllm/static_graph.h"
+#include "engine/engine.h"
+#include "npu/static_graph.h"
 
 namespace socllm::py_bind {
 
@@ -176,7 +176,7 @@ void init_engine(py::module_& m) {
           "attention_constants",
           [](const Engine& e, const py::handle& plan) {
             Plan p = plan_from_py(plan);
-            std::shared_ptr<const std::vector<quant::AttentionLayerConsts>> a;
+            std::shared_ptr<const std::vector<attention::LayerConsts>> a;
             {
               py::gil_scoped_release nogil;
               a = e.prepare_attention(p);
@@ -356,30 +356,52 @@ void init_engine(py::module_& m) {
       .def(
           "prefill",
           [](const Engine& e, const py::handle& tokens, const py::handle& plan, bool all_positions,
-             bool return_graph) -> py::object {
+             bool return_graph, const py::handle& decode_tokens,
+             bool return_records) -> py::object {
             auto ids = to_token_ids(tokens, "Engine.prefill");
+            const int64_t n_decode = to_int64(decode_tokens, "Engine.prefill", "decode_tokens");
             Plan p = plan_from_py(plan);
             Engine::Prefill r;
             {
               py::gil_scoped_release nogil;
-              r = e.prefill(ids, p, all_positions, return_graph);
+              r = e.prefill(ids, p, all_positions, return_graph, n_decode, return_records);
             }
             py::object logits = to_numpy(std::move(r.logits));
-            if (!return_graph) return logits;
-            return py::make_tuple(logits, std::move(r.graph));
+            if (!return_graph && !return_records && n_decode == 0) return logits;
+            py::dict d;
+            d["logits"] = logits;
+            d["decoded"] = r.decoded;
+            if (return_graph) d["graph"] = std::move(r.graph);
+            if (return_records) {
+              py::list recs;
+              for (const auto& rec : r.records) recs.append(json_to_py(rec.to_json()));
+              d["records"] = recs;
+            }
+            return d;
           },
           py::arg("tokens"), py::arg("plan"), py::arg("all_positions") = false,
-          py::arg("return_graph") = false,
-          "Prefill from an empty cache: logits of the last position (or all), and the executed "
-          "task graph.")
+          py::arg("return_graph") = false, py::arg("decode_tokens") = 0,
+          py::arg("return_records") = false,
+          "Prefill from an empty cache, then decode_tokens greedy decoding steps: the logits of "
+          "the prompt's last position (or all); with decode_tokens, return_graph or "
+          "return_records a dict of logits, decoded (the tokens), graph (the executed task "
+          "graph) and records (what each op's run did: block.h OpRecord).")
       .def(
           "task_graph",
-          [](const Engine& e, const py::handle& plan, int64_t prompt_len, int64_t chunk_len) {
+          [](const Engine& e, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
+             int64_t decode_tokens) {
             Plan p = plan_from_py(plan);
             py::gil_scoped_release nogil;
-            return e.task_graph(p, prompt_len, chunk_len);
+            return e.task_graph(p, prompt_len, chunk_len, decode_tokens);
           },
-          py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"))
+          py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
+          py::arg("decode_tokens") = 0)
+      .def(
+          "lm_head_weight_bytes",
+          [](const Engine& e, const py::handle& plan) {
+            return e.lm_head_weight_bytes(plan_from_py(plan));
+          },
+          py::arg("plan"), "Bytes of the LM head's weights as the plan's numerics hold them.")
       .def(
           "expected_shadow_loads",
           [](const Engine& e, const py::handle& plan) {

@@ -3,8 +3,8 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
-#include "socllm/bitwidth.h"
-#include "socllm/gguf.h"
+#include "io/gguf.h"
+#include "quant/bitwidth.h"
 
 namespace socllm::py_bind {
 

@@ -1,12 +1,64 @@
-// Mirrors cpp/include/socllm/model.h: a model's config, fp32 or prequantized weights.
+// Mirrors cpp/model/ (model.h, decoder_block.h): a model's config, fp32 or prequantized
+// weights, and the facts of its decoder block.
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "common.h"
-#include "socllm/model.h"
+#include "model/decoder_block.h"
+#include "model/model.h"
 
 namespace socllm::py_bind {
 
 void init_model(py::module_& m) {
+  m.def(
+      "decoder_block",
+      [](const py::object& config) {
+        std::optional<ModelConfig> c;
+        if (!config.is_none()) c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+        py::list l;
+        const std::vector<BlockOpInfo> ops =
+            c ? decoder_block(*c)
+              : std::vector<BlockOpInfo>(all_block_ops().begin(), all_block_ops().end());
+        for (const BlockOpInfo& op : ops) {
+          py::dict d;
+          d["name"] = op.name;
+          d["op_class"] = op_class_name(op.op_class);
+          d["subgraph"] = subgraph_kind_name(op.subgraph);
+          d["site"] =
+              op.site ? py::object(py::str(linear_site_name(*op.site))) : py::object(py::none());
+          if (c) {
+            d["in_width"] = op_in_width(*c, op.op);
+            d["out_width"] = op_out_width(*c, op.op);
+            if (op.site) {
+              py::list tensors;
+              for (const auto& f : fused_tensors(*c, *op.site)) {
+                py::dict e;
+                e["name"] = f.name;
+                e["rows"] = f.rows;
+                tensors.append(e);
+              }
+              d["tensors"] = tensors;
+            }
+          }
+          l.append(d);
+        }
+        return l;
+      },
+      py::arg("config") = py::none(),
+      "The ops of a decoder block in execution order (model/decoder_block.h): name, op_class, "
+      "subgraph, site; for a config only its ops (Gemma 3's norms where it has them) with "
+      "in_width, out_width and, for linears, the fused weight tensors (name in the model file, "
+      "rows).");
+  m.def(
+      "op_classes",
+      [] {
+        std::vector<std::string> out;
+        for (int i = 0; i < kNumOpClasses; ++i)
+          out.emplace_back(op_class_name(static_cast<OpClass>(i)));
+        return out;
+      },
+      "The op classes a plan places.");
   py::class_<Model, std::shared_ptr<Model>>(m, "Model", "fp32 weights of a llama-family model.")
       .def_static(
           "load",

@@ -1,14 +1,11 @@
-// Mirrors cpp/include/socllm/plan.h and block.h: plans (placement, formats, chunking) and the
-// decoder block with the graphs it makes (census, prefill task graph).
+// Mirrors cpp/plan/ (plan.h): plans (placement and formats per op class, linear and attention
+// schemes, partitions, device, decode placement, chunking).
 #include <pybind11/stl.h>
 
 #include <optional>
 
 #include "common.h"
-#include "socllm/block.h"
-#include "socllm/calibration.h"
-#include "socllm/plan.h"
-#include "socllm/static_graph.h"
+#include "plan/plan.h"
 
 namespace socllm::py_bind {
 
@@ -76,18 +73,70 @@ void init_plan(py::module_& m) {
           py::arg("chunk_len"))
       .def(
           "with_partition",
-          [](const Plan& p, const std::string& op, const py::object& partition) {
-            return p.with_partition(op, sched::MatmulPartition::from_json(py_to_json(partition)));
+          [](const Plan& p, const std::string& op, const py::object& partition,
+             const std::string& phase) {
+            if (phase != "prefill" && phase != "decode")
+              throw InvalidArgument("[Plan.with_partition] phase must be prefill or decode, got '" +
+                                    phase + "'");
+            return p.with_partition(op, sched::MatmulPartition::from_json(py_to_json(partition)),
+                                    phase == "decode");
           },
-          py::arg("op"), py::arg("partition"),
+          py::arg("op"), py::arg("partition"), py::arg("phase") = "prefill",
           "A copy whose linear `op` (qkv, o_proj, gate_up, down) runs as the partition's parts "
           "(a dict as socllm._core.sim.make_partition / solve_partition give) when its input has "
-          "the partition's rows (seed 002 §4.1).")
+          "the partition's rows in that phase (seed 002 §4.1).")
       .def_property_readonly(
           "partitions",
           [](const Plan& p) {
-            return json_to_py(p.to_json().value("partitions", nlohmann::json::object()));
-          })
+            return json_to_py(p.to_json().value("partitions", nlohmann::json::array()));
+          },
+          "The partitions written into the plan: [{op, phase, partition}].")
+      .def_property_readonly(
+          "partition", [](const Plan& p) { return json_to_py(p.partition.to_json()); },
+          "How linears are cut between the NPU and its partner: {mode, partner?, npu_share?}.")
+      .def_readonly("device", &Plan::device)
+      .def_readonly("characterization", &Plan::characterization)
+      .def_property_readonly("sync",
+                             [](const Plan& p) { return p.fast_sync ? "fast" : "conventional"; })
+      .def_property_readonly("decode",
+                             [](const Plan& p) {
+                               return p.decode_processor
+                                          ? std::string(soc::processor_name(*p.decode_processor))
+                                          : std::string("same");
+                             })
+      .def_property_readonly(
+          "partner",
+          [](const Plan& p) { return std::string(soc::processor_name(p.partition_partner())); })
+      .def(
+          "linear_op",
+          [](const Plan& p, const py::object& config, const std::string& site, int64_t rows) {
+            const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+            return json_to_py(
+                p.linear_desc(c, site_from_name(site, "Plan.linear_op"), rows).to_json());
+          },
+          py::arg("config"), py::arg("site"), py::arg("rows"),
+          "The linear at a site (attn_in, attn_out, mlp_in, mlp_act) for `rows` input rows as "
+          "the cost model and the partition solver see it: an op dict (m, k, n, dtype, stored "
+          "weight bytes, activation bytes).")
+      .def("for_decode", &Plan::for_decode,
+           "The plan a decoding step runs: the decode placement, full fp32 attention.")
+      .def(
+          "on_device",
+          [](const Plan& p, const py::handle& device) {
+            return p.on_device(device_from_py(device));
+          },
+          py::arg("device"), "A copy planned for a device (a name, .json path or profile dict).")
+      .def(
+          "solved",
+          [](const Plan& p, const py::object& config, const std::vector<int64_t>& prefill_rows,
+             bool decode) {
+            const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
+            py::gil_scoped_release nogil;
+            return p.solved(c, prefill_rows, decode);
+          },
+          py::arg("config"), py::arg("prefill_rows"), py::arg("decode") = true,
+          "A copy with the partition solver's choices written in for prompts of these rows (and "
+          "decoding steps): what `partition` would run, readable and editable.")
       .def_static("op_classes",
                   [] {
                     std::vector<std::string> out;
@@ -99,53 +148,6 @@ void init_plan(py::module_& m) {
       .def_static("describe", &Plan::describe, py::arg("name"))
       .def("__repr__",
            [](const Plan& p) { return "Plan(" + json_text(p.to_json(), std::string::npos) + ")"; });
-
-  m.def(
-      "graph_census",
-      [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
-         bool sharing) {
-        return graph_stats_to_py(
-            graph_census(ModelConfig::from_json(py_to_json(config, "ModelConfig")),
-                         plan_from_py(plan), prompt_len, chunk_len, sharing));
-      },
-      py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
-      py::arg("sharing") = true,
-      "Static graphs one chunked prefill builds, from a model config alone (seed 001 §3.2).");
-
-  m.def(
-      "task_graph",
-      [](const py::object& config, const py::handle& plan, int64_t prompt_len, int64_t chunk_len,
-         double shadow_channels) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
-        const Plan p = plan_from_py(plan);
-        PrefillGraphOptions o;
-        if (p.linear.shadow)
-          o.expected = expected_shadow_loads(c, *p.linear.shadow, shadow_channels);
-        return prefill_task_graph(c, p, prompt_len, chunk_len, o);
-      },
-      py::arg("config"), py::arg("plan"), py::arg("prompt_len"), py::arg("chunk_len"),
-      py::arg("shadow_channels") = kDefaultShadowChannels,
-      "The prefill task graph of a config (block.h), shadow loads expected (shadow_channels).");
-
-  m.attr("DEFAULT_SHADOW_CHANNELS") = kDefaultShadowChannels;
-  m.def("prefill_graph_rows", &prefill_graph_rows, py::arg("prompt_len"), py::arg("chunk_len"));
-
-  m.def(
-      "decoder_block",
-      [] {
-        py::list l;
-        for (const BlockOpInfo& op : decoder_block()) {
-          py::dict d;
-          d["name"] = op.name;
-          d["op_class"] = op_class_name(op.op_class);
-          d["subgraph"] = npu::subgraph_kind_name(op.subgraph);
-          d["site"] =
-              op.site ? py::object(py::str(linear_site_name(*op.site))) : py::object(py::none());
-          l.append(d);
-        }
-        return l;
-      },
-      "The ops of a decoder block in execution order (block.h).");
 }
 
 }  // namespace socllm::py_bind

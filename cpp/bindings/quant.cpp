@@ -2,8 +2,9 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
-#include "socllm/bitwidth.h"
-#include "socllm/quant.h"
+#include "quant/bitwidth.h"
+#include "quant/linear_scheme.h"
+#include "quant/quant.h"
 
 namespace socllm::py_bind {
 
@@ -48,6 +49,17 @@ double summed_table(const py::handle& t_obj, const py::handle& b_obj, const char
 
 void init_quant(py::module_& m) {
   py::module_ q = m.def_submodule("quant", "Symmetric int8/int4 quantizers (rules in quant.h).");
+  q.def(
+      "stored_weight_bytes",
+      [](const py::object& scheme, int64_t out, int64_t in, const std::vector<int64_t>& tensor_rows,
+         bool bias) {
+        return quant::stored_weight_bytes(quant::LinearScheme::from_json(py_to_json(scheme)), out,
+                                          in, tensor_rows, bias);
+      },
+      py::arg("scheme"), py::arg("out"), py::arg("in"),
+      py::arg("tensor_rows") = std::vector<int64_t>{}, py::arg("bias") = false,
+      "Bytes a linear of the scheme (LinearScheme JSON, e.g. Plan(...).to_json()['ops']['linear'] "
+      "without processor/format) stores for a weight [out, in] (linear_scheme.h).");
   q.def(
       "quantize",
       [](const py::handle& W_obj, int bits, const std::string& granularity, int64_t group_size) {

@@ -1,30 +1,19 @@
-// Mirrors cpp/include/socllm/task_graph.h, simulator.h and simulate.h as part of
-// socllm._core.sim: task graphs, the discrete-event simulator, simulated prefills.
+// Mirrors cpp/sched/ (task_graph.h, simulator.h, partition.h, head_pipeline.h) as part of
+// socllm._core.sim: task graphs, the discrete-event simulator and its policies, HeteroLLM's
+// partitions and solver, shadowAttn's head pipeline.
 #include <pybind11/stl.h>
 
 #include "common.h"
-#include "socllm/block.h"
-#include "socllm/cold_start.h"
-#include "socllm/head_pipeline.h"
-#include "socllm/hetero.h"
-#include "socllm/partition.h"
-#include "socllm/plan.h"
-#include "socllm/simulate.h"
-#include "socllm/simulator.h"
-#include "socllm/task_graph.h"
+#include "sched/head_pipeline.h"
+#include "sched/partition.h"
+#include "sched/simulator.h"
+#include "sched/task_graph.h"
 
 namespace socllm::py_bind {
 
-namespace {
-soc::DeviceProfile profile_from_py(const py::object& profile) {
-  const auto prof = py_to_json(profile);
-  return soc::DeviceProfile::from_json(prof, prof.value("name", std::string("profile")));
-}
-
-// The profiler's prediction mode from Python: predictor(op: dict, processor: str) -> µs; the
-// cost model's sync and contention. Calls back into Python: the GIL stays held.
-sched::PartitionCosts predicted_costs(const soc::CostModel& cost, const py::object& predictor) {
-  sched::PartitionCosts c = sched::PartitionCosts::of(cost);
+sched::PartitionCosts predicted_costs(const soc::CostModel& cost, const py::object& predictor,
+                                      soc::Processor partner) {
+  sched::PartitionCosts c = sched::PartitionCosts::of(cost, partner);
   c.time_us = [predictor](const soc::OpDesc& o, soc::Processor p) {
     const double us = predictor(json_to_py(o.to_json()), soc::processor_name(p)).cast<double>();
     if (!std::isfinite(us) || us < 0)
@@ -35,6 +24,7 @@ sched::PartitionCosts predicted_costs(const soc::CostModel& cost, const py::obje
   return c;
 }
 
+namespace {
 sched::PartitionRules rules_of(const soc::DeviceProfile& dev, int64_t decode_rows) {
   auto r = sched::PartitionRules::from_profile(dev);
   return decode_rows > 0 ? r.for_rows(decode_rows) : r;
@@ -145,94 +135,35 @@ void init_sched(py::module_& s) {
       [](const std::string& s) { return sched::policy_name(sched::policy_from_name(s)); },
       py::arg("policy"), "Canonical name of a policy name or alias (InvalidArgument if unknown).");
 
-  py::class_<PrefillTimeline>(s, "PrefillTimeline", "A simulated prefill (simulate.h).")
-      .def_readonly("graph", &PrefillTimeline::graph)
-      .def_readonly("timeline", &PrefillTimeline::timeline)
-      .def_property_readonly(
-          "head_plans", [](const PrefillTimeline& t) { return json_to_py(t.head_plans); },
-          "One dict per head pipeline planned: chunk, layer, plan, problem (head_pipeline.h).")
-      .def("summary", [](const PrefillTimeline& t) { return json_to_py(t.summary()); });
-
-  s.def(
-      "simulate_prefill",
-      [](const py::object& config, const py::handle& plan, const py::object& profile,
-         int64_t prompt_len, int64_t chunk_len, const std::string& policy, bool runtime_graph_build,
-         double shadow_channels, int64_t optimal_max_tasks, const std::string& head_policy,
-         const std::string& attention_cpu_core, int64_t max_fused_heads,
-         const std::vector<double>& head_ratios, const std::vector<int64_t>& head_buckets,
-         double rescore_share, const std::string& co_runner, const std::string& characterization) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
-        const Plan p = plan_from_py(plan);
-        const auto dev = profile_from_py(profile);
-        PrefillSimOptions o;
-        o.policy = policy;
-        o.runtime_graph_build = runtime_graph_build;
-        o.shadow_channels = shadow_channels;
-        o.optimal_max_tasks = optimal_max_tasks;
-        o.head_policy = head_policy;
-        o.attention.cpu_core = attention_cpu_core;
-        o.attention.max_fused_heads = max_fused_heads;
-        o.attention.head_ratios = head_ratios;
-        o.attention.head_buckets = head_buckets;
-        o.attention.rescore_share = rescore_share;
-        o.co_runner = co_runner;
-        o.characterization = characterization;
-        py::gil_scoped_release nogil;
-        return simulate_prefill(c, p, dev, prompt_len, chunk_len, o);
-      },
-      py::arg("config"), py::arg("plan"), py::arg("profile"), py::arg("prompt_len"),
-      py::arg("chunk_len"), py::arg("policy") = "npu-stall-first",
-      py::arg("runtime_graph_build") = false, py::arg("shadow_channels") = kDefaultShadowChannels,
-      py::arg("optimal_max_tasks") = 24, py::arg("head_policy") = "greedy",
-      py::arg("attention_cpu_core") = "auto", py::arg("max_fused_heads") = 4,
-      py::arg("head_ratios") = std::vector<double>{},
-      py::arg("head_buckets") = std::vector<int64_t>{}, py::arg("rescore_share") = 1.0,
-      py::arg("co_runner") = "", py::arg("characterization") = "",
-      "A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the "
-      "head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).");
-
-  s.def(
-      "simulate_graph",
-      [](const sched::TaskGraph& g, const py::object& profile, const std::string& policy,
-         int64_t optimal_max_tasks, const std::string& head_policy) {
-        const auto dev = profile_from_py(profile);
-        py::gil_scoped_release nogil;
-        return simulate_graph(g, dev, policy, optimal_max_tasks, head_policy);
-      },
-      py::arg("graph"), py::arg("profile"), py::arg("policy") = "npu-stall-first",
-      py::arg("optimal_max_tasks") = 24, py::arg("head_policy") = "greedy",
-      "Times a task graph (meta must give prompt_len); head-wise attention planned under "
-      "head_policy unless the graph was planned before.");
-
   s.def("task_durations_us", &sched::task_durations_us, py::arg("graph"), py::arg("cost"));
 
   // partition.h, hetero.h
   s.def(
-      "hetero_engines",
-      [] {
-        py::list l;
-        for (const auto& e : hetero_engines()) {
-          py::dict d;
-          d["name"] = e.name;
-          d["space"] = sched::partition_space_name(e.space);
-          d["description"] = e.description;
-          l.append(d);
-        }
-        return l;
+      "partition_rules",
+      [](const py::object& profile, int64_t decode_rows) {
+        const auto r = rules_of(profile_from_py(profile), decode_rows);
+        py::dict d;
+        d["npu_row_align"] = r.npu_row_align;
+        d["npu_col_align"] = r.npu_col_align;
+        d["npu_graph_rows"] = r.npu_graph_rows;
+        return d;
       },
-      "HeteroLLM's engines (hetero.h): name, partition space, description.");
+      py::arg("profile"), py::arg("decode_rows") = 0,
+      "What the profile's NPU accepts (partition.h PartitionRules): its tile (row and column "
+      "alignment) and pre-built static graph lengths (decode_rows > 0: one graph of those rows).");
   s.def(
       "make_partition",
       [](int64_t rows, int64_t cols, const std::vector<int64_t>& npu_graphs, int64_t npu_cols,
-         const py::object& profile, int64_t decode_rows) {
-        return json_to_py(sched::make_partition(rows, cols, npu_graphs, npu_cols,
-                                                rules_of(profile_from_py(profile), decode_rows))
-                              .to_json());
+         const py::object& profile, int64_t decode_rows, const std::string& partner) {
+        auto rules = rules_of(profile_from_py(profile), decode_rows);
+        rules.partner = soc::processor_from_name(partner);
+        return json_to_py(sched::make_partition(rows, cols, npu_graphs, npu_cols, rules).to_json());
       },
       py::arg("rows"), py::arg("cols"), py::arg("npu_graphs"), py::arg("npu_cols"),
-      py::arg("profile"), py::arg("decode_rows") = 0,
+      py::arg("profile"), py::arg("decode_rows") = 0, py::arg("partner") = "gpu",
       "A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the "
-      "first npu_cols columns, the GPU the rest; validated against the profile's NPU rules.");
+      "first npu_cols columns, the partner (gpu or cpu) the rest; validated against the "
+      "profile's NPU rules.");
   s.def(
       "row_partition",
       [](int64_t rows, int64_t cols, double npu_share, const py::object& profile,
@@ -266,11 +197,13 @@ void init_sched(py::module_& s) {
          const std::string& characterization, bool fast_sync, bool decode, int64_t col_step,
          const py::object& predictor, const std::string& co_runner) {
         const auto dev = profile_from_py(profile);
-        const auto cost = timing_cost_model(dev, characterization, fast_sync, decode, co_runner);
+        const auto cost =
+            soc::timing_cost_model(dev, characterization, fast_sync, decode, co_runner);
         const soc::OpDesc o = soc::OpDesc::from_json(py_to_json(op));
         const auto rules = rules_of(dev.with_characterization(characterization), decode ? o.m : 0);
-        const auto costs = predictor.is_none() ? sched::PartitionCosts::of(cost)
-                                               : predicted_costs(cost, predictor);
+        const auto costs = predictor.is_none()
+                               ? sched::PartitionCosts::of(cost)
+                               : predicted_costs(cost, predictor, soc::Processor::Gpu);
         const auto c = sched::solve_partition(o, rules, costs,
                                               sched::partition_space_from_name(space), col_step);
         py::dict d;
@@ -290,8 +223,8 @@ void init_sched(py::module_& s) {
       [](const py::object& op, const py::object& partition, const py::object& profile,
          const std::string& characterization, bool fast_sync, bool decode,
          const std::string& co_runner) {
-        const auto cost = timing_cost_model(profile_from_py(profile), characterization, fast_sync,
-                                            decode, co_runner);
+        const auto cost = soc::timing_cost_model(profile_from_py(profile), characterization,
+                                                 fast_sync, decode, co_runner);
         return time_to_py(
             sched::partition_time(soc::OpDesc::from_json(py_to_json(op)),
                                   sched::MatmulPartition::from_json(py_to_json(partition)),
@@ -301,72 +234,6 @@ void init_sched(py::module_& s) {
       py::arg("characterization") = "heterollm", py::arg("fast_sync") = true,
       py::arg("decode") = false, py::arg("co_runner") = "",
       "T_total of a partition under the cost model (real times).");
-  s.def(
-      "simulate_hetero",
-      [](const py::object& config, const py::object& profile, int64_t prompt_len,
-         const std::string& engine, bool fast_sync, const std::string& characterization,
-         const std::string& policy, const std::string& phase, const std::string& plan,
-         const py::object& predictor, bool solve_for_timing_sync, const std::string& co_runner,
-         bool solve_for_co_runner) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
-        const auto dev = profile_from_py(profile);
-        HeteroOptions o;
-        o.engine = engine;
-        o.fast_sync = fast_sync;
-        o.characterization = characterization;
-        o.policy = policy;
-        o.phase = phase;
-        o.plan = plan;
-        o.solve_for_timing_sync = solve_for_timing_sync;
-        o.co_runner = co_runner;
-        o.solve_for_co_runner = solve_for_co_runner;
-        if (predictor.is_none()) {
-          py::gil_scoped_release nogil;
-          return simulate_hetero(c, dev, prompt_len, o);
-        }
-        const auto cost = hetero_cost_model(dev, o);
-        const auto costs = predicted_costs(cost, predictor);
-        return simulate_hetero(c, dev, prompt_len, o, &costs);
-      },
-      py::arg("config"), py::arg("profile"), py::arg("prompt_len"),
-      py::arg("engine") = "hetero-tensor", py::arg("fast_sync") = true,
-      py::arg("characterization") = "heterollm", py::arg("policy") = "first-ready",
-      py::arg("phase") = "prefill", py::arg("plan") = "w4a16", py::arg("predictor") = py::none(),
-      py::arg("solve_for_timing_sync") = false, py::arg("co_runner") = "",
-      py::arg("solve_for_co_runner") = false,
-      "A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the "
-      "solver decides on predicted times, the timeline is the cost model's.");
-
-  // cold_start.h
-  py::class_<ColdStartTimeline>(s, "ColdStartTimeline", "A simulated cold start (cold_start.h).")
-      .def_readonly("graph", &ColdStartTimeline::graph)
-      .def_readonly("timeline", &ColdStartTimeline::timeline)
-      .def("summary", [](const ColdStartTimeline& t) { return json_to_py(t.summary()); });
-  s.def(
-      "simulate_cold_start",
-      [](const py::object& config, const py::object& profile, const std::string& system,
-         double bits, int64_t prompt_len, int64_t chunk_len, const std::string& policy,
-         const std::string& unpack_format, int64_t steal_threshold) {
-        const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
-        const auto dev = profile_from_py(profile);
-        ColdStartOptions o;
-        o.system = cold_start_system_from_name(system);
-        o.bits = bits;
-        o.prompt_len = prompt_len;
-        o.chunk_len = chunk_len;
-        o.policy = policy;
-        o.unpack_format = unpack_format;
-        o.steal_threshold = steal_threshold;
-        py::gil_scoped_release nogil;
-        return simulate_cold_start(c, dev, o);
-      },
-      py::arg("config"), py::arg("profile"), py::arg("system") = "edgeflow", py::arg("bits") = 5.0,
-      py::arg("prompt_len") = 128, py::arg("chunk_len") = 256, py::arg("policy") = "",
-      py::arg("unpack_format") = "weightlet", py::arg("steal_threshold") = 5,
-      "A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of "
-      "a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device "
-      "(cold_start.h); policy '' = the system's own.");
-
   // head_pipeline.h
   s.def(
       "head_policies",

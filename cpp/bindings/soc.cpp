@@ -1,8 +1,9 @@
-// Mirrors cpp/include/socllm/soc.h as part of socllm._core.sim: device profiles and cost models.
+// Mirrors cpp/soc/ (soc.h) as part of socllm._core.sim: device profiles (and the folder named
+// ones are read from) and cost models.
 #include <pybind11/stl.h>
 
 #include "common.h"
-#include "socllm/soc.h"
+#include "soc/soc.h"
 
 namespace socllm::py_bind {
 
@@ -10,6 +11,19 @@ namespace {
 soc::OpDesc op_from_py(const py::handle& o) { return soc::OpDesc::from_json(py_to_json(o)); }
 
 }  // namespace
+
+std::shared_ptr<const soc::DeviceProfile> device_from_py(const py::handle& profile) {
+  if (py::isinstance<soc::DeviceProfile>(profile))
+    return std::make_shared<const soc::DeviceProfile>(profile.cast<soc::DeviceProfile>());
+  if (py::isinstance<py::str>(profile) ||
+      py::isinstance(profile, py::module_::import("os").attr("PathLike")))
+    return soc::load_device(py::str(profile).cast<std::string>());
+  const auto j = py_to_json(profile, "DeviceProfile");
+  return std::make_shared<const soc::DeviceProfile>(soc::DeviceProfile::from_json(
+      j, j.is_object() ? j.value("name", std::string("profile")) : std::string("profile")));
+}
+
+soc::DeviceProfile profile_from_py(const py::handle& profile) { return *device_from_py(profile); }
 
 void init_soc(py::module_& s) {
   py::class_<soc::DeviceProfile>(s, "DeviceProfile")
@@ -28,6 +42,14 @@ void init_soc(py::module_& s) {
       .def("with_characterization", &soc::DeviceProfile::with_characterization, py::arg("name"))
       .def_property_readonly("characterization", &soc::DeviceProfile::characterization)
       .def("to_json", [](const soc::DeviceProfile& p) { return json_to_py(p.json()); });
+  s.def("set_device_dir", &soc::set_device_dir, py::arg("dir"),
+        "The folder named device profiles are read from (the package's devices/ on import).");
+  s.def("device_dir", &soc::device_dir);
+  s.def("known_devices", &soc::known_devices);
+  s.def(
+      "load_device", [](const std::string& name) { return *soc::load_device(name); },
+      py::arg("name_or_path"), "A profile by name (device_dir()) or .json path.");
+  s.attr("DEFAULT_DEVICE") = soc::kDefaultDevice;
 
   py::class_<soc::CostModel>(s, "CostModel")
       .def(py::init([](soc::DeviceProfile p, bool fast_sync, bool gpu_queue_kept) {

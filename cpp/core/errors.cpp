@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm {
 

@@ -1,4 +1,4 @@
-#include "socllm/handoff.h"
+#include "core/handoff.h"
 
 #include <atomic>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 #if defined(__linux__)
 #include <linux/futex.h>

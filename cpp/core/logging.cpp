@@ -1,7 +1,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>  // also declares the stderr sinks
 #include <spdlog/spdlog.h>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm {
 namespace {

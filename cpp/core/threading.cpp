@@ -4,7 +4,7 @@
 #include <atomic>
 #include <thread>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 extern "C" {
 void openblas_set_num_threads(int);

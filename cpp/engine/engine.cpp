@@ -1,4 +1,4 @@
-#include "socllm/engine.h"
+#include "engine/engine.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -7,58 +7,14 @@
 #include <cstring>
 #include <optional>
 
-#include "socllm/block.h"
-#include "socllm/kernels.h"
-#include "socllm/prefill_attention.h"
-#include "socllm/sparse_attention.h"
+#include "attention/attention_scheme.h"
+#include "block/block.h"
+#include "kernels/kernels.h"
+#include "kernels/sparse_attention.h"
 
 namespace socllm {
 
 namespace k = kernels;
-
-KVCache::KVCache(const ModelConfig& config, int64_t capacity)
-    : capacity_(capacity), n_layers_(config.n_layers), kv_dim_(config.kv_dim()) {
-  if (capacity <= 0)
-    throw InvalidArgument("[KVCache] capacity must be > 0, got " + std::to_string(capacity));
-  // Sized by a config read from a file: refused before allocating if it cannot fit in memory.
-  const int64_t n_per_layer = checked_mul(capacity, kv_dim_, "[KVCache] capacity x kv_dim");
-  const int64_t total_bytes = checked_mul(
-      checked_mul(2 * config.n_layers, n_per_layer, "[KVCache] size"), sizeof(float), "[KVCache]");
-  const int64_t ram = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-  if (ram > 0 && total_bytes > ram)
-    throw InvalidArgument("[KVCache] a cache of " + std::to_string(capacity) + " tokens needs " +
-                          std::to_string(total_bytes) + " bytes, more than this machine's " +
-                          std::to_string(ram) + " (ask for a smaller capacity)");
-  const size_t n = static_cast<size_t>(n_per_layer);
-  k_.assign(static_cast<size_t>(config.n_layers), std::vector<float>(n));
-  v_.assign(static_cast<size_t>(config.n_layers), std::vector<float>(n));
-}
-
-KVCache::KVCache(KVCache&& o) noexcept
-    : capacity_(o.capacity_),
-      length_(o.length_),
-      n_layers_(o.n_layers_),
-      kv_dim_(o.kv_dim_),
-      k_(std::move(o.k_)),
-      v_(std::move(o.v_)) {}
-
-KVCache& KVCache::operator=(KVCache&& o) noexcept {
-  capacity_ = o.capacity_;
-  length_ = o.length_;
-  n_layers_ = o.n_layers_;
-  kv_dim_ = o.kv_dim_;
-  k_ = std::move(o.k_);
-  v_ = std::move(o.v_);
-  return *this;
-}
-
-void KVCache::clear() {
-  bool expected = false;  // taken like a call takes it: no call can start in between
-  if (!in_use_.compare_exchange_strong(expected, true))
-    throw InvalidArgument("[KVCache.clear] the cache is in use by a running call");
-  length_ = 0;
-  in_use_ = false;
-}
 
 // Marks the caches of one call in use for its duration (see KVCache): all or none. A call that
 // fails or is interrupted part-way (a chunked prefill appends chunk by chunk) leaves every cache
@@ -95,11 +51,6 @@ class KVCacheUse {
   bool committed_ = false;
 };
 
-int64_t KVCache::bytes() const {
-  return static_cast<int64_t>(2 * k_.size()) * capacity_ * kv_dim_ *
-         static_cast<int64_t>(sizeof(float));
-}
-
 Engine::Engine(std::shared_ptr<const Model> model) : model_(std::move(model)) {
   if (!model_) throw InvalidArgument("[Engine] model is null");
   const auto& c = model_->config();
@@ -133,14 +84,7 @@ void Engine::check_tokens(std::span<const int32_t> tokens, const char* fn) const
 struct Engine::Batch {
   int64_t N = 0;             // rows, padding included
   std::vector<int64_t> pos;  // absolute position of every row
-  struct Seq {
-    KVCache* cache;
-    int64_t row0;
-    int64_t T;  // real (non-padding) rows, the first T of the sequence's rows
-    // The plan's attention scheme applies (prefill rows); decode steps run full attention.
-    bool plan_attention = true;
-  };
-  std::vector<Seq> seqs;
+  std::vector<SeqRows> seqs;
   std::vector<quant::RowSegment> segments;  // real rows of each sequence
 };
 
@@ -377,67 +321,26 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
   return prep;
 }
 
-std::shared_ptr<const std::vector<quant::AttentionLayerConsts>> Engine::prepare_attention(
+std::shared_ptr<const std::vector<attention::LayerConsts>> Engine::prepare_attention(
     const Plan& plan) const {
-  const quant::AttentionScheme& a = plan.attention;
+  const attention::AttentionScheme& a = plan.attention;
   if (a.is_fp32()) return nullptr;
-  const auto& c = model_->config();
   std::lock_guard lock(mu_);
   const std::string key = a.to_json().dump();
   if (auto it = prepared_attention_.find(key); it != prepared_attention_.end()) return it->second;
   const std::string who = "[Engine] attention " + a.label() + " of plan '" + plan.name + "'";
-  if (a.needs_head_importance() && (!calib_ || !calib_->has_head_importance()))
-    throw InvalidArgument(who +
-                          " takes per-head keep ratios from head and layer importance, and the "
-                          "loaded calibration has none (socllm calibrate --steps head-importance "
-                          "[--calib FILE] -o FILE, then --calib FILE; or ratios=uniform)");
-  if (a.needs_qk_scales() && (!calib_ || !calib_->has_qk_scales()))
-    throw InvalidArgument(who +
-                          " fixes its Q/K scales from calibration, and the loaded calibration "
-                          "has none (socllm calibrate --steps qk-scales [--calib FILE] -o FILE, "
-                          "then --calib FILE)");
-  auto out = std::make_shared<std::vector<quant::AttentionLayerConsts>>(
-      static_cast<size_t>(c.n_layers), quant::uniform_layer_consts(a, c.n_heads));
-  if (a.needs_head_importance()) {
-    const auto r = quant::head_keep_ratios(calib_->head_importance, calib_->layer_importance,
-                                           c.n_heads, a.keep, a.clamp_quantile);
-    for (int64_t l = 0; l < c.n_layers; ++l)
-      (*out)[l].head_ratio.assign(r.begin() + l * c.n_heads, r.begin() + (l + 1) * c.n_heads);
-  }
-  if (a.kind == quant::AttentionKind::ShadowAttn && a.scales == "buckets") {
-    // <λ̄Q·σ^a, λ̄K·σ^b> per head (§3.3); a query head's λ̄K is its KV head's
-    const auto mq = calib_->mean_scale('q'), mk = calib_->mean_scale('k');
-    const auto offsets = quant::bucket_offsets(a.buckets);
-    const int64_t group = c.n_heads / c.n_kv_heads;
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      auto& lc = (*out)[l];
-      lc.buckets = a.buckets;
-      for (int64_t h = 0; h < c.n_heads; ++h)
-        for (const auto& [oq, ok] : offsets) {
-          lc.bucket_q.push_back(mq[l * c.n_heads + h] * static_cast<float>(std::pow(a.step, oq)));
-          lc.bucket_k.push_back(mk[l * c.n_kv_heads + h / group] *
-                                static_cast<float>(std::pow(a.step, ok)));
-        }
-    }
-  }
-  if (a.kind == quant::AttentionKind::NpuInt8)
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      auto& lc = (*out)[l];
-      lc.static_q = calib_->static_scale(l, 'q');
-      lc.static_k = calib_->static_scale(l, 'k');
-      lc.static_v = calib_->static_scale(l, 'v');
-    }
+  auto out = std::make_shared<const std::vector<attention::LayerConsts>>(
+      a.kind->prepare(a, calib_.get(), model_->config(), who));
   prepared_attention_.emplace(key, out);
   return out;
 }
 
-npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep,
-                                  npu::SubgraphKind kind, int64_t layer, int64_t rows,
-                                  int64_t chunk_index) const {
+npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep, SubgraphKind kind,
+                                  int64_t layer, int64_t rows, int64_t chunk_index) const {
   npu::StaticGraph g = describe_subgraph(model_->config(), plan, kind, layer, rows, chunk_index);
   // The static activation scale of the linear the subgraph holds is baked into the graph.
   if (prep)
-    for (const BlockOpInfo& op : decoder_block())
+    for (const BlockOpInfo& op : all_block_ops())
       if (op.subgraph == kind && op.site) g.scales = {prep->at(layer, *op.site).static_act_scale()};
   return g;
 }
@@ -519,8 +422,7 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
                           std::to_string(c.n_layers) + ")");
   LinearGraph g;
   g.owner = prepare(plan);
-  for (const BlockOpInfo& op : decoder_block())
-    if (op.site == site) g.graph = subgraph(plan, g.owner.get(), op.subgraph, layer, rows, -1);
+  g.graph = subgraph(plan, g.owner.get(), linear_op(site).subgraph, layer, rows, -1);
   // The graph's input is the linear's input (the norms of attn_in/mlp_in run before it).
   g.graph.in_cols = linear_site_width(c, site);
   g.graph.out_cols = linear_out_width(c, site);
@@ -533,228 +435,192 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
   return g;
 }
 
-void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLinears* prep,
-                        int64_t chunk_index, Calibration* observe,
-                        std::vector<quant::ShadowStats>* shadow_sink, const RunHooks* hooks) const {
+// The engine's instrumentation of a run (calibration statistics, captures, ablations) and the
+// static graphs of a chunked prefill, around each op of the block.
+class Engine::Hooks final : public OpHooks {
+ public:
+  Hooks(const Engine& e, const Batch& b, const Plan& plan, const PreparedLinears* prep,
+        int64_t chunk_index, Calibration* observe, const RunHooks* hooks)
+      : e_(e),
+        b_(b),
+        plan_(plan),
+        prep_(prep),
+        chunk_index_(chunk_index),
+        observe_(observe),
+        h_(hooks) {}
+
+  void layer_start(int64_t l, const float* x) {
+    current_.reset();
+    if (h_ && h_->layer_inputs)
+      (*h_->layer_inputs)[l].assign(x, x + b_.N * e_.model_->config().d_model);
+  }
+
+  void before(const BlockOpInfo& op, LayerRun& r) override {
+    // In chunked prefill every subgraph is a static graph of the chunk length: acquire it
+    // (built once, or per chunk for attention) and check the input has its shape.
+    if (chunk_index_ >= 0 && op.subgraph != current_) {
+      current_ = op.subgraph;
+      const npu::StaticGraph& g =
+          e_.graphs_.acquire(e_.subgraph(plan_, prep_, op.subgraph, r.layer, r.N, chunk_index_));
+      g.check_input(r.N, g.in_cols);
+    }
+    if (!op.site) return;
+    const auto& c = e_.model_->config();
+    const LinearSite site = *op.site;
+    const int64_t w = linear_site_width(c, site);
+    const float* in = linear_input(op, r);
+    if (observe_)
+      for (const auto& s : b_.seqs) observe_->observe(r.layer, site, in + s.row0 * w, s.T, w);
+    if (h_ && h_->site_inputs) {
+      const auto& rows = *h_->site_rows;
+      TensorF32 t({static_cast<int64_t>(rows.size()), w});
+      for (size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(t.ptr() + static_cast<int64_t>(i) * w, in + rows[i] * w,
+                    static_cast<size_t>(w) * sizeof(float));
+      (*h_->site_inputs)[r.layer][static_cast<size_t>(site)] = std::move(t);
+    }
+  }
+
+  bool after(const BlockOpInfo& op, LayerRun& r) override {
+    const auto& c = e_.model_->config();
+    const int64_t l = r.layer;
+    if (op.site && observe_) {
+      const auto [out, ld] = linear_output(op, r);
+      for (const auto& s : b_.seqs)
+        observe_->observe_output(l, *op.site, out + s.row0 * ld, s.T, ld);
+    }
+    if (!h_) return true;
+    if (op.op == BlockOp::Rope) {
+      const int64_t qkv_w = c.qkv_dim();
+      if (h_->qkv_absmax)
+        for (size_t si = 0; si < b_.seqs.size(); ++si) {
+          // [layer][q heads, k heads, v heads] of each sequence (step qk-scales)
+          const auto& sq = b_.seqs[si];
+          float* dst = (*h_->qkv_absmax)[si].data() + l * (c.n_heads + 2 * c.n_kv_heads);
+          const float* rows = r.qkv + sq.row0 * qkv_w;
+          for (int64_t h = 0; h < c.n_heads + 2 * c.n_kv_heads; ++h)
+            dst[h] = kernels::absmax_rows(rows + h * c.head_dim, sq.T, c.head_dim, qkv_w);
+        }
+      if (h_->qkv_out) {
+        if (h_->capture_layers[static_cast<size_t>(l)])
+          (*h_->qkv_out)[static_cast<size_t>(l)].assign(r.qkv, r.qkv + b_.N * qkv_w);
+        const int64_t last = h_->stop_layer >= 0 ? h_->stop_layer : c.n_layers - 1;
+        if (l == last) return false;  // captured: the rest of the model is not needed
+      }
+    }
+    if (h_->head_mask && l == h_->start_layer) {
+      const int64_t qd = c.q_dim();
+      if (op.op == BlockOp::Attention)
+        for (size_t si = 0; si < b_.seqs.size(); ++si) {
+          // head ablation (seed 000 Eq. 1/2): the masked heads' outputs are zeroed
+          const auto& mask = (*h_->head_mask)[si];
+          for (int64_t t = 0; t < b_.seqs[si].T; ++t)
+            for (int64_t h = 0; h < c.n_heads; ++h)
+              if (mask[static_cast<size_t>(h)] != 1.0f)
+                for (int64_t e = 0; e < c.head_dim; ++e)
+                  r.att[(b_.seqs[si].row0 + t) * qd + h * c.head_dim + e] *=
+                      mask[static_cast<size_t>(h)];
+        }
+      if (op.op == BlockOp::OProj)
+        for (size_t si = 0; si < b_.seqs.size(); ++si) {
+          // a layer ablated whole (Eq. 2): its attention output, o_proj bias included, is 0
+          const auto& mask = (*h_->head_mask)[si];
+          if (std::all_of(mask.begin(), mask.end(), [](float m) { return m == 0.0f; }))
+            std::fill(r.o + b_.seqs[si].row0 * c.d_model,
+                      r.o + (b_.seqs[si].row0 + b_.seqs[si].T) * c.d_model, 0.0f);
+        }
+    }
+    return true;
+  }
+
+ private:
+  static const float* linear_input(const BlockOpInfo& op, const LayerRun& r) {
+    switch (*op.site) {
+      case LinearSite::AttnIn:
+      case LinearSite::MlpIn: return r.h;
+      case LinearSite::AttnOut: return r.att;
+      case LinearSite::MlpAct: return r.act;
+    }
+    return nullptr;
+  }
+  static std::pair<const float*, int64_t> linear_output(const BlockOpInfo& op, const LayerRun& r) {
+    const auto& c = *r.config;
+    switch (*op.site) {
+      case LinearSite::AttnIn: return {r.qkv, c.qkv_dim()};
+      case LinearSite::AttnOut: return {r.o, c.d_model};
+      case LinearSite::MlpIn: return {r.gu, c.mlp_in_dim()};
+      case LinearSite::MlpAct: return {r.o, c.d_model};
+    }
+    return {nullptr, 0};
+  }
+  const Engine& e_;
+  const Batch& b_;
+  const Plan& plan_;
+  const PreparedLinears* prep_;
+  int64_t chunk_index_;
+  Calibration* observe_;
+  const RunHooks* h_;
+  std::optional<SubgraphKind> current_;
+};
+
+void Engine::run_blocks(Batch& b, float* x, const Plan& plan, bool decode,
+                        const PreparedLinears* prep, int64_t chunk_index, Calibration* observe,
+                        const RunHooks* hooks, Recording* rec) const {
   const auto& c = model_->config();
   if (!prep) check_linears_available(Plan{});  // fp32 linears read the model's weights
   const auto attn = prepare_attention(plan);
   const int64_t first_layer = hooks ? hooks->start_layer : 0;
   const int64_t last_layer = hooks && hooks->stop_layer >= 0 ? hooks->stop_layer : c.n_layers - 1;
   const int64_t N = b.N;
-  const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), dff = c.d_ff;
-  const int64_t qkv_w = c.qkv_dim();
-  std::vector<float> h(static_cast<size_t>(N * d)), qkv(static_cast<size_t>(N * qkv_w)),
-      att(static_cast<size_t>(N * qd)), gu(static_cast<size_t>(N * 2 * dff)),
+  const int64_t d = c.d_model, dff = c.d_ff;
+  std::vector<float> h(static_cast<size_t>(N * d)), qkv(static_cast<size_t>(N * c.qkv_dim())),
+      att(static_cast<size_t>(N * c.q_dim())), gu(static_cast<size_t>(N * c.mlp_in_dim())),
       act(static_cast<size_t>(N * dff)), o(static_cast<size_t>(N * d));
   int64_t scratch = 0;
   for (const auto& s : b.seqs)
     scratch = std::max(scratch, k::attention_scratch_floats(s.T, s.cache->length() + s.T, c.n_heads,
                                                             c.n_kv_heads, c.head_dim));
   std::vector<float> S(static_cast<size_t>(scratch));
-  // An op placed in fp16 stores its output in fp16 (plan.h): rounding emulates it.
-  int64_t layer_now = first_layer;  // for the overflow message below
-  auto store = [&](OpClass cls, float* y, int64_t n) {
-    if (plan.at(cls).format != soc::DType::Fp16) return;
-    // binary16 overflows to infinity beyond 65504 (Gemma 3's residual stream does): a typed
-    // error naming where, not NaN logits.
-    if (!k::round_to_fp16(y, n))
-      throw Unsupported("[Engine] plan '" + plan.name + "' stores op class '" + op_class_name(cls) +
-                        "' in fp16, which overflows in layer " + std::to_string(layer_now) +
-                        " of " + c.name + " (|x| > 65504); place it in fp32");
-  };
 
+  LayerRun r;
+  r.model = model_.get();
+  r.config = &c;
+  r.plan = &plan;
+  r.decode = decode;
+  r.chunk = rec ? rec->chunk : -1;
+  r.N = N;
+  r.pos = b.pos.data();
+  r.seqs = &b.seqs;
+  r.segments = b.segments;
+  r.x = x, r.h = h.data(), r.qkv = qkv.data(), r.att = att.data(), r.gu = gu.data();
+  r.act = act.data(), r.o = o.data(), r.attention_scratch = S.data();
+  if (prep && plan.at(OpClass::Linear).processor != soc::Processor::Cpu) {
+    const auto tile = plan.partition_rules(false, N);  // the NPU's tile on the plan's device
+    r.tile_m = tile.npu_row_align, r.tile_n = tile.npu_col_align;
+  }
+  ChunkObservation seen;
+  if (rec) {
+    seen.reset(c);
+    r.seen = &seen;
+    r.records = rec->records;
+    if (rec->graph) rec->graph->observe(&seen);
+  }
+  Hooks eh(*this, b, plan, prep, chunk_index, observe, hooks);
+  const auto ops = decoder_block(c);
   for (int64_t l = first_layer; l <= last_layer; ++l) {
-    layer_now = l;
     const LayerWeights& L = model_->layer(l);
-    if (hooks && hooks->layer_inputs) (*hooks->layer_inputs)[l].assign(x, x + N * d);
-    auto lin = [&](LinearSite site, const float* in, float* out, int64_t ldo) {
-      const int64_t w = linear_site_width(c, site);
-      if (observe)
-        for (const auto& s : b.seqs) observe->observe(l, site, in + s.row0 * w, s.T, w);
-      if (hooks && hooks->site_inputs) {
-        const auto& rows = *hooks->site_rows;
-        TensorF32 t({static_cast<int64_t>(rows.size()), w});
-        for (size_t r = 0; r < rows.size(); ++r)
-          std::memcpy(t.ptr() + r * w, in + rows[r] * w, static_cast<size_t>(w) * sizeof(float));
-        (*hooks->site_inputs)[l][static_cast<size_t>(site)] = std::move(t);
-      }
-      // Linears off the CPU in a float-path scheme compute tile by tile on the NPU's stage grid
-      // (seed 002 §4.3: 32 rows x 256 columns), one GEMM per tile, so a partition whose cuts
-      // are aligned to it computes every output tile as the whole linear does (plan.h).
-      const auto& part = plan.partitions[static_cast<size_t>(site)];
-      const bool tiled = prep && plan.at(OpClass::Linear).processor != soc::Processor::Cpu &&
-                         prep->at(l, site).float_path();
-      const int64_t cols = linear_out_width(c, site);
-      auto tiles = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        const sched::PartitionRules grid;
-        // the next tile edge after x, or the block's end
-        auto edge = [](int64_t x, int64_t align, int64_t end) {
-          return std::min(end, (x / align + 1) * align);
-        };
-        for (int64_t r = r0; r < r1; r = edge(r, grid.npu_row_align, r1))
-          for (int64_t q = c0; q < c1; q = edge(q, grid.npu_col_align, c1))
-            prep->at(l, site).forward_block(in, out, ldo, r, edge(r, grid.npu_row_align, r1), q,
-                                            edge(q, grid.npu_col_align, c1));
-      };
-      if (part && part->rows == N) {  // HeteroLLM's partition: every part's block
-        if (part->cols != cols)
-          throw ShapeError("[Engine] the partition of linear site " +
-                           std::string(linear_site_name(site)) + " has " +
-                           std::to_string(part->cols) + " columns, the linear " +
-                           std::to_string(cols));
-        for (const auto& q : part->parts) {
-          if (tiled) tiles(q.row_begin, q.row_end, q.col_begin, q.col_end);
-          else if (prep)
-            prep->at(l, site).forward_block(in, out, ldo, q.row_begin, q.row_end, q.col_begin,
-                                            q.col_end);
-          else
-            k::linear(in + q.row_begin * w, q.rows(), w, w, site_weights(L, site) + q.col_begin * w,
-                      q.cols(), site_bias(L, site) ? site_bias(L, site) + q.col_begin : nullptr,
-                      out + q.row_begin * ldo + q.col_begin, ldo);
-        }
-      } else if (tiled) {
-        tiles(0, N, 0, cols);
-      } else if (prep)
-        prep->at(l, site).forward(
-            in, N, out, ldo, false, b.segments,
-            shadow_sink
-                ? &(*shadow_sink)[static_cast<size_t>(l * kNumLinearSites + static_cast<int>(site))]
-                : nullptr);
-      else
-        k::linear(in, N, w, w, site_weights(L, site), linear_out_width(c, site), site_bias(L, site),
-                  out, ldo);
-      if (observe)
-        for (const auto& s : b.seqs) observe->observe_output(l, site, out + s.row0 * ldo, s.T, ldo);
-    };
+    r.layer = l;
+    r.weights = &L;
+    for (int s = 0; s < kNumLinearSites; ++s)
+      r.linears[static_cast<size_t>(s)] = prep ? &prep->at(l, static_cast<LinearSite>(s)) : nullptr;
     // RMSNorm gains, with a folded input smoothing if the plan has one.
-    auto norm_gain = [&](int which) {
-      if (prep && !prep->norm_gains.empty()) return prep->norm_gains[l][which].data();
-      return which == 0 ? L.attn_norm.ptr() : L.ffn_norm.ptr();
-    };
-    std::optional<npu::SubgraphKind> current;
-    // The block description's ops in order (block.h); in chunked prefill every subgraph is a
-    // static graph of the chunk length: acquire it (built once, or per chunk for attention)
-    // and check the input has its shape.
-    for (const BlockOpInfo& op : decoder_block()) {
-      check_interrupt();  // Ctrl-C stops a long call within one op's time
-      if (chunk_index >= 0 && op.subgraph != current) {
-        current = op.subgraph;
-        const npu::StaticGraph& g =
-            graphs_.acquire(subgraph(plan, prep, op.subgraph, l, N, chunk_index));
-        g.check_input(N, g.in_cols);
-      }
-      switch (op.op) {
-        case BlockOp::AttnNorm:
-          k::rms_norm(x, norm_gain(0), N, d, c.rms_eps, h.data());
-          store(op.op_class, h.data(), N * d);
-          break;
-        case BlockOp::Qkv: lin(LinearSite::AttnIn, h.data(), qkv.data(), qkv_w); break;
-        case BlockOp::Rope: {
-          if (c.qk_norm)  // Gemma 3: RMSNorm of every q and k head before the rotation
-            for (int64_t r = 0; r < N; ++r) {
-              float* row = qkv.data() + r * qkv_w;
-              k::rms_norm(row, L.q_norm.ptr(), c.n_heads, c.head_dim, c.rms_eps, row);
-              k::rms_norm(row + qd, L.k_norm.ptr(), c.n_kv_heads, c.head_dim, c.rms_eps, row + qd);
-            }
-          const float* inv = c.is_local_layer(l) ? inv_freq_local_.data() : inv_freq_.data();
-          k::rope_neox(qkv.data(), N, c.n_heads, c.head_dim, qkv_w, b.pos.data(), inv);
-          k::rope_neox(qkv.data() + qd, N, c.n_kv_heads, c.head_dim, qkv_w, b.pos.data(), inv);
-          if (plan.at(op.op_class).format == soc::DType::Fp16)
-            for (int64_t r = 0; r < N; ++r) k::round_to_fp16(qkv.data() + r * qkv_w, qd + kvd);
-          if (hooks && hooks->qkv_absmax)
-            for (size_t si = 0; si < b.seqs.size(); ++si) {
-              // [layer][q heads, k heads, v heads] of each sequence (step qk-scales)
-              const auto& sq = b.seqs[si];
-              float* dst = (*hooks->qkv_absmax)[si].data() + l * (c.n_heads + 2 * c.n_kv_heads);
-              const float* rows = qkv.data() + sq.row0 * qkv_w;
-              for (int64_t h = 0; h < c.n_heads + 2 * c.n_kv_heads; ++h)
-                dst[h] = k::absmax_rows(rows + h * c.head_dim, sq.T, c.head_dim, qkv_w);
-            }
-          if (hooks && hooks->qkv_out) {
-            if (hooks->capture_layers[l]) (*hooks->qkv_out)[l].assign(qkv.begin(), qkv.end());
-            if (l == last_layer) return;  // captured: the rest of the model is not needed
-          }
-          break;
-        }
-        case BlockOp::Attention:
-          // Only real rows enter the KV cache and attention; padding rows come after them, so
-          // causal attention never lets a real row see one (their attention output stays 0).
-          for (const auto& s : b.seqs) {
-            KVCache& cache = *s.cache;
-            const int64_t past = cache.length();
-            float* K = cache.k(l);
-            float* Vc = cache.v(l);
-            for (int64_t t = 0; t < s.T; ++t) {
-              const float* src = qkv.data() + (s.row0 + t) * qkv_w;
-              std::memcpy(K + (past + t) * kvd, src + qd, kvd * sizeof(float));
-              std::memcpy(Vc + (past + t) * kvd, src + qd + kvd, kvd * sizeof(float));
-            }
-            if (attn && s.plan_attention) {
-              quant::AttentionTrace trace;
-              trace.record_keys = false;
-              const bool observe = hooks && (hooks->head_buckets || hooks->rescored_keys);
-              quant::prefill_attention(
-                  plan.attention, (*attn)[static_cast<size_t>(l)], qkv.data() + s.row0 * qkv_w,
-                  qkv_w, K, Vc, kvd,
-                  {s.T, past, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_window(l)},
-                  att.data() + s.row0 * qd, qd, observe ? &trace : nullptr);
-              if (observe && hooks->head_buckets)
-                std::copy(trace.bucket.begin(), trace.bucket.end(),
-                          hooks->head_buckets->begin() + l * c.n_heads);
-              if (observe && hooks->rescored_keys)
-                for (int64_t r : trace.rescored) *hooks->rescored_keys += r;
-            } else {
-              k::attention_causal(qkv.data() + s.row0 * qkv_w, qkv_w, K, Vc, kvd, s.T, past,
-                                  c.n_heads, c.n_kv_heads, c.head_dim, att.data() + s.row0 * qd, qd,
-                                  S.data(), c.layer_window(l));
-            }
-          }
-          if (hooks && hooks->head_mask && l == first_layer)
-            for (size_t si = 0; si < b.seqs.size(); ++si) {
-              // head ablation (seed 000 Eq. 1/2): the masked heads' outputs are zeroed
-              const auto& mask = (*hooks->head_mask)[si];
-              for (int64_t t = 0; t < b.seqs[si].T; ++t)
-                for (int64_t h = 0; h < c.n_heads; ++h)
-                  if (mask[h] != 1.0f)
-                    for (int64_t e = 0; e < c.head_dim; ++e)
-                      att[(b.seqs[si].row0 + t) * qd + h * c.head_dim + e] *= mask[h];
-            }
-          store(op.op_class, att.data(), N * qd);
-          break;
-        case BlockOp::OProj:
-          lin(LinearSite::AttnOut, att.data(), o.data(), d);
-          if (hooks && hooks->head_mask && l == first_layer)
-            for (size_t si = 0; si < b.seqs.size(); ++si) {
-              // a layer ablated whole (Eq. 2): its attention output, o_proj bias included, is 0
-              const auto& mask = (*hooks->head_mask)[si];
-              if (std::all_of(mask.begin(), mask.end(), [](float m) { return m == 0.0f; }))
-                std::fill(o.begin() + b.seqs[si].row0 * d,
-                          o.begin() + (b.seqs[si].row0 + b.seqs[si].T) * d, 0.0f);
-            }
-          break;
-        case BlockOp::AttnResidual:
-        case BlockOp::FfnResidual:
-          if (c.post_norms)  // Gemma 3: the branch's output is normed before the add
-            k::rms_norm(o.data(),
-                        (op.op == BlockOp::AttnResidual ? L.post_attn_norm : L.post_ffn_norm).ptr(),
-                        N, d, c.rms_eps, o.data());
-          k::add_inplace(x, o.data(), N * d);
-          store(op.op_class, x, N * d);
-          break;
-        case BlockOp::FfnNorm:
-          k::rms_norm(x, norm_gain(1), N, d, c.rms_eps, h.data());
-          store(op.op_class, h.data(), N * d);
-          break;
-        case BlockOp::GateUp: lin(LinearSite::MlpIn, h.data(), gu.data(), 2 * dff); break;
-        case BlockOp::Act:
-          if (c.activation == "gelu_tanh") k::gelu_tanh_mul(gu.data(), N, dff, act.data());
-          else k::silu_mul(gu.data(), N, dff, act.data());
-          store(op.op_class, act.data(), N * dff);
-          break;
-        case BlockOp::Down: lin(LinearSite::MlpAct, act.data(), o.data(), d); break;
-      }
-    }
+    const bool folded = prep && !prep->norm_gains.empty();
+    r.norm_gain = {folded ? prep->norm_gains[static_cast<size_t>(l)][0].data() : L.attn_norm.ptr(),
+                   folded ? prep->norm_gains[static_cast<size_t>(l)][1].data() : L.ffn_norm.ptr()};
+    r.attention = attn ? &(*attn)[static_cast<size_t>(l)] : nullptr;
+    r.inv_freq = c.is_local_layer(l) ? inv_freq_local_.data() : inv_freq_.data();
+    eh.layer_start(l, x);
+    if (!run_layer(ops, &r, rec ? rec->graph : nullptr, &eh)) return;
   }
   for (auto& s : b.seqs) s.cache->length_ += s.T;
   if (observe)
@@ -765,38 +631,16 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, const PreparedLine
     }();
 }
 
-// Shadow loads of one chunk from the counters its linears reported.
-std::vector<ShadowLoad> Engine::chunk_shadow_loads(
-    const PreparedLinears& prep, const std::vector<quant::ShadowStats>& st) const {
-  std::vector<ShadowLoad> loads(st.size());
-  const int64_t L = model_->config().n_layers;
-  for (int64_t l = 0; l < L; ++l)
-    for (int s = 0; s < kNumLinearSites; ++s) {
-      const size_t i = static_cast<size_t>(l * kNumLinearSites + s);
-      const quant::ShadowLinearConfig* cfg = prep.at(l, static_cast<LinearSite>(s)).shadow();
-      loads[i].pruned = cfg && cfg->pruned;
-      loads[i].outlier_channels = static_cast<double>(st[i].outlier_channels);
-      loads[i].cold_fetch_bytes = static_cast<double>(st[i].cold_fetch_bytes);
-    }
-  return loads;
-}
-
 TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
                                   const std::vector<std::span<const int32_t>>& seqs,
                                   const Plan& plan, const PreparedLinears* prep,
-                                  BlockGraphBuilder* record) const {
+                                  Recording* rec) const {
   const auto& c = model_->config();
   const int64_t d = c.d_model;
   int64_t total = 0;
   for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
   TensorF32 out({total, d});
   int64_t out_row = 0;
-  std::vector<quant::ShadowStats> stats;
-  // what sparse attention chose in each recorded chunk (its head-wise timing)
-  std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
-  int64_t rescored = 0;
-  RunHooks seen;
-  seen.head_buckets = &buckets, seen.rescored_keys = &rescored;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const auto& seq = seqs[si];
     const int64_t T = static_cast<int64_t>(seq.size());
@@ -814,19 +658,15 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       std::fill(x.begin(), x.end(), 0.0f);
       embed_rows(seq.subspan(static_cast<size_t>(c0), static_cast<size_t>(valid)), x.data());
       for (int64_t t = 0; t < C; ++t) b.pos[static_cast<size_t>(t)] = past + t;
-      b.seqs = {{caches[si], 0, valid}};
+      b.seqs = {{caches[si], 0, valid, true}};
       b.segments = {{0, valid}};
-      if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
       // The attention graph is fixed by the KV length it sees: chunk index = past / C.
-      rescored = 0;
-      run_blocks(b, x.data(), plan, prep, past / C, nullptr, record ? &stats : nullptr,
-                 record ? &seen : nullptr);
-      if (record) {
-        const auto loads = prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats)
-                                                      : std::vector<ShadowLoad>{};
-        record->observe_attention(buckets, rescored, valid, past + valid);
-        record->add_chunk(past / C, C, past + C, loads);
+      if (rec) {
+        rec->chunk = past / C;
+        if (rec->graph) rec->graph->begin_chunk(past / C, C, past + C, false, rec->expected);
       }
+      run_blocks(b, x.data(), plan, false, prep, past / C, nullptr, nullptr, rec);
+      if (rec && rec->graph) rec->graph->end_chunk();
       k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
                   out.ptr() + out_row * d);
       if (plan.at(OpClass::LmHead).format == soc::DType::Fp16)
@@ -845,7 +685,7 @@ TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
 
 TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
                           const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
-                          BlockGraphBuilder* record) const {
+                          Recording* rec) const {
   const auto& c = model_->config();
   if (seqs.empty()) throw InvalidArgument("[Engine.forward] no sequences given");
   if (caches.size() != seqs.size())
@@ -863,11 +703,48 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
         throw InvalidArgument("[Engine.forward] sequences " + std::to_string(j) + " and " +
                               std::to_string(i) + " share one KV cache");
   }
+  // A single new token on a non-empty cache is a decoding step: it runs under the plan's decode
+  // placement with full attention (seed 000 §4). A batch mixing steps and prompts runs each
+  // group under its own phase.
+  std::vector<size_t> steps, prompts;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    (seqs[s].size() == 1 && caches[s]->length() > 0 ? steps : prompts).push_back(s);
+  if (!steps.empty() && !prompts.empty()) {
+    if (rec) throw InvalidArgument("[Engine.forward] a recorded call runs one phase at a time");
+    std::vector<TensorF32> parts;
+    std::vector<int64_t> row_of(seqs.size());
+    for (const auto* group : {&prompts, &steps}) {
+      std::vector<KVCache*> gc;
+      std::vector<std::span<const int32_t>> gs;
+      for (size_t s : *group) gc.push_back(caches[s]), gs.push_back(seqs[s]);
+      parts.push_back(forward(gc, gs, plan, nullptr));
+    }
+    const int64_t d = c.d_model;
+    int64_t total = 0;
+    for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
+    TensorF32 out({total, d});
+    std::vector<int64_t> start(seqs.size());
+    for (size_t s = 0, r = 0; s < seqs.size(); r += seqs[s].size(), ++s)
+      start[s] = static_cast<int64_t>(r);
+    size_t gi = 0;
+    for (const auto* group : {&prompts, &steps}) {
+      int64_t r = 0;
+      for (size_t s : *group) {
+        const auto T = static_cast<int64_t>(seqs[s].size());
+        std::copy_n(parts[gi].ptr() + r * d, T * d, out.ptr() + start[s] * d);
+        r += T;
+      }
+      ++gi;
+    }
+    return out;
+  }
+  const bool decode = prompts.empty();
+  const Plan decode_plan = decode ? plan.for_decode() : Plan();
+  const Plan& phase_plan = decode ? decode_plan : plan;
   // Held before the lengths are read: another call must not append between the capacity check
   // and the writes.
   KVCacheUse in_use(caches, "Engine.forward");
   int64_t N = 0;
-  bool prefill = false;
   Batch b;
   for (size_t s = 0; s < seqs.size(); ++s) {
     check_tokens(seqs[s], "Engine.forward");
@@ -886,17 +763,16 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
       throw ContextOverflow("[Engine.forward] sequence of " + std::to_string(need) +
                             " tokens exceeds the cache capacity " +
                             std::to_string(caches[s]->capacity()));
-    // a single new token on a non-empty cache is a decode step: full attention (seed 000 §4)
-    b.seqs.push_back({caches[s], N, T, T > 1 || caches[s]->length() == 0});
+    b.seqs.push_back({caches[s], N, T, true});
     b.segments.push_back({N, N + T});
     N += T;
-    prefill = prefill || T > 1 || record;  // a recorded prefill runs its one token chunked too
   }
-  const auto prep = prepare(plan);
-  // Chunked plans run prompts on static graphs; single-token decode steps run unchunked
-  // (llm.npu decodes on the CPU, seed 001 §3.1), with the same linear numerics.
-  if (plan.chunk_len > 0 && prefill) {
-    TensorF32 out = forward_chunked(caches, seqs, plan, prep.get(), record);
+  const auto prep = prepare(phase_plan);
+  // Chunked plans run prompts on static graphs (a recorded one-token prompt too); decoding
+  // steps run unchunked (llm.npu decodes on the CPU, seed 001 §3.1) with the same linear
+  // numerics.
+  if (!decode && plan.chunk_len > 0) {
+    TensorF32 out = forward_chunked(caches, seqs, plan, prep.get(), rec);
     in_use.commit();
     return out;
   }
@@ -911,28 +787,30 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
     for (int64_t t = 0; t < s.T; ++t)
       b.pos[static_cast<size_t>(s.row0 + t)] = s.cache->length() + t;
   }
-  std::vector<quant::ShadowStats> stats;
-  std::vector<int64_t> buckets(static_cast<size_t>(c.n_layers * c.n_heads), -1);
-  int64_t rescored = 0;
-  RunHooks seen;
-  seen.head_buckets = &buckets, seen.rescored_keys = &rescored;
-  if (record) stats.assign(static_cast<size_t>(c.n_layers * kNumLinearSites), {});
-  run_blocks(b, x.ptr(), plan, prep.get(), -1, nullptr, record ? &stats : nullptr,
-             record ? &seen : nullptr);
-  if (record) record->observe_attention(buckets, rescored, N, N);
-  if (record)  // one chunk of the whole prompt
-    record->add_chunk(
-        0, N, N,
-        prep && plan.linear.shadow ? chunk_shadow_loads(*prep, stats) : std::vector<ShadowLoad>{});
+  if (rec && rec->graph)  // one chunk of the whole prompt, or one decoding step
+    rec->graph->begin_chunk(rec->chunk, N, b.seqs[0].cache->length() + N, decode, rec->expected);
+  run_blocks(b, x.ptr(), phase_plan, decode, prep.get(), -1, nullptr, nullptr, rec);
+  if (rec && rec->graph) rec->graph->end_chunk();
   TensorF32 out({N, d});
   k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
-  if (plan.at(OpClass::LmHead).format == soc::DType::Fp16) k::round_to_fp16(out.ptr(), N * d);
+  if (phase_plan.at(OpClass::LmHead).format == soc::DType::Fp16) k::round_to_fp16(out.ptr(), N * d);
   in_use.commit();
   return out;
 }
 
+AttentionTimingOptions Engine::attention_timing(const Plan& plan) const {
+  // the head-wise timing uses the keep ratios this engine runs (Eq. 3's from calibration)
+  AttentionTimingOptions timing;
+  if (const auto attn = prepare_attention(plan); attn && plan.attention.is_sparse())
+    for (const auto& layer : *attn)
+      timing.head_ratios.insert(timing.head_ratios.end(), layer.head_ratio.begin(),
+                                layer.head_ratio.end());
+  return timing;
+}
+
 Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& plan,
-                                bool all_positions, bool return_graph) const {
+                                bool all_positions, bool return_graph, int64_t decode_tokens,
+                                bool return_records) const {
   check_tokens(tokens, "Engine.prefill");
   const int64_t T = static_cast<int64_t>(tokens.size());
   const auto& c = model_->config();
@@ -944,26 +822,49 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
     throw InvalidArgument("[Engine.prefill] chunk length " + std::to_string(plan.chunk_len) +
                           " exceeds the model's context length " +
                           std::to_string(c.context_length));
-  KVCache cache = new_cache(T);
-  std::optional<BlockGraphBuilder> record;
-  if (return_graph) {
-    // the head-wise timing uses the keep ratios this engine runs (Eq. 3's from calibration)
-    AttentionTimingOptions timing;
-    if (const auto attn = prepare_attention(plan); attn && plan.attention.is_sparse())
-      for (const auto& layer : *attn)
-        timing.head_ratios.insert(timing.head_ratios.end(), layer.head_ratio.begin(),
-                                  layer.head_ratio.end());
-    record.emplace(c, plan, std::move(timing));
-  }
-  TensorF32 h = forward({&cache}, {tokens}, plan, record ? &*record : nullptr);
+  if (decode_tokens < 0)
+    throw InvalidArgument("[Engine.prefill] decode_tokens must be >= 0, got " +
+                          std::to_string(decode_tokens));
+  if (decode_tokens > c.context_length - T)
+    throw ContextOverflow("[Engine.prefill] prompt of " + std::to_string(T) + " tokens + " +
+                          std::to_string(decode_tokens) +
+                          " decoded exceed the model's context length " +
+                          std::to_string(c.context_length));
+  KVCache cache = new_cache(T + decode_tokens);
+  std::optional<GraphRecorder> graph;
+  Recording rec;
   Prefill out;
+  if (return_graph) graph.emplace(c, plan, attention_timing(plan));
+  rec.graph = graph ? &*graph : nullptr;
+  rec.records = return_records ? &out.records : nullptr;
+  const bool recording = return_graph || return_records;
+  if (recording) rec.expected = expected_shadow_loads(plan);
+  TensorF32 h = forward({&cache}, {tokens}, plan, recording ? &rec : nullptr);
   const int64_t d = h.dim(1);
-  out.logits =
-      all_positions ? logits_from_hidden(h.ptr(), T) : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
-  if (record) {
-    record->add_lm_head(1);
-    out.graph = record->take();
-    out.graph.meta = prefill_graph_meta(c, plan, T, plan.chunk_len);
+  out.logits = all_positions ? logits_from_hidden(h.ptr(), T, plan)
+                             : logits_from_hidden(h.ptr() + (T - 1) * d, 1, plan);
+  if (graph) graph->add_lm_head(1);
+  // Greedy decoding steps, each one chunk after the prompt's (block.h).
+  const int64_t chunks = plan.chunk_len > 0 ? (T + prefill_graph_rows(T, plan.chunk_len) - 1) /
+                                                  prefill_graph_rows(T, plan.chunk_len)
+                                            : 1;
+  const Plan decode_plan = decode_tokens > 0 ? plan.for_decode() : Plan();
+  if (recording && decode_tokens > 0) rec.expected = expected_shadow_loads(decode_plan);
+  const float* last = out.logits.ptr() + (out.logits.dim(0) - 1) * c.vocab_size;
+  int32_t tok = static_cast<int32_t>(k::argmax(last, c.vocab_size));
+  for (int64_t s = 0; s < decode_tokens; ++s) {
+    out.decoded.push_back(tok);
+    rec.chunk = chunks + s;
+    TensorF32 hs =
+        forward({&cache}, {std::span<const int32_t>(&tok, 1)}, plan, recording ? &rec : nullptr);
+    const TensorF32 lg = logits_from_hidden(hs.ptr(), 1, decode_plan);
+    if (graph) graph->add_lm_head(1);
+    tok = static_cast<int32_t>(k::argmax(lg.ptr(), c.vocab_size));
+  }
+  if (graph) {
+    out.graph = graph->take();
+    out.graph.meta = graph_meta(c, plan, T, plan.chunk_len,
+                                decode_tokens > 0 ? "session" : "prefill", decode_tokens);
   }
   return out;
 }
@@ -992,10 +893,12 @@ std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
   return loads;
 }
 
-sched::TaskGraph Engine::task_graph(const Plan& plan, int64_t prompt_len, int64_t chunk_len) const {
-  PrefillGraphOptions o;
+sched::TaskGraph Engine::task_graph(const Plan& plan, int64_t prompt_len, int64_t chunk_len,
+                                    int64_t decode_tokens) const {
+  GraphOptions o;
   o.expected = expected_shadow_loads(plan);
-  return prefill_task_graph(model_->config(), plan, prompt_len, chunk_len, o);
+  o.attention = attention_timing(plan);
+  return prefill_task_graph(model_->config(), plan, prompt_len, chunk_len, o, decode_tokens);
 }
 
 void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
@@ -1007,13 +910,13 @@ void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
     Batch b;
     const int64_t T = static_cast<int64_t>(s.size()), d = model_->config().d_model;
     b.N = T;
-    b.seqs = {{&cache, 0, T}};
+    b.seqs = {{&cache, 0, T, true}};
     b.segments = {{0, T}};
     b.pos.resize(static_cast<size_t>(T));
     TensorF32 x({T, d});
     embed_rows(s, x.ptr());
     for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = t;
-    run_blocks(b, x.ptr(), Plan{}, nullptr, -1, &into, nullptr);
+    run_blocks(b, x.ptr(), Plan{}, false, nullptr, -1, &into);
   }
 }
 
@@ -1042,7 +945,7 @@ TensorF32 Engine::run_fp32(const std::vector<std::span<const int32_t>>& seqs, co
   } else {
     for (const auto& s : b.seqs) embed_rows(seqs[&s - b.seqs.data()], x.ptr() + s.row0 * d);
   }
-  run_blocks(b, x.ptr(), Plan{}, nullptr, -1, nullptr, nullptr, &hooks);
+  run_blocks(b, x.ptr(), Plan{}, false, nullptr, -1, nullptr, &hooks);
   return x;
 }
 
@@ -1157,7 +1060,7 @@ std::vector<std::vector<float>> Engine::ablation_logprobs(
     std::vector<float> lp(static_cast<size_t>(T - 1));
     for (int64_t b0 = 0; b0 < T - 1; b0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, T - 1 - b0);
-      TensorF32 lg = logits_from_hidden(normed.data() + b0 * d, rows);
+      TensorF32 lg = logits_from_hidden(normed.data() + b0 * d, rows, Plan());
       k::log_softmax_gather(lg.ptr(), rows, c.vocab_size, c.vocab_size, tokens.data() + b0 + 1,
                             lp.data() + b0);
     }
@@ -1166,20 +1069,75 @@ std::vector<std::vector<float>> Engine::ablation_logprobs(
   return out;
 }
 
-TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows) const {
+TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows, const Plan& plan) const {
   const auto& c = model_->config();
   TensorF32 out({rows, c.vocab_size});
-  k::linear(h, rows, c.d_model, c.d_model, model_->lm_head().ptr(), c.vocab_size, nullptr,
-            out.ptr(), c.vocab_size);
+  const bool fp16 = plan.at(OpClass::LmHead).format == soc::DType::Fp16;
+  if (!plan.lm_head_linear && !fp16) {
+    k::linear(h, rows, c.d_model, c.d_model, model_->lm_head().ptr(), c.vocab_size, nullptr,
+              out.ptr(), c.vocab_size);
+    return out;
+  }
+  // The head's weights as the plan holds them, built once per form (the last one kept: a
+  // vocabulary-sized copy).
+  const std::string key = plan.lm_head_linear ? plan.linear.to_json().dump() : "fp16";
+  std::shared_ptr<const quant::PreparedLinear> lin;
+  std::shared_ptr<const std::vector<float>> w16;
+  {
+    std::lock_guard lock(mu_);
+    if (lm_head_key_ != key) {
+      lm_head_linear_.reset();
+      lm_head_fp16_.reset();
+      if (plan.lm_head_linear) {
+        if (plan.linear.needs_calibration() || plan.linear.shadow || plan.linear.outlier_threshold)
+          throw InvalidArgument("[Engine] plan '" + plan.name +
+                                "': lm_head_weights=linear quantizes the LM head with a "
+                                "weight-only scheme (the head has no calibrated activation "
+                                "scales); its linears are " +
+                                plan.linear.to_json().dump());
+        lm_head_linear_ = std::make_shared<const quant::PreparedLinear>(
+            model_->lm_head().ptr(), c.vocab_size, c.d_model, nullptr, plan.linear,
+            quant::LinearContext{});
+      } else {
+        auto w = std::make_shared<std::vector<float>>(model_->lm_head().data);
+        k::round_to_fp16(w->data(), static_cast<int64_t>(w->size()));
+        lm_head_fp16_ = std::move(w);
+      }
+      lm_head_key_ = key;
+    }
+    lin = lm_head_linear_;
+    w16 = lm_head_fp16_;
+  }
+  if (lin) {
+    const quant::RowSegment all{0, rows};
+    lin->forward(h, rows, out.ptr(), c.vocab_size, false, {&all, 1});
+  } else {
+    k::linear(h, rows, c.d_model, c.d_model, w16->data(), c.vocab_size, nullptr, out.ptr(),
+              c.vocab_size);
+  }
   return out;
+}
+
+int64_t Engine::lm_head_weight_bytes(const Plan& plan) const {
+  const auto& c = model_->config();
+  if (plan.lm_head_linear) {
+    (void)logits_from_hidden(std::vector<float>(static_cast<size_t>(c.d_model), 0.0f).data(), 1,
+                             plan);
+    std::lock_guard lock(mu_);
+    return lm_head_linear_->weight_bytes();
+  }
+  return c.vocab_size * c.d_model * soc::dtype_bytes(plan.at(OpClass::LmHead).format);
 }
 
 TensorF32 Engine::step(KVCache& cache, std::span<const int32_t> tokens, bool all_positions,
                        const Plan& plan) const {
+  // a decoding step's LM head is placed as the plan's decode phase places it
+  const bool decode = tokens.size() == 1 && cache.length() > 0;
   TensorF32 h = forward_hidden({&cache}, {tokens}, plan);
   const int64_t T = h.dim(0), d = h.dim(1);
-  return all_positions ? logits_from_hidden(h.ptr(), T)
-                       : logits_from_hidden(h.ptr() + (T - 1) * d, 1);
+  const Plan head_plan = decode ? plan.for_decode() : plan;
+  return all_positions ? logits_from_hidden(h.ptr(), T, head_plan)
+                       : logits_from_hidden(h.ptr() + (T - 1) * d, 1, head_plan);
 }
 
 namespace {
@@ -1248,9 +1206,9 @@ std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& s
     int64_t m = rows[i];
     while (j < n_seqs && m + rows[j] <= kHeadRows) m += rows[j++];
     if (j == i + 1) {
-      out[i] = logits_from_hidden(src + first[i] * d, rows[i]);
+      out[i] = logits_from_hidden(src + first[i] * d, rows[i], plan);
     } else {
-      const TensorF32 group = logits_from_hidden(src + first[i] * d, m);
+      const TensorF32 group = logits_from_hidden(src + first[i] * d, m, plan);
       for (size_t k = i; k < j; ++k) {
         out[k] = TensorF32({rows[k], V});
         std::copy_n(group.ptr() + (first[k] - first[i]) * V, rows[k] * V, out[k].ptr());
@@ -1277,7 +1235,7 @@ std::vector<std::vector<float>> Engine::token_logprobs(
     std::vector<float> lp(static_cast<size_t>(n));
     for (int64_t b = 0; b < n; b += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, n - b);
-      TensorF32 lg = logits_from_hidden(h.ptr() + (r0 + b) * d, rows);
+      TensorF32 lg = logits_from_hidden(h.ptr() + (r0 + b) * d, rows, plan);
       k::log_softmax_gather(lg.ptr(), rows, V, V, s.data() + b + 1, lp.data() + b);
     }
     out.push_back(std::move(lp));

@@ -2,7 +2,7 @@
 // (scalar) dequantize_row_* functions of ggml-quants.c; block layouts from ggml-common.h.
 #include <cstring>
 
-#include "socllm/gguf.h"
+#include "io/gguf.h"
 
 namespace socllm {
 namespace {

@@ -1,4 +1,4 @@
-#include "socllm/gguf.h"
+#include "io/gguf.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

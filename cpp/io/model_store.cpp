@@ -1,4 +1,4 @@
-#include "socllm/model_store.h"
+#include "io/model_store.h"
 
 #include <hdf5.h>
 #include <signal.h>

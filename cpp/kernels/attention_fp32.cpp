@@ -10,8 +10,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/kernels.h"
 #include "parallel_threshold.h"
-#include "socllm/kernels.h"
 
 namespace socllm::kernels {
 

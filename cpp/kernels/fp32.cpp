@@ -8,8 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "parallel_threshold.h"
-#include "socllm/kernels.h"
 
 namespace socllm::kernels {
 

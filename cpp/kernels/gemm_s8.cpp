@@ -1,7 +1,7 @@
 // Exact INT8 GEMM with runtime dispatch: AMX-INT8 (tdpbssd/tdpbusd tiles), AVX-512 VNNI
 // (vpdpbusd), AVX2 (int16 pairs and vpmaddwd, exact: no saturating vpmaddubsw), scalar
 // reference. All paths are bit-identical.
-#include "socllm/gemm_s8.h"
+#include "kernels/gemm_s8.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm::kernels {
 

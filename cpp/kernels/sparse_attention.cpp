@@ -1,4 +1,4 @@
-#include "socllm/sparse_attention.h"
+#include "kernels/sparse_attention.h"
 
 #include <algorithm>
 #include <bit>
@@ -6,7 +6,7 @@
 #include <functional>
 #include <limits>
 
-#include "socllm/kernels.h"
+#include "kernels/kernels.h"
 
 namespace socllm::kernels {
 

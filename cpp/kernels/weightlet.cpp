@@ -1,11 +1,11 @@
-#include "socllm/weightlet.h"
+#include "kernels/weightlet.h"
 
 #include <emmintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "socllm/core.h"
+#include "core/core.h"
 #include "weightlet_simd.h"
 
 namespace socllm::kernels {

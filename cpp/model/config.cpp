@@ -3,7 +3,7 @@
 #include <limits>
 #include <utility>
 
-#include "socllm/model.h"
+#include "model/model.h"
 
 namespace socllm {
 

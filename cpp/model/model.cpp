@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <span>
 
-#include "socllm/model.h"
-#include "socllm/model_store.h"
-#include "socllm/weightlet.h"
+#include "io/model_store.h"
+#include "kernels/weightlet.h"
+#include "model/decoder_block.h"
+#include "model/model.h"
 
 namespace socllm {
 namespace {
@@ -29,11 +31,11 @@ TensorF32 read_checked(const H5File& f, const std::string& name, std::vector<int
 }
 
 // Stacks matrices with equal column counts along rows.
-TensorF32 stack_rows(std::initializer_list<const TensorF32*> parts) {
-  int64_t rows = 0, cols = (*parts.begin())->shape.back();
+TensorF32 stack_rows(std::span<const TensorF32* const> parts) {
+  int64_t rows = 0, cols = parts.front()->shape.back();
   for (auto* p : parts) rows += p->shape.size() == 2 ? p->shape[0] : 1;
-  TensorF32 out(parts.begin()[0]->shape.size() == 2 ? std::vector<int64_t>{rows, cols}
-                                                    : std::vector<int64_t>{rows * cols});
+  TensorF32 out(parts.front()->shape.size() == 2 ? std::vector<int64_t>{rows, cols}
+                                                 : std::vector<int64_t>{rows * cols});
   size_t off = 0;
   for (auto* p : parts) {
     std::memcpy(out.ptr() + off, p->ptr(), p->data.size() * sizeof(float));
@@ -41,15 +43,6 @@ TensorF32 stack_rows(std::initializer_list<const TensorF32*> parts) {
   }
   return out;
 }
-
-// The weight tensors of each linear site, in the row order of its fused matrix.
-struct SiteTensors {
-  const char* names[3];
-  int n;
-};
-constexpr SiteTensors kSiteTensors[4] = {
-    {{"wq", "wk", "wv"}, 3}, {{"wo"}, 1}, {{"w_gate", "w_up"}, 2}, {{"w_down"}, 1}};
-constexpr const char* kSiteNames[4] = {"attn_in", "attn_out", "mlp_in", "mlp_act"};
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -102,23 +95,20 @@ std::shared_ptr<const PackedModelLinears> read_packed_linears(const H5File& f,
         throw FormatError("[Model.load] '" + f.path() + "': layer " + std::to_string(l) +
                           " has a folded attention norm but no folded ffn norm");
     }
-    for (int s = 0; s < 4; ++s) {
+    for (int s = 0; s < kNumLinearSites; ++s) {
       PackedLinearWeights& w = pk->sites[static_cast<size_t>(l)][static_cast<size_t>(s)];
-      // [out, in] of the fused linears: qkv, o, gate+up, down.
-      const int64_t dims[4][2] = {{c.qkv_dim(), c.d_model},
-                                  {c.d_model, c.q_dim()},
-                                  {c.mlp_in_dim(), c.d_model},
-                                  {c.d_model, c.d_ff}};
-      w.out = dims[s][0];
-      w.in = dims[s][1];
+      // [out, in] of the fused linear and its tensors (the block table's)
+      const auto site = static_cast<LinearSite>(s);
+      const char* site_name = linear_site_name(site);
+      w.out = linear_out_width(c, site);
+      w.in = linear_site_width(c, site);
       w.codes.resize(static_cast<size_t>(w.out * w.in));
       w.act_scale = static_cast<float>(
-          f.attr_float(lp.substr(0, lp.size() - 1), std::string("act_scale_") + kSiteNames[s]));
-      w.input_smooth = floats_or_empty(f, lp + "input_smooth_" + kSiteNames[s], w.in);
+          f.attr_float(lp.substr(0, lp.size() - 1), std::string("act_scale_") + site_name));
+      w.input_smooth = floats_or_empty(f, lp + "input_smooth_" + site_name, w.in);
       int64_t row0 = 0;
-      for (int k = 0; k < kSiteTensors[s].n; ++k) {
-        const std::string name =
-            std::string("layers/") + std::to_string(l) + "/" + kSiteTensors[s].names[k];
+      for (const FusedTensor& tensor : fused_tensors(c, site)) {
+        const std::string name = std::string("layers/") + std::to_string(l) + "/" + tensor.name;
         const std::string tp = root + "/" + name + "/";
         const auto t0 = Clock::now();
         const int64_t rows = f.attr_int(tp.substr(0, tp.size() - 1), "rows");
@@ -196,7 +186,7 @@ std::shared_ptr<const PackedModelLinears> read_packed_linears(const H5File& f,
       }
       if (row0 != w.out)
         throw FormatError("[Model.load] '" + f.path() + "': the packed tensors of layer " +
-                          std::to_string(l) + " site " + kSiteNames[s] + " hold " +
+                          std::to_string(l) + " site " + site_name + " hold " +
                           std::to_string(row0) + " rows, the linear has " + std::to_string(w.out));
     }
   }
@@ -292,22 +282,27 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
       L.ffn_norm = read(p + "ffn_norm", {d});
       continue;
     }
-    TensorF32 wq = read(p + "wq", {c.q_dim(), d});
-    TensorF32 wk = read(p + "wk", {c.kv_dim(), d});
-    TensorF32 wv = read(p + "wv", {c.kv_dim(), d});
-    L.wqkv = stack_rows({&wq, &wk, &wv});
+    // each linear site's tensors stacked in the block table's row order
+    auto fused = [&](LinearSite site) {
+      std::vector<TensorF32> parts;
+      for (const FusedTensor& tensor : fused_tensors(c, site))
+        parts.push_back(read(p + tensor.name, {tensor.rows, linear_site_width(c, site)}));
+      std::vector<const TensorF32*> ptrs;
+      for (const auto& x : parts) ptrs.push_back(&x);
+      return stack_rows(ptrs);
+    };
+    L.wqkv = fused(LinearSite::AttnIn);
     if (c.qkv_bias) {
       TensorF32 bq = read(p + "bq", {c.q_dim()});
       TensorF32 bk = read(p + "bk", {c.kv_dim()});
       TensorF32 bv = read(p + "bv", {c.kv_dim()});
-      L.bqkv = stack_rows({&bq, &bk, &bv});
+      const TensorF32* b[] = {&bq, &bk, &bv};
+      L.bqkv = stack_rows(b);
     }
-    L.wo = read(p + "wo", {d, c.q_dim()});
+    L.wo = fused(LinearSite::AttnOut);
     L.ffn_norm = read(p + "ffn_norm", {d});
-    TensorF32 wg = read(p + "w_gate", {c.d_ff, d});
-    TensorF32 wu = read(p + "w_up", {c.d_ff, d});
-    L.w_gate_up = stack_rows({&wg, &wu});
-    L.w_down = read(p + "w_down", {d, c.d_ff});
+    L.w_gate_up = fused(LinearSite::MlpIn);
+    L.w_down = fused(LinearSite::MlpAct);
   }
   if (packed) {
     m->packed_ = read_packed_linears(f, c);

@@ -1,13 +1,8 @@
-#include "socllm/static_graph.h"
+#include "npu/static_graph.h"
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm::npu {
-
-const char* subgraph_kind_name(SubgraphKind k) {
-  constexpr const char* kNames[] = {"attn_in", "attention", "o_proj", "mlp_in", "mlp_act", "down"};
-  return kNames[static_cast<int>(k)];
-}
 
 bool is_shareable(SubgraphKind k) { return k != SubgraphKind::Attention; }
 

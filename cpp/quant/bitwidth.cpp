@@ -1,4 +1,4 @@
-#include "socllm/bitwidth.h"
+#include "quant/bitwidth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <numeric>
 #include <queue>
 
-#include "socllm/core.h"
+#include "core/core.h"
 
 namespace socllm::quant {
 

@@ -1,12 +1,12 @@
-#include "socllm/linear_scheme.h"
+#include "quant/linear_scheme.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
-#include "socllm/core.h"
-#include "socllm/kernels.h"
+#include "core/core.h"
+#include "kernels/kernels.h"
 
 namespace socllm::quant {
 
@@ -339,6 +339,11 @@ std::vector<std::pair<int64_t, int64_t>> tensor_ranges(std::span<const int64_t> 
 }
 
 // Stored bytes of rows at their bit-widths: codes, bit-width metadata, an fp32 scale per row.
+// Bytes of one stored weight scale: per-group scales in fp16 (llama.cpp's Q4_0/Q8_0 blocks, the
+// W4A16 formats seed 002 deploys: 4.5 bits per weight at groups of 32), per-row and per-tensor
+// ones in fp32. The numerics keep the scales in fp32 (a relative difference below 2^-11).
+int64_t scale_bytes(Granularity g) { return g == Granularity::PerGroup ? 2 : 4; }
+
 int64_t channel_bits_bytes(const std::vector<uint8_t>& bits, int64_t in, int meta_bits) {
   const int64_t rows = static_cast<int64_t>(bits.size());
   int64_t total = 0;
@@ -521,8 +526,8 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     const QuantSpec spec{scheme_.weights == WeightFormat::Int8 ? scheme_.weight_bits : 4,
                          scheme_.weight_granularity, scheme_.group_size};
     const QuantizedWeights q = quantize_weights(ws.data(), out, in, spec);
-    stored_weight_bytes_ =
-        (out * in * spec.bits + 7) / 8 + static_cast<int64_t>(q.scales.size() * sizeof(float));
+    stored_weight_bytes_ = (out * in * spec.bits + 7) / 8 +
+                           static_cast<int64_t>(q.scales.size()) * scale_bytes(spec.granularity);
     if (integer_activations(scheme_.activations) &&
         scheme_.weight_granularity != Granularity::PerGroup) {
       w_scales_.resize(static_cast<size_t>(out));
@@ -594,7 +599,7 @@ double PreparedLinear::stored_bits_per_weight() const {
 int64_t PreparedLinear::weight_bytes() const { return stored_weight_bytes_; }
 
 void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64_t ldy,
-                                     bool accumulate) const {
+                                     bool accumulate, int64_t col_begin, int64_t col_end) const {
   // Every element of A and C is written before it is read: no zero fill (a serial pass over
   // tens of MB at prefill sizes).
   std::unique_ptr<int8_t[]> A_static;
@@ -610,18 +615,25 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
     A = qa.q.data();
     row_scale = std::move(qa.scales);
   }
-  const auto C = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(N * out_));
-  kernels::gemm_s8s8s32_packed(A, in_, *packed_, C.get(), out_, N, kernels::best_isa());
+  // The int32 accumulators are exact on every path, so a block of columns (a partition's part)
+  // equals the same columns of the whole product.
+  const int64_t cols = col_end - col_begin;
+  const auto C = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(N * cols));
+  if (col_begin == 0 && col_end == out_)
+    kernels::gemm_s8s8s32_packed(A, in_, *packed_, C.get(), cols, N, kernels::best_isa());
+  else
+    kernels::gemm_s8s8s32(A, in_, packed_->rows().data() + col_begin * in_, in_, C.get(), cols, N,
+                          cols, in_, kernels::best_isa());
   // Float epilogue: dequantize the int32 accumulators (the NPU's requantize step).
   const float oq_max = scheme_.output_quant == OutputQuant::None
                            ? 0.0f
                            : static_cast<float>(output_qmax(scheme_.output_quant));
-#pragma omp parallel for schedule(static) if (N * out_ >= (int64_t{1} << 15))
+#pragma omp parallel for schedule(static) if (N * cols >= (int64_t{1} << 15))
   for (int64_t m = 0; m < N; ++m) {
     float* yr = y + m * ldy;
-    const int32_t* cr = C.get() + m * out_;
+    const int32_t* cr = C.get() + m * cols - col_begin;
     const float sx = row_scale[static_cast<size_t>(m)];
-    for (int64_t n = 0; n < out_; ++n) {
+    for (int64_t n = col_begin; n < col_end; ++n) {
       float v = static_cast<float>(cr[n]) * (sx * w_scales_[static_cast<size_t>(n)]);
       if (!out_scale_.empty()) {  // the NPU's static per-tensor output quantization
         const float so = out_scale_[static_cast<size_t>(n)];
@@ -681,7 +693,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
   // The integer paths read x as it is; a copy is made only for what changes it below
   // (smoothing, outlier columns taken out, float fake-quantization).
   if (smooth_.empty() && !scheme_.shadow && !scheme_.outlier_threshold) {
-    if (packed_) return forward_integer(x, N, y, ldy, accumulate);
+    if (packed_) return forward_integer(x, N, y, ldy, accumulate, 0, out_);
     if (grouped_) return forward_grouped(x, N, y, ldy, accumulate, 0, out_);
   }
   std::vector<float> xs(x, x + N * in_);
@@ -741,7 +753,7 @@ void PreparedLinear::forward(const float* x, int64_t N, float* y, int64_t ldy, b
   }
 
   if (packed_) {
-    forward_integer(xs.data(), N, y, ldy, accumulate);
+    forward_integer(xs.data(), N, y, ldy, accumulate, 0, out_);
   } else if (grouped_) {
     forward_grouped(xs.data(), N, y, ldy, accumulate, 0, out_);
   } else {
@@ -797,29 +809,73 @@ bool PreparedLinear::float_path() const {
 
 void PreparedLinear::forward_block(const float* x, float* y, int64_t ldy, int64_t row_begin,
                                    int64_t row_end, int64_t col_begin, int64_t col_end) const {
-  const bool grouped_block =
-      grouped_ && !scheme_.outlier_threshold && smooth_.empty() && post_.empty();
-  if (!float_path() && !grouped_block)
+  if (scheme_.outlier_threshold || scheme_.shadow)
     throw Unsupported(
-        "[PreparedLinear] a partitioned linear runs a float-path or per-group scheme "
-        "(dequantized weights or Q8_0-style groups, without outlier parts or smoothing, e.g. "
-        "w4a16, w8-group); got " +
-        json_text(scheme_.to_json()));
+        "[PreparedLinear] a partitioned linear computes each output block from its rows alone; "
+        "LLM.int8's outlier columns and llm.npu's shadow outliers are gathered over a whole "
+        "sequence, so their linears run whole (scheme " +
+        json_text(scheme_.to_json()) + ")");
   if (row_begin < 0 || row_end <= row_begin || col_begin < 0 || col_end > out_ ||
       col_end <= col_begin)
     throw ShapeError("[PreparedLinear] block rows [" + std::to_string(row_begin) + ", " +
                      std::to_string(row_end) + "), columns [" + std::to_string(col_begin) + ", " +
                      std::to_string(col_end) + ") of a linear with " + std::to_string(out_) +
                      " outputs");
+  // Every path below computes an output element from its row of x and its weight row alone
+  // (static or per-row scales, per-column epilogues), as forward() does.
   const int64_t n = row_end - row_begin;
-  if (grouped_block)
-    return forward_grouped(x + row_begin * in_, n, y + row_begin * ldy, ldy, false, col_begin,
-                           col_end);
+  float* yb = y + row_begin * ldy;
   std::vector<float> xs(x + row_begin * in_, x + row_end * in_);
-  quantize_activations_float(xs, n);
+  if (!smooth_.empty())
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t j = 0; j < in_; ++j) xs[m * in_ + j] /= smooth_[j];
+  if (packed_) return forward_integer(xs.data(), n, yb, ldy, false, col_begin, col_end);
+  if (grouped_) return forward_grouped(xs.data(), n, yb, ldy, false, col_begin, col_end);
+  if (!scheme_.is_fp32()) quantize_activations_float(xs, n);
+  const bool post = !post_.empty();
   kernels::linear(xs.data(), n, in_, in_, w_hat_.data() + col_begin * in_, col_end - col_begin,
-                  bias_.empty() ? nullptr : bias_.data() + col_begin,
-                  y + row_begin * ldy + col_begin, ldy);
+                  post || bias_.empty() ? nullptr : bias_.data() + col_begin, yb + col_begin, ldy);
+  if (post)  // fp32 with npu smoothing: y' * post + b
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t c = col_begin; c < col_end; ++c) {
+        float& v = yb[m * ldy + c];
+        v *= post_[static_cast<size_t>(c)];
+        if (!bias_.empty()) v += bias_[static_cast<size_t>(c)];
+      }
+}
+
+const char* PreparedLinear::compute_format() const {
+  if (packed_ || grouped_) return "int8";
+  switch (scheme_.activations) {
+    case ActFormat::F32: return "fp32";
+    case ActFormat::F16: return "fp16";
+    default: return "int8";  // integer activations fake-quantized on float weights
+  }
+}
+
+int64_t stored_weight_bytes(const LinearScheme& s, int64_t out, int64_t in,
+                            std::span<const int64_t> tensor_rows, bool bias) {
+  int64_t bytes = 0;
+  if (s.weights == WeightFormat::F32) {
+    bytes = out * in * static_cast<int64_t>(sizeof(float));
+  } else if (s.channel_bits) {
+    // Per tensor floor(rows x bits) bits of codes (what the allocation spends), the bit-width
+    // metadata of every row and one fp32 scale per row.
+    std::vector<int64_t> rows(tensor_rows.begin(), tensor_rows.end());
+    if (rows.empty()) rows = {out};
+    int64_t code_bits = 0;
+    for (int64_t r : rows) code_bits += total_channel_bits(r, s.channel_bits->bits) * in;
+    const int meta = bit_allocation_metadata_bits(s.channel_bits->allocation);
+    bytes = (code_bits + out * meta + 7) / 8 + out * static_cast<int64_t>(sizeof(float));
+  } else {
+    const int64_t bits = s.weights == WeightFormat::Int8 ? s.weight_bits : 4;
+    const int64_t scales = s.weight_granularity == Granularity::PerTensor ? 1
+                           : s.weight_granularity == Granularity::PerChannel
+                               ? out
+                               : out * in / s.group_size;
+    bytes = (out * in * bits + 7) / 8 + scales * scale_bytes(s.weight_granularity);
+  }
+  return bytes + (bias ? out * static_cast<int64_t>(sizeof(float)) : 0);
 }
 
 void PreparedLinear::add_shadow_residuals(const std::vector<OutlierResidual>& parts, float* y,

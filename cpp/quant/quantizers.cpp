@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "socllm/core.h"
-#include "socllm/quant.h"
+#include "core/core.h"
+#include "quant/quant.h"
 
 namespace socllm::quant {
 

@@ -1,12 +1,12 @@
-#include "socllm/shadow_outlier.h"
+#include "quant/shadow_outlier.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
 
-#include "socllm/core.h"
-#include "socllm/linear_scheme.h"
+#include "core/core.h"
+#include "quant/linear_scheme.h"
 
 namespace socllm::quant {
 

@@ -1,4 +1,4 @@
-#include "socllm/head_pipeline.h"
+#include "sched/head_pipeline.h"
 
 #include <algorithm>
 #include <array>

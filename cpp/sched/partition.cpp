@@ -1,12 +1,13 @@
-#include "socllm/partition.h"
+#include "sched/partition.h"
 
-#include "socllm/simulator.h"
+#include "sched/simulator.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 namespace socllm::sched {
 
@@ -15,8 +16,8 @@ using soc::Processor;
 
 constexpr std::array<const char*, 6> kCutNames = {"gpu-all", "npu-all",   "row",
                                                   "seq",     "multi-seq", "hybrid"};
-constexpr std::array<const char*, 6> kSpaceNames = {"gpu-only",   "npu-padding", "npu-pipe",
-                                                    "npu-online", "layer",       "tensor"};
+constexpr std::array<const char*, 9> kSpaceNames = {
+    "gpu-only", "npu-padding", "npu-pipe", "npu-online", "layer", "tensor", "row", "seq", "hybrid"};
 
 int64_t align_up(int64_t x, int64_t a) { return a > 1 ? (x + a - 1) / a * a : x; }
 
@@ -151,6 +152,10 @@ void validate(const MatmulPartition& p, const PartitionRules& rules) {
     throw InvalidArgument(f + "a partition of a " + std::to_string(p.rows) + " x " +
                           std::to_string(p.cols) + " output (needs positive sizes)");
   if (p.parts.empty()) throw InvalidArgument(f + "a partition without parts");
+  // Structural rules (alignment 1, any graph) accept either partner; others only theirs.
+  const bool structural = rules.npu_col_align == 1 && rules.npu_row_align == 1;
+  std::optional<Processor> partner;
+  if (!structural) partner = rules.partner;
   double area = 0;
   for (size_t i = 0; i < p.parts.size(); ++i) {
     const auto& q = p.parts[i];
@@ -179,12 +184,17 @@ void validate(const MatmulPartition& p, const PartitionRules& rules) {
       if (!shape_ok)
         throw InvalidArgument(f + part_text(q, i) + ": " + std::to_string(q.graph_rows) +
                               " rows is not a pre-built NPU graph shape");
-    } else if (q.processor == Processor::Gpu) {
+    } else if (q.processor == Processor::Gpu || q.processor == Processor::Cpu) {
       if (q.graph_rows != q.rows())
-        throw InvalidArgument(f + part_text(q, i) +
-                              ": a GPU part computes its own rows (dynamic shapes)");
+        throw InvalidArgument(f + part_text(q, i) + ": a " + soc::processor_name(q.processor) +
+                              " part computes its own rows (dynamic shapes)");
+      if (partner && *partner != q.processor)
+        throw InvalidArgument(f + part_text(q, i) + ": the NPU shares a linear with one " +
+                              "processor, here the " + soc::processor_name(*partner));
+      partner = q.processor;
     } else {
-      throw InvalidArgument(f + part_text(q, i) + ": parts run on the GPU or the NPU");
+      throw InvalidArgument(f + part_text(q, i) +
+                            ": parts run on the NPU and one partner (gpu or cpu)");
     }
   }
   if (area != static_cast<double>(p.rows) * static_cast<double>(p.cols))
@@ -212,18 +222,22 @@ MatmulPartition make_partition(int64_t rows, int64_t cols, const std::vector<int
   }
   const int64_t covered = std::min(r, rows);
   if (covered > 0 && npu_cols < cols)
-    p.parts.push_back({Processor::Gpu, 0, covered, npu_cols, cols, covered});
-  if (covered < rows) p.parts.push_back({Processor::Gpu, covered, rows, 0, cols, rows - covered});
+    p.parts.push_back({rules.partner, 0, covered, npu_cols, cols, covered});
+  if (covered < rows) p.parts.push_back({rules.partner, covered, rows, 0, cols, rows - covered});
   validate(p, rules);
   return p;
 }
 
-MatmulPartition gpu_all(int64_t rows, int64_t cols) {
+MatmulPartition partner_all(int64_t rows, int64_t cols, Processor partner) {
   MatmulPartition p;
   p.rows = rows;
   p.cols = cols;
-  p.parts.push_back({Processor::Gpu, 0, rows, 0, cols, rows});
+  p.parts.push_back({partner, 0, rows, 0, cols, rows});
   return p;
+}
+
+MatmulPartition gpu_all(int64_t rows, int64_t cols) {
+  return partner_all(rows, cols, Processor::Gpu);
 }
 
 MatmulPartition row_cut(int64_t rows, int64_t cols, int64_t npu_cols, const PartitionRules& rules) {
@@ -240,7 +254,7 @@ MatmulPartition row_cut_share(int64_t rows, int64_t cols, double npu_share,
       std::llround(npu_share * static_cast<double>(cols) / static_cast<double>(a)) * a;
   if (npu_share == 1.0) npu_cols = cols;
   npu_cols = std::min(npu_cols, cols);
-  if (npu_cols <= 0) return gpu_all(rows, cols);
+  if (npu_cols <= 0) return partner_all(rows, cols, rules.partner);
   return row_cut(rows, cols, npu_cols, rules);
 }
 
@@ -290,12 +304,12 @@ soc::OpDesc part_op(const soc::OpDesc& linear, const MatmulPart& part) {
   return o;
 }
 
-PartitionCosts PartitionCosts::of(const soc::CostModel& cost) {
+PartitionCosts PartitionCosts::of(const soc::CostModel& cost, Processor partner) {
   PartitionCosts c;
   c.time_us = [&cost](const soc::OpDesc& o, Processor p) { return cost.latency_us(o, p); };
   c.sync_us = [&cost](Processor a, Processor b) { return cost.sync_us(a, b); };
   c.shared_gbps =
-      cost.has_memory_model() ? cost.shared_bandwidth_gbps({Processor::Gpu, Processor::Npu}) : 0;
+      cost.has_memory_model() ? cost.shared_bandwidth_gbps({partner, Processor::Npu}) : 0;
   return c;
 }
 
@@ -304,6 +318,7 @@ PartitionTime partition_time(const soc::OpDesc& linear, const MatmulPartition& p
   PartitionTime t;
   double bytes_gpu = 0, bytes_npu = 0;
   bool npu = false;
+  Processor partner = Processor::Gpu;
   for (const auto& q : p.parts) {
     const soc::OpDesc o = part_op(linear, q);
     const double us = costs.time_us(o, q.processor);
@@ -312,14 +327,14 @@ PartitionTime partition_time(const soc::OpDesc& linear, const MatmulPartition& p
       t.npu_us += us;
       bytes_npu += soc::dram_bytes(o);
     } else {
+      partner = q.processor;
       t.gpu_us += us;
       bytes_gpu += soc::dram_bytes(o);
     }
   }
   t.overlap_us = overlapped_us(t.gpu_us, bytes_gpu, t.npu_us, bytes_npu, costs.shared_gbps * 1e3);
   if (npu)
-    t.sync_us = costs.sync_us(Processor::Gpu, Processor::Npu) +
-                costs.sync_us(Processor::Npu, Processor::Gpu);
+    t.sync_us = costs.sync_us(partner, Processor::Npu) + costs.sync_us(Processor::Npu, partner);
   t.total_us = t.overlap_us + t.sync_us;
   return t;
 }
@@ -338,8 +353,8 @@ PartitionChoice solve_partition(const soc::OpDesc& linear, const PartitionRules&
   PartitionRules active = rules;  // col_step > 0: a finer column grid
   if (col_step > 0) active.npu_col_align = std::gcd(col_step, rules.npu_col_align);
   auto consider = [&](const std::vector<int64_t>& graphs, int64_t npu_cols) {
-    MatmulPartition p =
-        graphs.empty() ? gpu_all(rows, cols) : make_partition(rows, cols, graphs, npu_cols, active);
+    MatmulPartition p = graphs.empty() ? partner_all(rows, cols, rules.partner)
+                                       : make_partition(rows, cols, graphs, npu_cols, active);
     const PartitionTime t = partition_time(linear, p, costs);
     ++best.candidates;
     if (t.total_us < best.time.total_us) {
@@ -361,18 +376,29 @@ PartitionChoice solve_partition(const soc::OpDesc& linear, const PartitionRules&
       consider({}, 0);
       consider(pipe_graphs(rows, rules), cols);
       break;
-    case PartitionSpace::Tensor: {
+    case PartitionSpace::Tensor:
+    case PartitionSpace::Row:
+    case PartitionSpace::Seq:
+    case PartitionSpace::Hybrid: {
       const int64_t step = col_step > 0 ? col_step : rules.npu_col_align;
-      std::vector<std::vector<int64_t>> covers;
+      const bool any = space == PartitionSpace::Tensor;
+      // covers of a prefix of the rows (seq, hybrid) and of all rows (row, npu-all)
+      std::vector<std::vector<int64_t>> prefixes,
+          whole = {pipe_graphs(rows, rules), padded_graphs(rows, rules)};
       for (int64_t m = rules.npu_row_align; m < rows; m += rules.npu_row_align)
-        covers.push_back(pipe_graphs(m, rules));
-      covers.push_back(pipe_graphs(rows, rules));
-      covers.push_back(padded_graphs(rows, rules));
-      consider({}, 0);
-      for (const auto& cover : covers) {
-        for (int64_t c = step; c < cols; c += step) consider(cover, c);
-        consider(cover, cols);
+        prefixes.push_back(pipe_graphs(m, rules));
+      if (any) consider({}, 0);
+      for (const auto& cover : prefixes) {
+        if (any || space == PartitionSpace::Hybrid)
+          for (int64_t c = step; c < cols; c += step) consider(cover, c);
+        if (any || space == PartitionSpace::Seq) consider(cover, cols);
       }
+      for (const auto& cover : whole) {
+        if (any || space == PartitionSpace::Row)
+          for (int64_t c = step; c < cols; c += step) consider(cover, c);
+        if (any) consider(cover, cols);
+      }
+      if (best.candidates == 0) consider(padded_graphs(rows, rules), cols);  // no cut of the kind
       break;
     }
   }

@@ -1,4 +1,4 @@
-#include "socllm/simulator.h"
+#include "sched/simulator.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "socllm/task_graph.h"
+#include "sched/task_graph.h"
 
 #include <algorithm>
 #include <cmath>

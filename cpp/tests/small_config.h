@@ -2,7 +2,7 @@
 // graph and timing tests.
 #pragma once
 
-#include "socllm/model.h"
+#include "model/model.h"
 
 inline socllm::ModelConfig small_llama_config() {
   return socllm::ModelConfig::from_json({{"arch", "llama"},

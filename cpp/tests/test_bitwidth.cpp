@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "socllm/bitwidth.h"
-#include "socllm/core.h"
-#include "socllm/quant.h"
+#include "core/core.h"
+#include "quant/bitwidth.h"
+#include "quant/quant.h"
 
 namespace q = socllm::quant;
 

@@ -9,11 +9,11 @@
 #include <set>
 #include <string>
 
+#include "block/block.h"
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
 #include "small_config.h"
-#include "socllm/block.h"
-#include "socllm/core.h"
-#include "socllm/kernels.h"
-#include "socllm/plan.h"
 
 using namespace socllm;
 using soc::DType;
@@ -31,9 +31,14 @@ const sched::Task& find(const sched::TaskGraph& g, const std::string& name) {
 
 }  // namespace
 
+// The op's work as the cost model sees it (its kind's describe()).
+soc::OpDesc describe(const ModelConfig& c, const Plan& plan, BlockOp op, int64_t rows,
+                     int64_t kv_len) {
+  return block_op_kind(op).describe(block_op(op), c, plan, 0, rows, kv_len).at(0);
+}
+
 TEST(BlockDescription, OpsInOrderWithClassesSitesAndSubgraphs) {
-  const auto b = decoder_block();
-  ASSERT_EQ(b.size(), static_cast<size_t>(kNumBlockOps));
+  const auto b = decoder_block(small());
   std::vector<std::string> names;
   for (const auto& op : b) names.emplace_back(op.name);
   EXPECT_EQ(names, (std::vector<std::string>{"attn_norm", "qkv", "rope", "attention", "o_proj",
@@ -43,30 +48,55 @@ TEST(BlockDescription, OpsInOrderWithClassesSitesAndSubgraphs) {
   for (const auto& op : b) linears += op.site.has_value();
   EXPECT_EQ(linears, kNumLinearSites);
   EXPECT_EQ(block_op(BlockOp::Down).site, LinearSite::MlpAct);
-  EXPECT_EQ(block_op(BlockOp::Rope).subgraph, npu::SubgraphKind::Attention);
+  EXPECT_EQ(block_op(BlockOp::Rope).subgraph, SubgraphKind::Attention);
+  // Gemma 3's q/k head norms and post-norms are norm ops of their subgraphs
+  ModelConfig g = small();
+  g.qk_norm = g.post_norms = true;
+  std::vector<std::string> gemma;
+  for (const auto& op : decoder_block(g)) gemma.emplace_back(op.name);
+  EXPECT_EQ(gemma,
+            (std::vector<std::string>{"attn_norm", "qkv", "qk_norm", "rope", "attention", "o_proj",
+                                      "post_attn_norm", "attn_residual", "ffn_norm", "gate_up",
+                                      "act", "down", "post_ffn_norm", "ffn_residual"}));
+  for (BlockOp op : {BlockOp::QkNorm, BlockOp::PostAttnNorm, BlockOp::PostFfnNorm})
+    EXPECT_EQ(block_op(op).op_class, OpClass::Norm);
+  EXPECT_EQ(block_op(BlockOp::QkNorm).subgraph, SubgraphKind::AttnIn);
+  // fused tensors: q, k, v rows of the qkv linear; gate, up (up alone for a plain MLP)
+  const auto qkv = fused_tensors(small(), LinearSite::AttnIn);
+  ASSERT_EQ(qkv.size(), 3u);
+  EXPECT_EQ(qkv[0].name, "wq");
+  EXPECT_EQ(qkv[0].rows + qkv[1].rows + qkv[2].rows, linear_out_width(small(), LinearSite::AttnIn));
+  ModelConfig plain = small();
+  plain.gated_mlp = false;
+  ASSERT_EQ(fused_tensors(plain, LinearSite::MlpIn).size(), 1u);
+  EXPECT_EQ(fused_tensors(plain, LinearSite::MlpIn)[0].name, "w_up");
+  EXPECT_EQ(linear_out_width(plain, LinearSite::MlpIn), plain.d_ff);
 }
 
 TEST(BlockDescription, OpShapesAndBytes) {
   const ModelConfig c = small();
   const Plan w8 = Plan::from_name("w8a8");
-  const soc::OpDesc qkv = describe_op(c, w8, BlockOp::Qkv, 10, 10, 0);
+  const soc::OpDesc qkv = describe(c, w8, BlockOp::Qkv, 10, 10);
   EXPECT_EQ(qkv.kind, soc::OpKind::MatMul);
   EXPECT_EQ(qkv.m, 10);
   EXPECT_EQ(qkv.k, 64);
   EXPECT_EQ(qkv.n, (4 + 2 * 2) * 16);
   EXPECT_EQ(qkv.dtype, DType::Int8);
-  EXPECT_EQ(qkv.weight_bytes, 64 * 128);             // int8: one byte per weight
+  EXPECT_EQ(qkv.weight_bytes, 64 * 128 + 4);         // int8: one byte per weight, one fp32 scale
   EXPECT_EQ(qkv.activation_bytes, 10 * (64 + 128));  // int8 in and out
-  const soc::OpDesc att = describe_op(c, w8, BlockOp::Attention, 8, 24, 0);
+  const soc::OpDesc att = describe(c, w8, BlockOp::Attention, 8, 24);
   EXPECT_EQ(att.elements, 24);
   EXPECT_EQ(att.dtype, DType::Fp16);
   // q, k, v in; out; K and V of 24 positions; 4 heads x 8 x 24 scores; fp16
   EXPECT_EQ(att.activation_bytes, 2 * (8 * (128 + 64) + 2 * 24 * 32 + 4 * 8 * 24));
-  const soc::OpDesc fp = describe_op(c, Plan::from_name("fp32"), BlockOp::GateUp, 3, 3, 0);
+  const soc::OpDesc fp = describe(c, Plan::from_name("fp32"), BlockOp::GateUp, 3, 3);
   EXPECT_EQ(fp.dtype, DType::Fp32);
   EXPECT_EQ(fp.weight_bytes, 4 * 64 * 256);
-  const soc::OpDesc g32 = describe_op(c, Plan::from_name("w8-group"), BlockOp::Down, 3, 3, 0);
+  const soc::OpDesc g32 = describe(c, Plan::from_name("w8-group"), BlockOp::Down, 3, 3);
   EXPECT_EQ(g32.groups, 128 / 32);  // one NPU sub-matmul per group (seed 001 Fig. 3b)
+  // W4A16 at groups of 32: 4-bit codes and an fp16 scale per group (4.5 bits per weight)
+  const soc::OpDesc w4 = describe(c, Plan::from_name("w4a16"), BlockOp::OProj, 3, 3);
+  EXPECT_EQ(w4.weight_bytes, 64 * 64 / 2 + (64 * 64 / 32) * 2);
 }
 
 TEST(BlockGraph, DependenciesFollowEq2AndEq3) {
@@ -75,7 +105,7 @@ TEST(BlockGraph, DependenciesFollowEq2AndEq3) {
   std::vector<ShadowLoad> shadow(8);
   for (auto& s : shadow) s.pruned = true;
   shadow[3] = {false, 3.0, 1000.0};  // layer 0, down input: kept
-  PrefillGraphOptions o;
+  GraphOptions o;
   o.expected = shadow;
   const auto g = prefill_task_graph(c, plan, 40, 16, o);
   // 3 chunks x (2 layers x 6 subgraphs + 1 shadow) + LM head

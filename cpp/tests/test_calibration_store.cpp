@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <string>
 
-#include "socllm/calibration.h"
-#include "socllm/core.h"
-#include "socllm/model_store.h"
+#include "calibration/calibration.h"
+#include "core/core.h"
+#include "io/model_store.h"
 
 using namespace socllm;
 

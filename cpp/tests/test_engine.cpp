@@ -1,7 +1,7 @@
 // Plans, configs and caches: validation and typed errors.
 #include <gtest/gtest.h>
 
-#include "socllm/engine.h"
+#include "engine/engine.h"
 
 using namespace socllm;
 

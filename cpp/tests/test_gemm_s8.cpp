@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "socllm/core.h"
-#include "socllm/gemm_s8.h"
+#include "core/core.h"
+#include "kernels/gemm_s8.h"
 
 namespace k = socllm::kernels;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "expect_error.h"
-#include "socllm/gguf.h"
+#include "io/gguf.h"
 
 using socllm::GgufFile;
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "socllm/core.h"
-#include "socllm/handoff.h"
+#include "core/core.h"
+#include "core/handoff.h"
 
 namespace {
 

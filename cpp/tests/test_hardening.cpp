@@ -15,10 +15,10 @@
 #include <string>
 #include <thread>
 
+#include "engine/engine.h"
 #include "expect_error.h"
-#include "socllm/engine.h"
-#include "socllm/gemm_s8.h"
-#include "socllm/model_store.h"
+#include "io/model_store.h"
+#include "kernels/gemm_s8.h"
 
 using namespace socllm;
 namespace fs = std::filesystem;

@@ -9,11 +9,11 @@
 #include <random>
 #include <set>
 
+#include "block/block.h"
 #include "expect_error.h"
+#include "sched/head_pipeline.h"
+#include "sim/simulate.h"
 #include "small_config.h"
-#include "socllm/block.h"
-#include "socllm/head_pipeline.h"
-#include "socllm/simulate.h"
 
 using namespace socllm;
 using sched::HeadPipelinePlanner;
@@ -190,7 +190,7 @@ TEST(HeadPipeline, BadInputsAreTypedErrors) {
 }
 
 TEST(HeadPipelineGraph, Eq4DependenciesAndFusedLaunchesPerBucket) {
-  PrefillGraphOptions o;
+  GraphOptions o;
   o.attention.head_buckets = {0, 1, 0, 1, /*layer 1*/ 2, 2, 2, 2};
   o.attention.max_fused_heads = 4;
   const auto g = prefill_task_graph(small(), shadow_plan(), 32, 0, o);
@@ -239,13 +239,13 @@ TEST(HeadPipelineGraph, Eq4DependenciesAndFusedLaunchesPerBucket) {
 TEST(HeadPipelineGraph, SimulatorReplaysThePlannersLatency) {
   const auto dev = profile();
   for (const char* policy : {"sequential", "pipelined", "greedy", "optimal"}) {
-    PrefillSimOptions o;
+    SimOptions o;
     o.head_policy = policy;
     o.policy = "in-order";
     o.attention.head_buckets = {0, 1, 1, 2, 0, 0, 1, 1};
     o.attention.max_fused_heads = 2;
     o.attention.head_ratios = {0.1, 0.9, 0.3, 0.5, 1.0, 0.2, 0.6, 0.4};
-    const auto r = simulate_prefill(small(), shadow_plan(), dev, 48, 0, o);
+    const auto r = simulate_request(small(), shadow_plan(), dev, 48, 0, o);
     ASSERT_EQ(r.head_plans.size(), 2u) << policy;
     EXPECT_EQ(r.graph.meta.at("head_policy"), policy);
     for (const auto& hp : r.head_plans) {
@@ -265,11 +265,11 @@ TEST(HeadPipelineGraph, SimulatorReplaysThePlannersLatency) {
   }
   // Policies order as they must on the simulated prefill.
   auto ms = [&](const char* policy) {
-    PrefillSimOptions o;
+    SimOptions o;
     o.head_policy = policy;
     o.attention.max_fused_heads = 1;
     o.attention.head_ratios = {0.1, 0.9, 0.3, 0.5, 1.0, 0.2, 0.6, 0.4};
-    return simulate_prefill(small(), shadow_plan(), dev, 64, 0, o).timeline.makespan_us;
+    return simulate_request(small(), shadow_plan(), dev, 64, 0, o).timeline.makespan_us;
   };
   EXPECT_LE(ms("optimal"), ms("greedy") + 1e-6);
   EXPECT_LE(ms("greedy"), ms("sequential") + 1e-6);
@@ -281,19 +281,19 @@ TEST(HeadPipelineGraph, OptionsChangeTheTimeline) {
   // seed 000's C/G-Full: fp32 attention on the CPU.
   const Plan full =
       Plan::parse("w8a8").placed(OpClass::Attention, soc::Processor::Cpu, soc::DType::Fp32);
-  auto run = [&](const PrefillSimOptions& o, bool fp32 = false) {
-    return simulate_prefill(small(), fp32 ? full : shadow_plan(), dev, 64, 0, o)
+  auto run = [&](const SimOptions& o, bool fp32 = false) {
+    return simulate_request(small(), fp32 ? full : shadow_plan(), dev, 64, 0, o)
         .timeline.makespan_us;
   };
-  PrefillSimOptions base;
-  PrefillSimOptions fused = base;
+  SimOptions base;
+  SimOptions fused = base;
   fused.attention.max_fused_heads = 1;  // no fusion: more launches
   EXPECT_NE(run(base), run(fused));
-  PrefillSimOptions ratios = base;
+  SimOptions ratios = base;
   ratios.attention.head_ratios.assign(8, 0.9);
   EXPECT_GT(run(ratios), run(base));
   // fp32 attention on one mid core (seed 000's C/G-Full) instead of the whole CPU.
-  PrefillSimOptions mid = base;
+  SimOptions mid = base;
   mid.attention.cpu_core = "mid";
   EXPECT_NE(run(base, true), run(mid, true));
   mid.attention.cpu_core = "big";

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "socllm/kernels.h"
+#include "kernels/kernels.h"
 
 namespace k = socllm::kernels;
 

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
-#include "socllm/partition.h"
-#include "socllm/simulator.h"
+#include "sched/partition.h"
+#include "sched/simulator.h"
 
 using namespace socllm;
 using sched::CutKind;
@@ -91,8 +91,17 @@ TEST(Partition, BadPartitionsAreTypedErrorsNamingTheValue) {
   bad.parts[1].graph_rows = 512;  // a GPU part computing padding
   expect_error<InvalidArgument>([&] { sched::validate(bad, r); }, "dynamic shapes");
   bad = base;
-  bad.parts[0].processor = Processor::Cpu;
-  expect_error<InvalidArgument>([&] { sched::validate(bad, r); }, "GPU or the NPU");
+  bad.parts[0].processor = Processor::Cpu;  // the rules' partner is the GPU
+  expect_error<InvalidArgument>([&] { sched::validate(bad, r); }, "here the gpu");
+  bad.parts[0].processor = Processor::Io;
+  expect_error<InvalidArgument>([&] { sched::validate(bad, r); }, "one partner (gpu or cpu)");
+  // with the CPU as partner (INT8 linears), the same cut runs its non-NPU part on the CPU
+  sched::PartitionRules cpu = r;
+  cpu.partner = Processor::Cpu;
+  const auto on_cpu = sched::row_cut(256, 1024, 512, cpu);
+  ASSERT_EQ(on_cpu.parts.size(), 2u);
+  EXPECT_EQ(on_cpu.parts[1].processor, Processor::Cpu);
+  EXPECT_EQ(on_cpu.kind(), sched::CutKind::Row);
   expect_error<InvalidArgument>([&] { (void)sched::MatmulPartition::from_json({{"rows", 4}}); },
                                 "partition");
   expect_error<InvalidArgument>([&] { (void)sched::row_cut_share(256, 1024, 1.5, r); }, "1.5");

@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "socllm/block.h"
-#include "socllm/calibration.h"
-#include "socllm/core.h"
-#include "socllm/linear_scheme.h"
-#include "socllm/plan.h"
-#include "socllm/shadow_outlier.h"
-#include "socllm/static_graph.h"
+#include "block/block.h"
+#include "calibration/calibration.h"
+#include "core/core.h"
+#include "npu/static_graph.h"
+#include "plan/plan.h"
+#include "quant/linear_scheme.h"
+#include "quant/shadow_outlier.h"
 
 using namespace socllm;
 namespace q = socllm::quant;
@@ -199,7 +199,8 @@ TEST(GraphCache, SharedGraphsAreBuiltOnceAttentionPerChunk) {
         describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, chunk));
   const int64_t down_bytes =
       describe_subgraph(c, Plan::from_name("w8a8"), npu::SubgraphKind::Down, 0, 8, 0).weight_bytes;
-  EXPECT_EQ(down_bytes, c.d_ff * c.d_model);  // int8 weights, 1 byte per parameter, no norm
+  // int8 weights, 1 byte per parameter and one fp32 per-tensor scale, no norm
+  EXPECT_EQ(down_bytes, c.d_ff * c.d_model + 4);
   EXPECT_EQ(naive.stats().built, 3);
   EXPECT_EQ(naive.stats().weight_bytes, 3 * down_bytes);
 }

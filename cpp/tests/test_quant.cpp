@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "socllm/core.h"
-#include "socllm/quant.h"
+#include "core/core.h"
+#include "quant/quant.h"
 
 namespace q = socllm::quant;
 

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "socllm/simulator.h"
+#include "sched/simulator.h"
 
 using namespace socllm;
 using sched::Policy;

@@ -9,14 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "attention/attention_scheme.h"
+#include "core/core.h"
 #include "expect_error.h"
-#include "socllm/attention_scheme.h"
-#include "socllm/core.h"
-#include "socllm/plan.h"
-#include "socllm/prefill_attention.h"
-#include "socllm/sparse_attention.h"
+#include "kernels/sparse_attention.h"
+#include "plan/plan.h"
 
-namespace q = socllm::quant;
+namespace q = socllm::attention;
 namespace k = socllm::kernels;
 using socllm::InvalidArgument;
 using socllm::Plan;
@@ -137,11 +136,12 @@ TEST(SparseAttention, HeadRatiosFollowEq3) {
 
 TEST(SparseAttention, SchemeParsingAndErrors) {
   auto s = q::AttentionScheme::parse("shadow-attn:keep=0.3,buckets=5");
-  EXPECT_EQ(s.kind, q::AttentionKind::ShadowAttn);
-  EXPECT_DOUBLE_EQ(s.keep, 0.3);
-  EXPECT_EQ(s.buckets, 5);
-  EXPECT_EQ(s.ratios, "calibrated");  // shadow-attn's default
-  EXPECT_EQ(q::AttentionScheme::parse("sparse").ratios, "uniform");
+  EXPECT_EQ(s.name(), "shadow-attn");
+  EXPECT_DOUBLE_EQ(s.number("keep"), 0.3);
+  EXPECT_EQ(s.integer("buckets"), 5);
+  EXPECT_EQ(s.text("ratios"), "calibrated");  // shadow-attn's default
+  EXPECT_EQ(s.integer("certified"), 0);       // defaults filled from the scheme's options
+  EXPECT_EQ(q::AttentionScheme::parse("sparse").text("ratios"), "uniform");
   EXPECT_EQ(q::AttentionScheme::from_json(s.to_json()).to_json(), s.to_json());
   expect_error<InvalidArgument>([] { q::AttentionScheme::parse("sparse:keep=0"); }, "keep");
   expect_error<InvalidArgument>([] { q::AttentionScheme::parse("sparse:keep=1.5"); }, "1.5");
@@ -153,14 +153,14 @@ TEST(SparseAttention, SchemeParsingAndErrors) {
   expect_error<InvalidArgument>([] { q::AttentionScheme::parse("dense"); }, "'dense'");
   // in plans: JSON, text with routed options, and placement that cannot run it
   Plan p = Plan::parse("w8a8:attention=shadow-attn:keep=0.1,buckets=3");
-  EXPECT_EQ(p.attention.buckets, 3);
-  EXPECT_DOUBLE_EQ(p.attention.keep, 0.1);
+  EXPECT_EQ(p.attention.integer("buckets"), 3);
+  EXPECT_DOUBLE_EQ(p.attention.number("keep"), 0.1);
   EXPECT_TRUE(p.needs_calibration());
   EXPECT_EQ(Plan::from_json(p.to_json()).to_json(), p.to_json());
   EXPECT_FALSE(Plan::parse("fp32:attention=sparse").needs_calibration());
   EXPECT_EQ(Plan::parse("fp32:attention=npu-int8").at(socllm::OpClass::Attention).processor,
             socllm::soc::Processor::Npu);
-  EXPECT_EQ(Plan::parse("fp32:attention=gpu").attention.kind, q::AttentionKind::Fp32);
+  EXPECT_TRUE(Plan::parse("fp32:attention=gpu").attention.is_fp32());
   expect_error<InvalidArgument>([] { Plan::parse("fp32:keep=0.2"); }, "attention scheme");
   expect_error<InvalidArgument>(
       [] {
@@ -212,8 +212,8 @@ std::vector<double> ref_row(const Inputs& in, int64_t h, int64_t t,
   return out;
 }
 
-std::vector<float> run(const q::AttentionScheme& s, const q::AttentionLayerConsts& c,
-                       const Inputs& in, q::AttentionTrace* tr = nullptr) {
+std::vector<float> run(const q::AttentionScheme& s, const q::LayerConsts& c, const Inputs& in,
+                       q::Trace* tr = nullptr) {
   std::vector<float> out(in.q.size());
   q::prefill_attention(s, c, in.q.data(), in.H * in.hd, in.kk.data(), in.v.data(), in.G * in.hd,
                        {in.T, in.past, in.H, in.G, in.hd}, out.data(), in.H * in.hd, tr);
@@ -238,7 +238,7 @@ TEST(SparseAttention, KeepOneEqualsFullAttentionForEveryKind) {
 TEST(SparseAttention, SelectedKeysAreTheTopkOfTheEstimateAndAttentionIsExactOverThem) {
   const Inputs in = random_inputs(13, 3);
   const auto s = q::AttentionScheme::parse("sparse:keep=0.25");
-  q::AttentionTrace tr;
+  q::Trace tr;
   const auto out = run(s, q::uniform_layer_consts(s, in.H), in, &tr);
   const int64_t ldkv = in.G * in.hd;
   for (int64_t h = 0; h < in.H; ++h)
@@ -266,14 +266,14 @@ TEST(SparseAttention, SelectedKeysAreTheTopkOfTheEstimateAndAttentionIsExactOver
 TEST(SparseAttention, ShadowAttnPicksTheNearestBucketAndRanksByInt8Scores) {
   const Inputs in = random_inputs(0, 11);
   auto s = q::AttentionScheme::parse("shadow-attn:keep=0.2,buckets=9,ratios=uniform");
-  q::AttentionLayerConsts c = q::uniform_layer_consts(s, in.H);
+  q::LayerConsts c = q::uniform_layer_consts(s, in.H);
   c.buckets = 9;
   for (int64_t h = 0; h < in.H; ++h)
     for (const auto& [a, b] : q::bucket_offsets(9)) {
       c.bucket_q.push_back(0.02f * static_cast<float>(std::pow(0.5, a)));
       c.bucket_k.push_back(0.03f * static_cast<float>(std::pow(0.5, b)));
     }
-  q::AttentionTrace tr;
+  q::Trace tr;
   run(s, c, in, &tr);
   const int64_t ldkv = in.G * in.hd;
   for (int64_t h = 0; h < in.H; ++h) {
@@ -319,7 +319,7 @@ TEST(SparseAttention, ChunkedEqualsWholeAndNpuInt8MatchesScalarReference) {
   }
   // npu-int8: int8 Q·K, fp32 softmax, fp16 then uint8 P, exact P·V
   const auto s = q::AttentionScheme::parse("npu-int8");
-  q::AttentionLayerConsts c;
+  q::LayerConsts c;
   c.static_q = 0.03f, c.static_k = 0.025f, c.static_v = 0.02f;
   const auto out = run(s, c, whole);
   const int64_t ldkv = whole.G * whole.hd, hd = whole.hd;

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "socllm/core.h"
-#include "socllm/weightlet.h"
+#include "core/core.h"
+#include "kernels/weightlet.h"
 
 namespace k = socllm::kernels;
 

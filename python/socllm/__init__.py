@@ -6,9 +6,10 @@
 >>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
-from . import ops, quant
-from ._core import Plan, log_level, num_threads, set_log_level, set_num_threads
+from . import _core, ops, quant
+from ._core import Plan, decoder_block, log_level, num_threads, set_log_level, set_num_threads
 from ._version import __version__ as __version__
+from .devices import DEVICE_DIR as _DEVICE_DIR
 from .errors import (
     ContextOverflowError,
     FormatError,
@@ -32,6 +33,9 @@ from .timeline import (
     task_graph,
 )
 
+# Plans name devices; the C++ core reads the named profiles from the package's devices/ folder.
+_core.sim.set_device_dir(str(_DEVICE_DIR))
+
 __all__ = [
     "ops",
     "quant",
@@ -48,6 +52,7 @@ __all__ = [
     "task_graph",
     "policies",
     "Plan",
+    "decoder_block",
     "BUILTIN_MODELS",
     "DEFAULT_MODEL",
     "set_num_threads",

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from . import _core
 from .calibrate import calibration_windows, corpus_tokens
 from .errors import InvalidArgumentError
-from .model_format import SITE_TENSORS, linear_weights
+from .model_format import linear_weights, site_tensors
 
 SMOOTHING_GRID = np.round(np.linspace(0.0, 1.0, int(_core.Calibration.smooth_alpha_grid)), 6)
 SMOOTHING_OPTIONS = {
@@ -274,7 +274,8 @@ def calibrate_bitwidths(
     stats = data.stats
     n_layers = stats.array("act_absmax", "attn_in").shape[0]
     plan = f"edgeflow:bits={bits!r}"  # the calibrated smoothing of step smoothing
-    weights = linear_weights(model.path)
+    weights = linear_weights(model.path, model.config)
+    tensors_of = site_tensors(model.config)
     b_int = int(round(bits))
     rows, tensors = [], []
     per_site = {s: [] for s in SITES}
@@ -285,7 +286,7 @@ def calibrate_bitwidths(
             per_site[site].append(info["bits"].astype(np.int64))
             s_in = np.asarray(info["input_smoothing"], np.float32)
             start = 0
-            for name in SITE_TENSORS[site]:
+            for name in tensors_of[site]:
                 W = weights[(layer, name)]
                 Ws = W * s_in[None, :] if s_in.size else W  # what the allocation sees
                 alloc = info["bits"][start : start + W.shape[0]]
@@ -336,7 +337,7 @@ def calibrate_bitwidths(
         )
         per_site = {
             site: [
-                np.concatenate([chosen[(layer, n)] for n in SITE_TENSORS[site]]).astype(np.int64)
+                np.concatenate([chosen[(layer, n)] for n in tensors_of[site]]).astype(np.int64)
                 for layer in range(n_layers)
             ]
             for site in SITES

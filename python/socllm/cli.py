@@ -375,6 +375,35 @@ def cmd_sweep(args) -> int:
     return 1 if report.failed else 0
 
 
+def _simulate_plan(args):
+    """The plan --plan / --engine name (an engine is its HeteroLLM preset), checked against the
+    flags that apply to it: a flag that does not apply is an error, never ignored."""
+    from .errors import InvalidArgumentError
+
+    if args.engine is not None and args.plan is not None:
+        raise InvalidArgumentError(
+            f"simulate: --engine {args.engine} is the plan {args.engine!r} (a HeteroLLM preset); "
+            f"give --engine or --plan, not both"
+        )
+    plan = args.engine or args.plan or "shadow-outlier"
+    if args.phase == "decode" and args.chunk is not None:
+        raise InvalidArgumentError(
+            f"simulate: --chunk {args.chunk} applies to a prompt (--phase prefill or session), "
+            "not to one decoding step"
+        )
+    if args.phase != "session" and args.decode_tokens is not None:
+        raise InvalidArgumentError(
+            f"simulate: --decode-tokens applies to --phase session, not {args.phase}"
+        )
+    if args.phase == "session" and args.decode_tokens is None:
+        raise InvalidArgumentError("simulate: --phase session needs --decode-tokens N")
+    if args.runtime_graph_build and args.phase == "decode":
+        raise InvalidArgumentError(
+            "simulate: --runtime-graph-build builds a prompt's NPU graphs, not a decoding step's"
+        )
+    return plan
+
+
 def cmd_simulate(args) -> int:
     from . import timeline as sim
 
@@ -386,68 +415,76 @@ def cmd_simulate(args) -> int:
     device_file = args.device if Path(args.device).is_file() else None  # a profile .json
     inputs = _inputs(args.model, args.calib, device_file)
     _check_outputs({"--trace": args.trace, "--json": args.json}, inputs)
-    if args.engine is not None:
-        if args.config is None:
-            from .errors import InvalidArgumentError
-
-            raise InvalidArgumentError("simulate --engine times a shape-only --config")
-        tl = sim.simulate_hetero(
-            args.config,
-            args.device,
-            args.engine,
-            args.prompt_len,
-            phase=args.phase,
-            fast_sync=not args.no_fast_sync,
-            characterization=args.characterization,
-            policy=args.policy or "first-ready",
-        )
-    elif args.config is not None:
+    plan = _simulate_plan(args)
+    chunk = (256 if args.chunk is None else args.chunk) if args.phase != "decode" else 0
+    policy = args.policy or ("first-ready" if args.engine else "npu-stall-first")
+    timing = {
+        "characterization": args.characterization or "",
+        "fast_sync": False if args.no_fast_sync else None,
+    }
+    if args.config is not None:
         tl = sim.simulate(
             args.config,
             args.device,
-            args.plan,
+            plan,
             args.prompt_len,
-            chunk=args.chunk,
-            policy=args.policy or "npu-stall-first",
+            chunk=chunk,
+            policy=policy,
             processor=args.processor,
             runtime_graph_build=args.runtime_graph_build,
+            phase=args.phase,
+            decode_tokens=args.decode_tokens or 0,
+            **timing,
         )
     else:
         from .calibrate import corpus_tokens, held_out_tokens
         from .model import load
 
+        if args.runtime_graph_build:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                "simulate: --runtime-graph-build times a config's naive NPU execution (--config)"
+            )
         model = load(args.model, calib=args.calib, progress=not args.quiet)
         ids = held_out_tokens(corpus_tokens(model))[: args.prompt_len]
+        # a decoding step runs after its prompt: the engine records both (a session of one step)
+        steps = 1 if args.phase == "decode" else args.decode_tokens or 0
         tl = sim.simulate_model(
             model,
             ids,
             args.device,
-            args.plan,
-            chunk=args.chunk or None,
-            policy=args.policy or "npu-stall-first",
+            plan,
+            chunk=chunk or None,
+            policy=policy,
             processor=args.processor,
+            decode_tokens=steps,
+            **timing,
         )
     s = tl.summary()
-    if args.engine is not None and args.phase == "decode":
+    name = f"engine {args.engine}" if args.engine else f"plan {s['plan']}"
+    busy = ", ".join(
+        f"{p} {v:.1f} ms ({100 * s['bubble_rate'][p]:.0f}% bubbles)"
+        for p, v in s["busy_ms"].items()
+    )
+    head = f"{s['config']} on {s['device']}, {name}, {s['policy']}"
+    if args.phase == "decode":
         print(
-            f"{s['config']} on {s['device']} ({s['characterization']}), {s['engine']}, "
-            f"{'fast' if s['fast_sync'] else 'conventional'} sync: decode at {s['kv_len']} "
-            f"positions {s['tpot_ms']:.1f} ms = {s['decode_tokens_per_s']:.2f} tokens/s",
+            f"{head}: decode at {args.prompt_len + 1} positions {s['tpot_ms']:.1f} ms = "
+            f"{s['decode_tokens_per_s']:.2f} tokens/s; busy: {busy}",
             file=sys.stderr,
         )
     else:
-        busy = ", ".join(
-            f"{p} {v:.1f} ms ({100 * s['bubble_rate'][p]:.0f}% bubbles)"
-            for p, v in s["busy_ms"].items()
+        line = (
+            f"{head}: prompt {s['prompt_len']}, prefill {s['prefill_ms']:.1f} ms = "
+            f"{s['prefill_tokens_per_s']:.1f} tokens/s"
         )
-        engine = f"engine {s['engine']}" if args.engine else f"plan {s['plan']}"
-        print(
-            f"{s['config']} on {s['device']}, {engine}, {s['policy']}: "
-            f"prompt {s['prompt_len']}, "
-            f"prefill {s['prefill_ms']:.1f} ms = {s['prefill_tokens_per_s']:.1f} tokens/s, "
-            f"energy {s['energy_mj']:.0f} mJ; busy: {busy}",
-            file=sys.stderr,
-        )
+        if args.phase == "session":
+            line += (
+                f", then {args.decode_tokens} tokens at {s['tpot_ms']:.1f} ms each "
+                f"({s['decode_tokens_per_s']:.2f} tokens/s), {s['total_ms']:.1f} ms in all"
+            )
+        print(f"{line}, energy {s['energy_mj']:.0f} mJ; busy: {busy}", file=sys.stderr)
     if args.trace:
         tl.to_perfetto(args.trace)
         if args.trace != "-":
@@ -635,20 +672,28 @@ def build_parser() -> argparse.ArgumentParser:
     _common(k)
     k.set_defaults(fn=cmd_calibrate)
 
-    m = sub.add_parser("simulate", help="prefill timeline on a modelled phone SoC")
+    m = sub.add_parser(
+        "simulate",
+        help="timeline of a prefill, a decoding step or a session on a modelled phone SoC",
+    )
     m.add_argument(
         "--config", default=None, help="shape-only model config (socllm.configs.known())"
     )
     m.add_argument("--model", default=None, help="or a real model: runs its engine on WikiText-2")
     m.add_argument("--calib", default=None, help="with --model: calibration file for static plans")
     m.add_argument("--device", default="snapdragon-8gen3", help="profile name or .json path")
-    m.add_argument("--plan", default="shadow-outlier", help="plan name or name:key=value,...")
+    m.add_argument(
+        "--plan",
+        default=None,
+        help="plan name or name:key=value,... (default shadow-outlier); every part composes, "
+        "e.g. edgeflow:bits=5,partition=solver,attention=shadow-attn",
+    )
     m.add_argument("--prompt-len", type=_COUNT, default=1024)
     m.add_argument(
         "--chunk",
         type=_number(int, 1, zero=True),
-        default=256,
-        help="prefill chunk length (0: whole prompt)",
+        default=None,
+        help="prefill chunk length (0: whole prompt; default 256)",
     )
     from ._core import sim as _sim
 
@@ -666,19 +711,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine",
         choices=[e["name"] for e in engines],
         default=None,
-        help="a HeteroLLM engine (seed 002; --plan and --chunk do not apply): "
-        + "; ".join(f"{e['name']}: {e['description']}" for e in engines),
+        help="a HeteroLLM engine: the plan preset of that name (seed 002; same as --plan NAME, "
+        "first-ready policy): " + "; ".join(f"{e['name']}: {e['description']}" for e in engines),
     )
-    m.add_argument("--phase", choices=("prefill", "decode"), default="prefill")
+    m.add_argument(
+        "--phase",
+        choices=("prefill", "decode", "session"),
+        default="prefill",
+        help="prefill of --prompt-len tokens; decode: one decoding step on a cache of "
+        "--prompt-len (the plan's decode placement); session: the prefill, then "
+        "--decode-tokens steps on one timeline",
+    )
+    m.add_argument(
+        "--decode-tokens", type=_COUNT, default=None, help="with --phase session: tokens decoded"
+    )
     m.add_argument(
         "--no-fast-sync",
         action="store_true",
-        help="with --engine: conventional GPU-NPU synchronization (seed 002 §5.4 ablation)",
+        help="time GPU-NPU edges with conventional synchronization (seed 002 §5.4 ablation; "
+        "the partitions stay those the plan solved)",
     )
     m.add_argument(
         "--characterization",
-        default="heterollm",
-        help="with --engine: the device's FP16 NPU characterization (heterollm, llmnpu-table3)",
+        default=None,
+        help="time with the device's named cost-model variant (heterollm, llmnpu-table3, "
+        "llmnpu-e2e); default: the plan's (HeteroLLM's presets: heterollm)",
     )
     m.add_argument(
         "--runtime-graph-build",

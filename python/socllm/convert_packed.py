@@ -30,7 +30,7 @@ from . import _core
 from ._version import __version__
 from .errors import InvalidArgumentError
 from .io_utils import atomic_path, check_output_path
-from .model_format import SITE_TENSORS
+from .model_format import site_tensors
 
 DEFAULT_GROUP = 128  # R: a 128-bit NEON/SSE register's worth of weights
 
@@ -98,7 +98,7 @@ def convert_packed(
             if state["norm_gains"] is not None:
                 _dataset(lg, "attn_norm_folded", state["norm_gains"][i][0])
                 _dataset(lg, "ffn_norm_folded", state["norm_gains"][i][1])
-            for site, names in SITE_TENSORS.items():
+            for site, names in site_tensors(model.config).items():
                 s = sites[site]
                 lg.attrs[f"act_scale_{site}"] = float(s["act_scale"])
                 if s["input_smooth"] is not None:

@@ -30,14 +30,34 @@ from .errors import InvalidArgumentError
 Op = dict
 Predictor = Callable[[Op, str], float]
 
-# Widths of linears in the models HeteroLLM evaluates (Llama-3-8B, Llama-2-7B, Llama-3.2-3B,
-# InternLM2-1.8B: d_model, fused qkv, fused gate/up, FFN) from which shapes are sampled.
-MODEL_WIDTHS = (2048, 3072, 4096, 5120, 6144, 8192, 11008, 12288, 14336, 16384, 22016, 28672)
+# The models HeteroLLM evaluates (seed 002 §5.1), whose linears' widths shapes are sampled from.
+HETEROLLM_MODELS = ("llama-3-8b", "llama-2-7b", "llama-3.2-3b", "internlm-1.8b")
 
 
-def matmul(m: int, k: int, n: int, dtype: str = "fp16", bits_per_weight: float = 4.5) -> Op:
-    """A linear's op dict (soc.h OpDesc) with W4A16 weight bytes (4-bit codes + fp16 group
-    scales of 32: 4.5 bits per weight) and fp16 activations."""
+def model_widths(models: Sequence[str] = HETEROLLM_MODELS) -> tuple[int, ...]:
+    """The input and output widths of the linears of `models`' blocks (fused qkv and gate/up),
+    read from the block table (``socllm.decoder_block(config)``)."""
+    from .configs import load_config
+
+    widths = set()
+    for name in models:
+        for op in _core.decoder_block(load_config(name)):
+            if op["site"] is not None:
+                widths.update((op["in_width"], op["out_width"]))
+    return tuple(sorted(widths))
+
+
+def _w4a16_scheme() -> dict:
+    lin = dict(_core.Plan("w4a16").to_json()["ops"]["linear"])
+    lin.pop("processor")
+    lin.pop("format")
+    return lin
+
+
+def matmul(m: int, k: int, n: int, dtype: str = "fp16") -> Op:
+    """A W4A16 linear's op dict (soc.h OpDesc) as a plan times it: the weight bytes the scheme
+    stores (socllm.quant.stored_weight_bytes: 4-bit codes and an fp16 scale per group of 32,
+    4.5 bits per weight) and fp16 activations."""
     return {
         "op": "matmul",
         "dtype": dtype,
@@ -45,7 +65,7 @@ def matmul(m: int, k: int, n: int, dtype: str = "fp16", bits_per_weight: float =
         "m": int(m),
         "k": int(k),
         "n": int(n),
-        "weight_bytes": int(k * n * bits_per_weight / 8),
+        "weight_bytes": int(_core.quant.stored_weight_bytes(_w4a16_scheme(), int(n), int(k))),
         "activation_bytes": int(2 * m * (k + n)),
     }
 
@@ -54,6 +74,7 @@ def sample_shapes(count: int, seed: int = 0, decode_share: float = 0.1) -> list[
     """Shapes a solver meets: rows from static graph sizes, aligned and misaligned lengths and
     decode (1); k from the model widths; n from whole widths and 256-aligned parts of them."""
     rng = np.random.default_rng(seed)
+    widths = model_widths()
     out = []
     for _ in range(count):
         u = rng.random()
@@ -63,19 +84,20 @@ def sample_shapes(count: int, seed: int = 0, decode_share: float = 0.1) -> list[
             m = int(2 ** rng.integers(5, 11))  # 32 .. 1024
         else:
             m = int(rng.integers(1, 1025))
-        k = int(rng.choice(MODEL_WIDTHS))
-        full = int(rng.choice(MODEL_WIDTHS))
+        k = int(rng.choice(widths))
+        full = int(rng.choice(widths))
         n = full if rng.random() < 0.3 else int(256 * rng.integers(1, full // 256 + 1))
         out.append(matmul(m, k, n))
     return out
 
 
-def _features(ops: Sequence[Op]) -> np.ndarray:
+def _features(ops: Sequence[Op], tile: tuple[int, int]) -> np.ndarray:
     m = np.array([o["m"] for o in ops], dtype=float)
     k = np.array([o["k"] for o in ops], dtype=float)
     n = np.array([o["n"] for o in ops], dtype=float)
-    # the NPU's stage tiles (seed 002 §4.3: 32 rows, 256 columns) as the padded sizes
-    mp, np_ = np.ceil(m / 32) * 32, np.ceil(n / 256) * 256
+    # the NPU's stage tiles (the profile's; seed 002 §4.3: 32 rows, 256 columns) as the padded
+    # sizes
+    mp, np_ = np.ceil(m / tile[0]) * tile[0], np.ceil(n / tile[1]) * tile[1]
     return np.column_stack(
         [
             np.log2(m),
@@ -102,6 +124,7 @@ class PartitionProfiler:
     fast_sync: bool = True
     decode: bool = False
     profile: dict = field(init=False, repr=False)
+    tile: tuple = field(init=False, repr=False)  # the NPU's (rows, columns) tile
     models: dict = field(default_factory=dict, repr=False)
     gpu_gflops: float | None = None  # the fixed-rate GPU estimate, once fitted
 
@@ -113,6 +136,8 @@ class PartitionProfiler:
         self._measured: dict = {}
         self.profile = self.device if isinstance(self.device, dict) else load_profile(self.device)
         dev = _core.sim.DeviceProfile.from_json(self.profile, self.profile["name"])
+        rules = _core.sim.partition_rules(self.profile)
+        self.tile = (rules["npu_row_align"], rules["npu_col_align"])
         self._cost = _core.sim.CostModel(
             dev.with_characterization(self.characterization),
             fast_sync=self.fast_sync,
@@ -155,7 +180,7 @@ class PartitionProfiler:
             ) from e
         if not shapes:
             raise InvalidArgumentError("PartitionProfiler.fit: no training shapes")
-        X = _features(shapes)
+        X = _features(shapes, self.tile)
         params = {"min_samples_leaf": 2, "random_state": 0, **tree}
         for p in processors:
             y = np.log([self.real(o, p) for o in shapes])
@@ -174,7 +199,7 @@ class PartitionProfiler:
                 f"PartitionProfiler: no model for processor {processor!r} "
                 f"(fitted: {sorted(self.models)})"
             )
-        return float(np.exp(self.models[processor].predict(_features([op]))[0]))
+        return float(np.exp(self.models[processor].predict(_features([op], self.tile))[0]))
 
     def predict_gpu_rate(self, op: Op) -> float:
         """The paper's GPU estimate: flops at the fitted fixed rate."""
@@ -211,17 +236,12 @@ def noisy(profiler: PartitionProfiler, sigma: float, seed: int = 0) -> Predictor
     return predict
 
 
-def linear_shapes(config: dict, prompt_len: int) -> list[Op]:
-    """The four linears of a config's block (fused qkv and gate/up) for ``prompt_len`` rows."""
-    d, hd = config["d_model"], config.get("head_dim") or config["d_model"] // config["n_heads"]
-    q, kv = config["n_heads"] * hd, config["n_kv_heads"] * hd
-    ff = config["d_ff"]
-    return [
-        matmul(prompt_len, d, q + 2 * kv),
-        matmul(prompt_len, q, d),
-        matmul(prompt_len, d, 2 * ff),
-        matmul(prompt_len, ff, d),
-    ]
+def linear_shapes(config: dict, prompt_len: int, plan: str = "w4a16") -> list[Op]:
+    """The four linears of a config's block (fused qkv and gate/up; a plain MLP's up alone) for
+    ``prompt_len`` rows, as ``plan`` times them (Plan.linear_op: the block table's widths)."""
+    p = _core.Plan(plan)
+    sites = [op["site"] for op in _core.decoder_block(config) if op["site"] is not None]
+    return [p.linear_op(config, site, prompt_len) for site in sites]
 
 
 def solver_regret(

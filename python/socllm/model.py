@@ -276,27 +276,43 @@ class LanguageModel:
         chunk_len: int | None = None,
         all_positions: bool = False,
         return_graph: bool = False,
+        decode_tokens: int = 0,
+        return_records: bool = False,
     ):
         """A prefill of ``ids`` from an empty cache: logits of the last position ``[1, V]`` (or
         all ``[T, V]``). ``chunk_len`` (None: the plan's) runs it in chunks on static graphs.
-        With ``return_graph`` returns ``(logits, TaskGraph)``: the graph the engine executed,
-        with the shadow loads it measured (equal to :meth:`task_graph` but for those loads)."""
+        With ``return_graph`` (only) returns ``(logits, TaskGraph)``: the graph the engine
+        executed, with the shadow loads and attention choices it measured (equal to
+        :meth:`task_graph` but for those). ``decode_tokens``: that many greedy decoding steps
+        after the prompt, under the plan's decode placement, recorded in the same graph (a
+        session); ``return_records``: what every op's run did (block.h OpRecord). With either,
+        the result is a dict of ``logits``, ``decoded``, ``graph`` and ``records``."""
         from .timeline import _chunk
 
         ids = _token_ids(ids, "prefill")
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
         if chunk_len is not None:
             p = p.with_chunk_len(_chunk(chunk_len, len(ids), "prefill"))
-        return self._engine.prefill(ids, p, all_positions, return_graph)
+        r = self._engine.prefill(ids, p, all_positions, return_graph, decode_tokens, return_records)
+        if isinstance(r, dict) and not decode_tokens and not return_records:
+            return r["logits"], r["graph"]
+        return r
 
-    def task_graph(self, plan: PlanLike, prompt_len: int, chunk_len: int | None = None):
-        """The prefill task graph of ``prompt_len`` tokens from the config, with this model's
-        calibrated shadow pruning and expected loads (see :func:`socllm.task_graph`)."""
+    def task_graph(
+        self,
+        plan: PlanLike,
+        prompt_len: int,
+        chunk_len: int | None = None,
+        decode_tokens: int = 0,
+    ):
+        """The task graph of ``prompt_len`` tokens (and ``decode_tokens`` decoding steps) from
+        the config, with this model's calibration: shadow pruning and expected loads, the
+        attention's calibrated head ratios (see :func:`socllm.task_graph`)."""
         from .timeline import _chunk
 
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
         chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")
-        return self._engine.task_graph(p, prompt_len, chunk)
+        return self._engine.task_graph(p, prompt_len, chunk, decode_tokens)
 
     # -- text <-> ids -------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:

@@ -20,26 +20,29 @@ CHECKSUM_FORMAT_VERSION = _core.Model.checksum_format_version
 # Fletcher-32 cannot cover a variable-length string.
 TOKENIZER_JSON_DIGEST = "sha256"
 
-# The weight tensors of each linear site (the engine's fused linears), in row order, with their
-# names under weights/layers/<i> and packed_linears/layers/<i>.
-SITE_TENSORS = {
-    "attn_in": ("wq", "wk", "wv"),
-    "attn_out": ("wo",),
-    "mlp_in": ("w_gate", "w_up"),
-    "mlp_act": ("w_down",),
-}
+
+def site_tensors(config) -> dict[str, tuple[str, ...]]:
+    """The weight tensors of each linear site (the engine's fused linears) of a config's block, in
+    row order, with their names under weights/layers/<i> and packed_linears/layers/<i>: read from
+    the block table (``socllm.decoder_block(config)``, cpp/model/decoder_block.h)."""
+    return {
+        op["site"]: tuple(t["name"] for t in op["tensors"])
+        for op in _core.decoder_block(config)
+        if op["site"] is not None
+    }
 
 
-def linear_weights(path: str | os.PathLike) -> dict:
+def linear_weights(path: str | os.PathLike, config) -> dict:
     """{(layer, name): fp32 [out, in]} of every linear weight tensor of an fp32 model file."""
     import h5py
     import numpy as np
 
+    tensors = site_tensors(config)
     out = {}
     with h5py.File(path, "r") as f:
         layers = f["weights/layers"]
         for i in range(len(layers)):
-            for names in SITE_TENSORS.values():
+            for names in tensors.values():
                 for n in names:
                     out[(i, n)] = np.asarray(layers[str(i)][n][()], np.float32)
     return out

@@ -86,7 +86,7 @@ def task_graph(config_or_model, plan="fp32", prompt_len: int = 512, chunk_len: i
     p = _plan(plan)
     chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")
     if hasattr(config_or_model, "_engine"):
-        return config_or_model.task_graph(p, prompt_len, chunk)
+        return config_or_model.task_graph(p, prompt_len, chunk or None)
     return _core.task_graph(_config(config_or_model), p, prompt_len, chunk)
 
 
@@ -205,9 +205,15 @@ def simulate(
     rescore_share: float = 1.0,
     co_runner: str = "",
     characterization: str = "",
+    phase: str = "prefill",
+    decode_tokens: int = 0,
+    fast_sync: bool | None = None,
 ) -> Timeline:
-    """Prefill timeline of a config (a name of ``socllm.configs``, a dict, or a loaded model's
-    config) on a device: one call into C++ (module doc).
+    """Timeline of a request of a config (a name of ``socllm.configs``, a dict, or a loaded
+    model's config) on a device: one call into C++ (module doc). ``phase``: ``prefill`` of
+    ``prompt_len`` tokens, ``decode`` (one decoding step on a cache of ``prompt_len``; no
+    ``chunk``) or ``session`` (the prefill, then ``decode_tokens`` decoding steps on one
+    timeline). Decoding steps run the plan's decode placement (``Plan.for_decode()``).
 
     ``chunk``: prefill chunk length (None or 0: the whole prompt as one graph);
     ``runtime_graph_build``: build and optimize the NPU graph at run time, as naive NPU
@@ -225,15 +231,23 @@ def simulate(
     the bound's worst case; ``simulate_model`` uses what the engine rescored).
     ``co_runner``: a co-running app of the profile's ``scenarios`` (seed 000 Table 9) sharing
     the SoC's processors and memory bandwidth; ``characterization``: one of the profile's
-    named cost-model variants (e.g. ``llmnpu-e2e``, fitted to end-to-end numbers)."""
+    named cost-model variants (e.g. ``llmnpu-e2e``, fitted to end-to-end numbers), replacing
+    the plan's; ``fast_sync``: time GPU-NPU edges with (True) or without (False) HeteroLLM's
+    fast synchronization instead of the plan's ``sync``."""
     p = _plan(plan, processor)
     profile = _profile(device)
-    res = _core.sim.simulate_prefill(
+    if phase == "decode" and chunk:
+        raise InvalidArgumentError(
+            f"simulate: a decoding step has no prompt chunks (chunk={chunk}); pass chunk=None"
+        )
+    res = _core.sim.simulate_request(
         _config(config),
         p,
         profile,
         prompt_len,
         chunk or 0,
+        phase,
+        decode_tokens,
         policy,
         runtime_graph_build,
         shadow_channels,
@@ -246,13 +260,14 @@ def simulate(
         float(rescore_share),
         co_runner,
         characterization,
+        fast_sync,
     )
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 
 
 def hetero_engines() -> list[dict]:
-    """HeteroLLM's engines (cpp/include/socllm/hetero.h, seed 002 §5): ``name``, the partition
-    ``space`` its solver searches and a ``description``."""
+    """HeteroLLM's engines (seed 002 §5), each a plan preset (cpp/plan/plan.h): ``name``, the
+    ``partition`` mode its solver searches and a ``description``."""
     return _core.sim.hetero_engines()
 
 
@@ -351,16 +366,33 @@ def simulate_model(
     policy: str = "npu-stall-first",
     processor: str = "auto",
     optimal_max_tasks: int = 24,
+    decode_tokens: int = 0,
+    characterization: str = "",
+    fast_sync: bool | None = None,
 ) -> Timeline:
     """Runs ``prompt`` through a loaded model's engine in chunks of ``chunk`` (None: whole) under
-    ``plan`` and simulates the graph that prefill executed: its chunks and, for shadow-outlier
-    plans, the outlier channels and cold fetches every linear input had in every chunk."""
+    ``plan`` (planned for ``device``: its partitions solved there) and simulates the graph that
+    prefill executed: its chunks and, for shadow-outlier plans, the outlier channels and cold
+    fetches every linear input had in every chunk, the scale buckets shadowAttn's heads chose.
+    ``decode_tokens``: that many greedy decoding steps after it, recorded on the same timeline
+    (a session). ``characterization`` / ``fast_sync`` replace the plan's timing assumptions."""
     ids = model.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise InvalidArgumentError("simulate_model: empty prompt")
-    p = _plan(plan, processor, chunk_len=0)  # the chunking is ``chunk``'s: None or 0 = whole
-    _, graph = model.prefill(ids, p, chunk_len=chunk or None, return_graph=True)
     profile = _profile(device)
+    p = _plan(plan, processor, chunk_len=0).on_device(profile)  # chunking: ``chunk``'s
+    r = model.prefill(
+        ids, p, chunk_len=chunk or None, return_graph=True, decode_tokens=decode_tokens
+    )
+    graph = r["graph"] if isinstance(r, dict) else r[1]
+    meta = graph.meta
+    if characterization:
+        meta["characterization"] = characterization
+    if fast_sync is not None:
+        meta["fast_sync"] = fast_sync
+    graph.meta = meta
     res = _core.sim.simulate_graph(graph, profile, policy, optimal_max_tasks)
     extra = {"processor": processor, "engine_graphs": model.graph_stats()}
+    if decode_tokens:
+        extra["decoded"] = r["decoded"]
     return Timeline(res, profile, optimal_max_tasks, extra)

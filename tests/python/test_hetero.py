@@ -148,8 +148,51 @@ def test_cli_simulate_engine(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     s = json.loads(out.read_text())
-    assert s["engine"] == "hetero-tensor" and s["decode_tokens_per_s"] > 0
+    # --engine NAME is the plan preset NAME
+    assert s["plan"] == "hetero-tensor" and s["phase"] == "decode" and s["decode_tokens_per_s"] > 0
+    assert s["characterization"] == "heterollm" and s["fast_sync"]
     assert "tokens/s" in r.stderr
+    # the same preset through --plan times the same; naming both is refused
+    r2 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "socllm",
+            "simulate",
+            "--config",
+            "llama-3-8b",
+            "--plan",
+            "hetero-tensor",
+            "--policy",
+            "first-ready",
+            "--phase",
+            "decode",
+            "--prompt-len",
+            "256",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(r2.stdout)["tpot_ms"] == s["tpot_ms"]
+    r3 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "socllm",
+            "simulate",
+            "--config",
+            "llama-3-8b",
+            "--plan",
+            "w8a8",
+            "--engine",
+            "hetero-tensor",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r3.returncode == 2 and "give --engine or --plan" in r3.stderr
 
 
 def _hetero_plan():
@@ -188,11 +231,9 @@ def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(s
     for site, n in widths.items():
         dec = dec.with_partition(site, _core.sim.make_partition(1, n, [1], 256, gen3, 1))
     np.testing.assert_array_equal(smollm.step(c1, [7], plan=base), smollm.step(c2, [7], plan=dec))
-    # a partitioned integer scheme is refused by name, not computed wrongly
-    with pytest.raises(socllm.UnsupportedError, match="float-path"):
-        w8 = socllm.Plan("llm-int8")  # float outlier columns: not one GEMM per block
-        part = _core.sim.make_partition(len(ids), 960, [64, 32], 960, gen3)
-        smollm.prefill(ids, w8.with_partition("qkv", part))
+    # a scheme whose linears cannot be cut is refused by name, not computed wrongly
+    with pytest.raises(socllm.InvalidArgumentError, match="shadow outliers"):
+        socllm.Plan("shadow-outlier:partition=row")  # gathered over a sequence's rows
 
 
 def test_partitioned_per_group_linears_equal_unpartitioned_bit_for_bit(smollm, gen3):
@@ -201,15 +242,17 @@ def test_partitioned_per_group_linears_equal_unpartitioned_bit_for_bit(smollm, g
     ids = list(range(200, 300))
     widths = dict(zip(LINEARS, (960, 576, 3072, 576), strict=True))
     for scheme in ("w8-group", "w4-group"):
-        base = socllm.Plan(f"{scheme}:linear=npu")
+        # INT8 activations: the NPU's partner is the CPU (no GPU INT8 path)
+        base = socllm.Plan(f"{scheme}:linear=npu,partner=cpu")
         ref = smollm.prefill(ids, base, all_positions=True)
         for graphs, cols in (([64, 32], 256), ([128], 256)):
             plan = base
             for site, n in widths.items():
-                plan = plan.with_partition(
-                    site, _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3)
-                )
+                part = _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3, partner="cpu")
+                plan = plan.with_partition(site, part)
             np.testing.assert_array_equal(smollm.prefill(ids, plan, all_positions=True), ref)
+        with pytest.raises(socllm.InvalidArgumentError, match="int8 linears on the gpu"):
+            socllm.Plan(f"{scheme}:linear=npu,partition=solver,partner=gpu")
 
 
 def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3):

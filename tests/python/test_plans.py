@@ -4,6 +4,7 @@ references of each quantization scheme."""
 from __future__ import annotations
 
 import json
+import re
 
 import h5py
 import numpy as np
@@ -31,6 +32,13 @@ PRESETS = [
     "w8-group",
     "w4-group",
     "w4a16",
+    # HeteroLLM's engines (seed 002 §5)
+    "gpu-only",
+    "npu-padding",
+    "npu-pipe",
+    "npu-online-prepare",
+    "hetero-layer",
+    "hetero-tensor",
 ]
 
 
@@ -364,3 +372,72 @@ def test_qwen_census_matches_llm_npu():
     assert naive["weight_bytes"] == 4 * shared["weight_bytes"]
     with pytest.raises(socllm.InvalidArgumentError, match="unknown model config"):
         graph_census("qwen9", 1024, 256)
+
+
+def test_plan_parts_compose_and_round_trip():
+    """Every technique is a part of one plan (issue 36): partition, partner, sync, device,
+    characterization, decode placement and the LM head's weights parse from text, show in JSON
+    and read back; the partner follows the linears' format."""
+    p = socllm.Plan("edgeflow:bits=5,partition=solver,attention=shadow-attn,decode=same")
+    j = p.to_json()
+    assert j["partition"] == {"mode": "solver"} and p.partner == "cpu"  # INT8: no GPU path
+    assert j["attention"]["kind"] == "shadow-attn" and j["bits"] == 5.0
+    assert j["decode"] == "same" and socllm.Plan(j).to_json() == j
+    w4 = socllm.Plan("w4a16:linear=npu,partition=row,npu_share=0.25,sync=fast")
+    assert w4.partner == "gpu" and w4.sync == "fast"
+    assert w4.partition == {"mode": "row", "npu_share": 0.25}
+    assert socllm.Plan(w4.to_json()).to_json() == w4.to_json()
+    # NPU presets decode on the CPU (llm.npu, seed 001 §4); HeteroLLM's keep their placement
+    assert socllm.Plan("w8a8").decode == "cpu" and socllm.Plan("fp32").decode == "same"
+    assert socllm.Plan("hetero-tensor").decode == "same"
+    d = socllm.Plan("w8a8:attention=npu-int8").for_decode()
+    assert d.placement["linear"]["processor"] == "cpu" and d.attention["kind"] == "fp32"
+    assert d.placement["attention"] == {"processor": "cpu", "format": "fp32"}
+    g = socllm.Plan("fp32:decode=gpu").for_decode()
+    assert g.placement["norm"] == {"processor": "gpu", "format": "fp16"}
+    assert socllm.Plan("hetero-tensor").to_json()["lm_head_weights"] == "linear"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("w8a8:partition=solver,partner=gpu", "int8 linears on the gpu"),
+        ("w4a16:partition=solver", "places them on the cpu"),
+        ("shadow-outlier:partition=row", "shadow outliers"),
+        ("w8a8:partition=halves", "unknown partition 'halves'"),
+        ("w8a8:partition=solver,npu_share=0.5", "npu_share fixes a row cut"),
+        ("w8a8:partition=row,npu_share=1.5", "npu_share must be a number in [0, 1]"),
+        ("w8a8:partition=solver,partner=npu", "gpu or the cpu"),
+        ("w8a8:decode=gpu", "decode=gpu cannot run its int8 linears"),
+        ("w8a8:sync=slow", "sync must be fast or conventional"),
+        ("w8a8:lm_head_weights=int3", "lm_head_weights must be fp32 or linear"),
+        ("w8a8:decode=tpu", "tpu"),
+    ],
+)
+def test_plan_parts_that_cannot_run_are_refused_by_name(text, message):
+    with pytest.raises(socllm.InvalidArgumentError, match=re.escape(message)):
+        socllm.Plan(text)
+
+
+def test_the_solver_writes_its_partitions_into_the_plan(smollm):
+    """Plan.solved() writes the solver's choice for each linear and phase into the plan, where
+    the JSON shows it and with_partition-style entries replace what `partition` would solve."""
+    p = socllm.Plan(
+        "w4a16:linear=npu,partition=solver,sync=fast,characterization=heterollm,decode=same"
+    )
+    s = p.solved(smollm.config, [100], decode=True)
+    parts = s.partitions
+    assert {(x["op"], x["phase"]) for x in parts} == {
+        (op, phase)
+        for op in ("qkv", "o_proj", "gate_up", "down")
+        for phase in ("prefill", "decode")
+    }
+    assert all(x["partition"]["rows"] == (100 if x["phase"] == "prefill" else 1) for x in parts)
+    assert socllm.Plan(s.to_json()).to_json() == s.to_json()
+    meta = socllm.task_graph(smollm, s, 100).meta["partitions"]
+    by_site = {x["site"]: x["partition"] for x in meta if x["phase"] == "prefill"}
+    assert by_site == {x["op"]: x["partition"] for x in parts if x["phase"] == "prefill"}
+    with pytest.raises(socllm.InvalidArgumentError, match="planned for device 'snapdragon-8elite'"):
+        socllm.Plan("w8a8:device=snapdragon-8elite").on_device("snapdragon-8gen3")
+    with pytest.raises(socllm.InvalidArgumentError, match="unknown device 'pixel-9'"):
+        socllm.Plan("w4a16:linear=npu,partition=solver,device=pixel-9").solved(smollm.config, [64])

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'weightlet_parts']
+__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'attention_schemes', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'weightlet_parts']
 class WeightletTensor:
     """
     EdgeFlow's packed per-channel-bit-width weights (seed 004 §4.2; format in weightlet.h).
@@ -76,6 +76,10 @@ class PackedGroupedWeightsS8:
     @property
     def shape(self) -> tuple[int, int]:
         ...
+def attention_schemes() -> list:
+    """
+    The attention schemes a plan can name (attention/registry.cpp): name, description and options (name, default, help, choices), each declared in the scheme's own file.
+    """
 def bucket_offsets(n: typing.SupportsInt | typing.SupportsIndex) -> list[tuple[int, int]]:
     """
     Lattice offsets (a, b) of n scale buckets: bucket i is <λ̄Q·step^a, λ̄K·step^b>.
@@ -120,7 +124,7 @@ def nearest_bucket(lq: typing.SupportsFloat | typing.SupportsIndex, lk: typing.S
     """
 def prefill_attention(q: numpy.ndarray, k: numpy.ndarray, v: numpy.ndarray, scheme: typing.Any, past: typing.SupportsInt | typing.SupportsIndex = 0, head_ratio: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, static_qkv: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"] | None = None, trace: bool = False, window: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
     """
-    One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 by certified shadow-attn). bucket_q/k: [H * buckets].
+    One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 by certified shadow-attn), kept (per head, (row, key) pairs attended). bucket_q/k: [H * buckets].
     """
 def supported_isas() -> list[str]:
     ...

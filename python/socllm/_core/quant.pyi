@@ -3,10 +3,11 @@
 Symmetric int8/int4 quantizers (rules in quant.h).
 """
 from __future__ import annotations
+import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['allocate_bits', 'allocate_bits_budgeted', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'allocation_cost', 'allocation_error', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'total_bits']
+__all__: list[str] = ['allocate_bits', 'allocate_bits_budgeted', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'allocation_cost', 'allocation_error', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'stored_weight_bytes', 'total_bits']
 def allocate_bits(table: typing.Any, avg_bits: typing.SupportsFloat | typing.SupportsIndex, method: str = 'greedy') -> numpy.typing.NDArray[numpy.uint8]:
     """
     Bit-widths [rows] of one tensor at an average budget: greedy (Algorithm 1), uniform, int4-int8, cmpq.
@@ -54,6 +55,10 @@ def quantize_rows(W: typing.Any, bits: typing.Any) -> tuple[numpy.typing.NDArray
 def quantize_static(x: typing.Any, scale: typing.SupportsFloat | typing.SupportsIndex, bits: typing.SupportsInt | typing.SupportsIndex = 8) -> numpy.typing.NDArray[numpy.int8]:
     """
     int8 saturate(round_half_even(x / scale)) with a static (calibrated) scale.
+    """
+def stored_weight_bytes(scheme: typing.Any, out: typing.SupportsInt | typing.SupportsIndex, in: typing.SupportsInt | typing.SupportsIndex, tensor_rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], bias: bool = False) -> int:
+    """
+    Bytes a linear of the scheme (LinearScheme JSON, e.g. Plan(...).to_json()['ops']['linear'] without processor/format) stores for a weight [out, in] (linear_scheme.h).
     """
 def total_bits(rows: typing.SupportsInt | typing.SupportsIndex, avg_bits: typing.SupportsFloat | typing.SupportsIndex) -> int:
     """

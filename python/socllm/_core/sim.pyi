@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'fuse_launches', 'head_policies', 'hetero_engines', 'make_partition', 'npu_graph_cover', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'row_partition', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_prefill', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
+__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DEFAULT_DEVICE', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'device_dir', 'fuse_launches', 'head_policies', 'hetero_engines', 'known_devices', 'load_device', 'make_partition', 'npu_graph_cover', 'partition_rules', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'row_partition', 'set_device_dir', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_request', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
@@ -111,7 +111,7 @@ class Timeline:
         """
 class PrefillTimeline:
     """
-    A simulated prefill (simulate.h).
+    A simulated request: graph, timeline, summary (simulate.h).
     """
     def summary(self) -> typing.Any:
         ...
@@ -138,6 +138,8 @@ class ColdStartTimeline:
     @property
     def timeline(self) -> Timeline:
         ...
+def device_dir() -> str:
+    ...
 def fuse_launches(bucket_of_head: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_fused_heads: typing.SupportsInt | typing.SupportsIndex) -> list[list[int]]:
     """
     Heads sharing a bucket id fused into launches of at most max_fused_heads (0: no limit).
@@ -148,14 +150,24 @@ def head_policies() -> list:
     """
 def hetero_engines() -> list:
     """
-    HeteroLLM's engines (hetero.h): name, partition space, description.
+    HeteroLLM's engines, plan presets (plan.h): name, partition mode, description.
     """
-def make_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, npu_graphs: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], npu_cols: typing.SupportsInt | typing.SupportsIndex, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
+def known_devices() -> list[str]:
+    ...
+def load_device(name_or_path: str) -> DeviceProfile:
     """
-    A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the first npu_cols columns, the GPU the rest; validated against the profile's NPU rules.
+    A profile by name (device_dir()) or .json path.
+    """
+def make_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, npu_graphs: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], npu_cols: typing.SupportsInt | typing.SupportsIndex, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0, partner: str = 'gpu') -> typing.Any:
+    """
+    A partition (partition.h make_partition): the NPU runs graphs of npu_graphs rows over the first npu_cols columns, the partner (gpu or cpu) the rest; validated against the profile's NPU rules.
     """
 def npu_graph_cover(rows: typing.SupportsInt | typing.SupportsIndex, how: str, profile: typing.Any) -> list[int]:
     ...
+def partition_rules(profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> dict:
+    """
+    What the profile's NPU accepts (partition.h PartitionRules): its tile (row and column alignment) and pre-built static graph lengths (decode_rows > 0: one graph of those rows).
+    """
 def partition_time(op: typing.Any, partition: typing.Any, profile: typing.Any, characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, co_runner: str = '') -> dict:
     """
     T_total of a partition under the cost model (real times).
@@ -180,6 +192,10 @@ def row_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.
     """
     A row cut giving the NPU npu_share of the output columns (aligned; seed 002 §4.1).
     """
+def set_device_dir(dir: str) -> None:
+    """
+    The folder named device profiles are read from (the package's devices/ on import).
+    """
 def simulate(graph: TaskGraph, cost: CostModel, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> Timeline:
     ...
 def simulate_cold_start(config: typing.Any, profile: typing.Any, system: str = 'edgeflow', bits: typing.SupportsFloat | typing.SupportsIndex = 5.0, prompt_len: typing.SupportsInt | typing.SupportsIndex = 128, chunk_len: typing.SupportsInt | typing.SupportsIndex = 256, policy: str = '', unpack_format: str = 'weightlet', steal_threshold: typing.SupportsInt | typing.SupportsIndex = 5) -> ColdStartTimeline:
@@ -198,9 +214,9 @@ def simulate_hetero(config: typing.Any, profile: typing.Any, prompt_len: typing.
     """
     A HeteroLLM engine's prefill or decoding step timed on a device (hetero.h); predictor: the solver decides on predicted times, the timeline is the cost model's.
     """
-def simulate_prefill(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], rescore_share: typing.SupportsFloat | typing.SupportsIndex = 1.0, co_runner: str = '', characterization: str = '') -> PrefillTimeline:
+def simulate_request(config: typing.Any, plan: typing.Any, profile: typing.Any, prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex, phase: str = 'prefill', decode_tokens: typing.SupportsInt | typing.SupportsIndex = 0, policy: str = 'npu-stall-first', runtime_graph_build: bool = False, shadow_channels: typing.SupportsFloat | typing.SupportsIndex = 10.0, optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, head_policy: str = 'greedy', attention_cpu_core: str = 'auto', max_fused_heads: typing.SupportsInt | typing.SupportsIndex = 4, head_ratios: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], head_buckets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], rescore_share: typing.SupportsFloat | typing.SupportsIndex = 1.0, co_runner: str = '', characterization: str = '', fast_sync: bool | None = None) -> PrefillTimeline:
     """
-    A prefill of a config timed on a device (simulate.h); head_* and attention_cpu_core: the head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h).
+    A request of a config timed on a device (simulate.h): phase prefill, decode (one step on a cache of prompt_len) or session (the prefill then decode_tokens steps); head_* and attention_cpu_core: the head-wise attention of non-fp32 plans (block.h AttentionTimingOptions, head_pipeline.h); characterization / fast_sync replace the plan's timing assumptions.
     """
 def solve_partition(op: typing.Any, profile: typing.Any, space: str = 'tensor', characterization: str = 'heterollm', fast_sync: bool = True, decode: bool = False, col_step: typing.SupportsInt | typing.SupportsIndex = 0, predictor: typing.Any = None, co_runner: str = '') -> dict:
     """
@@ -212,3 +228,4 @@ def to_trace_json(graph: TaskGraph, timeline: Timeline) -> typing.Any:
     ...
 def validate_partition(partition: typing.Any, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     ...
+DEFAULT_DEVICE: str = 'snapdragon-8gen3'

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 _DIR = Path(__file__).parent
+DEVICE_DIR = _DIR
 
 
 def known() -> list[str]:

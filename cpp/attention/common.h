@@ -1,0 +1,59 @@
+// Attention layer, internal: what the scheme files share (row blocks, head gathers, the sparse
+// kinds' keep-ratio options and their timing chain). Not a public header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/attention_scheme.h"
+
+namespace socllm::attention::detail {
+
+// Query rows per parallel work item: one estimation GEMM of [rows, keys] per item, the score
+// block in cache.
+constexpr int64_t kRowBlock = 64;
+
+// Copies rows of one head out of the interleaved [rows, heads*head_dim] layout.
+void gather_head(const float* x, int64_t ld, int64_t rows, int64_t col0, int64_t head_dim,
+                 float* dst);
+
+// ShapeError naming the shape unless it is one attention can run.
+void check_shape(const Shape& sh, const char* who);
+
+// The options of every key-selecting kind: keep, min_keys, ratios, clamp_quantile.
+std::vector<OptionSpec> keep_ratio_options(const char* default_ratios);
+void validate_keep_ratio_options(const AttentionScheme& s);
+bool calibrated_ratios(const AttentionScheme& s);
+// Per layer the head ratios: Eq. 3 from the calibration's head and layer importance
+// (ratios=calibrated), else keep for every head.
+std::vector<LayerConsts> keep_ratio_consts(const AttentionScheme& s, const Calibration* calib,
+                                           const ModelConfig& c, const std::string& who);
+// ShapeError unless `consts` holds one ratio per head.
+void check_head_ratios(const LayerConsts& consts, int64_t n_heads, const char* who);
+
+// One op of a head-wise attention task.
+soc::OpDesc attention_op(soc::OpKind kind, const char* name, soc::DType dtype, int64_t heads,
+                         int64_t head_dim, int64_t elements, const std::string& core);
+
+// The keep ratio of head h in a task shape (the plan's keep when none is given).
+double head_ratio(const TaskShape& shape, const AttentionScheme& s, int64_t h);
+
+// The per-head chain of the CPU/GPU-run kinds (sparse, block-sparse): per head an estimation
+// task (its ops), a top-k over `scored` scores and the attention over the head's kept pairs,
+// each on the attention's processor and waiting for the previous one (one core, no overlap).
+struct HeadChainStep {
+  std::vector<soc::OpDesc> estimate;  // the estimation ops
+  int64_t scored = 0;                 // scores the top-k ranks
+  int64_t kept = 0;                   // (row, key) pairs attended
+};
+std::vector<int64_t> head_chain_tasks(const TaskShape& shape, TaskSink& sink,
+                                      const std::vector<int64_t>& deps,
+                                      const std::vector<HeadChainStep>& heads);
+
+// Records what a key-selecting kind chose for row block rows [r0, r0 + n) of head h: its
+// keys (if asked for) and the pairs it kept.
+void trace_keys(Trace* trace, int64_t h, int64_t T, int64_t row, const int32_t* idx, int64_t n);
+void trace_begin(Trace* trace, int64_t n_heads, int64_t T);
+
+}  // namespace socllm::attention::detail

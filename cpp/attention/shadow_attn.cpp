@@ -1,0 +1,293 @@
+// shadowAttn (seed 000 §3.2-3.4): per query head, Q and K quantized to INT8 with the static
+// scales of the bucket nearest (MSE) to the input's own <λQ, λK> (λ = max|x|/127), exact INT8
+// Q·Kᵀ on the NPU, per-row top-k on the int32 scores over the causal keys (no softmax, §3.2),
+// then fp32 attention over the kept keys on the CPU. Timed head-wise: fused NPU estimation
+// launches, per head a top-k and a sparse attention, Eq. 4's dependencies.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/common.h"
+#include "core/core.h"
+#include "kernels/gemm_s8.h"
+#include "kernels/kernels.h"
+#include "kernels/sparse_attention.h"
+#include "sched/head_pipeline.h"
+
+namespace socllm::attention {
+
+namespace {
+
+namespace k = socllm::kernels;
+using detail::kRowBlock;
+
+struct HeadInputs {
+  std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket
+  float bq = 0;            // the Q scale used
+  // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
+  double k8_norm_max = 0, k_residual_max = 0;
+};
+
+// Certified top-k (issue 13 item 7). With x = s·(x8 + e), the exact score divided by bq·bk is
+// q8·k8 + q8·e_k + e_q·k8 + e_q·e_k, so by Cauchy-Schwarz its distance from the INT8 score is at
+// most B = |q8|·E_k + |e_q|·K8 + |e_q|·E_k (E_k, K8: the maxima over keys; residuals include
+// clamping). A key of the fp32 top-k then has an INT8 score >= the k-th INT8 score - 2B: only
+// those keys are rescored in fp32. Returns the keys rescored (0: the INT8 top-k is already
+// certain, every candidate is in it).
+int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, const float* kg,
+                     int64_t ldkv, int64_t hd, const int32_t* s, int64_t visible, int64_t kept,
+                     int32_t* idx, std::vector<int32_t>& cand, std::vector<float>& cand_score,
+                     std::vector<int32_t>& pick, std::vector<float>& fbuf) {
+  double q8n = 0, eqn = 0;
+  for (int64_t d = 0; d < hd; ++d) {
+    const double e = static_cast<double>(q[d]) / hi.bq - q8[d];
+    q8n += static_cast<double>(q8[d]) * q8[d];
+    eqn += e * e;
+  }
+  q8n = std::sqrt(q8n), eqn = std::sqrt(eqn);
+  const double bound = q8n * hi.k_residual_max + eqn * hi.k8_norm_max + eqn * hi.k_residual_max;
+  int32_t kth = s[idx[0]];
+  for (int64_t t = 1; t < kept; ++t) kth = std::min(kth, s[idx[t]]);
+  // 1e-6 relative + 1 covers the float rounding of the residual norms
+  const double floor_score = static_cast<double>(kth) - 2.0 * bound * (1.0 + 1e-6) - 1.0;
+  cand.clear();
+  for (int64_t j = 0; j < visible; ++j)
+    if (static_cast<double>(s[j]) >= floor_score) cand.push_back(static_cast<int32_t>(j));
+  const auto n_cand = static_cast<int64_t>(cand.size());
+  if (n_cand == kept) return 0;
+  cand_score.resize(cand.size());
+  k::score_selected(q, kg, ldkv, hd, cand.data(), n_cand, cand_score.data());
+  pick.resize(cand.size());
+  k::topk_indices(cand_score.data(), n_cand, kept, pick.data(), fbuf);
+  for (int64_t t = 0; t < kept; ++t) idx[t] = cand[pick[t]];  // cand ascending: so is idx
+  return n_cand;
+}
+
+class ShadowAttn final : public SchemeKind {
+ public:
+  const char* name() const override { return "shadow-attn"; }
+  const char* description() const override {
+    return "shadowAttn: INT8 Q·Kᵀ estimate on the NPU with bucketed static scales, per-row top-k, "
+           "fp32 attention over the kept keys on the CPU";
+  }
+  std::vector<OptionSpec> options() const override {
+    auto o = detail::keep_ratio_options("calibrated");
+    o.push_back({"buckets", int64_t{9}, "static Q/K scale buckets per head (§5.2: 9)"});
+    o.push_back({"step", 0.5, "bucket step σ: scales <λ̄Q·σ^a, λ̄K·σ^b> (§5.2: 5e-1)"});
+    o.push_back({"scales",
+                 "buckets",
+                 "estimator scales: the nearest calibrated bucket, or each input's own (dynamic, "
+                 "the upper bound)",
+                 {"buckets", "dynamic"}});
+    o.push_back({"certified", int64_t{0},
+                 "1: rescore in fp32 the keys within the INT8 error bound of the k-th score, so "
+                 "the selection equals the fp32 top-k (beyond the paper)"});
+    return o;
+  }
+  void validate(const AttentionScheme& s) const override {
+    detail::validate_keep_ratio_options(s);
+    const std::string k = "[AttentionScheme] shadow-attn: ";
+    const int64_t buckets = s.integer("buckets"), certified = s.integer("certified");
+    const double step = s.number("step");
+    if (buckets < 1)
+      throw InvalidArgument(k + "buckets must be >= 1, got " + std::to_string(buckets));
+    if (buckets > 1024)
+      throw InvalidArgument(k + "buckets must be <= 1024, got " + std::to_string(buckets));
+    if (!(step > 0.0) || !std::isfinite(step))
+      throw InvalidArgument(k + "step must be a positive number, got " + json_text(step));
+    if (certified != 0 && certified != 1)
+      throw InvalidArgument(k + "certified must be 0 or 1, got " + std::to_string(certified));
+  }
+  bool selects_keys() const override { return true; }
+  bool needs_head_importance(const AttentionScheme& s) const override {
+    return detail::calibrated_ratios(s);
+  }
+  bool needs_qk_scales(const AttentionScheme& s) const override {
+    return s.text("scales") == "buckets";
+  }
+
+  std::vector<LayerConsts> prepare(const AttentionScheme& s, const Calibration* calib,
+                                   const ModelConfig& c, const std::string& who) const override {
+    auto out = detail::keep_ratio_consts(s, calib, c, who);
+    if (!needs_qk_scales(s)) return out;
+    if (!calib || !calib->has_qk_scales())
+      throw InvalidArgument(who +
+                            " fixes its Q/K scales from calibration, and the loaded calibration "
+                            "has none (socllm calibrate --steps qk-scales [--calib FILE] -o FILE, "
+                            "then --calib FILE)");
+    // <λ̄Q·σ^a, λ̄K·σ^b> per head (§3.3); a query head's λ̄K is its KV head's
+    const auto mq = calib->mean_scale('q'), mk = calib->mean_scale('k');
+    const int64_t n = s.integer("buckets");
+    const double step = s.number("step");
+    const auto offsets = bucket_offsets(n);
+    const int64_t group = c.n_heads / c.n_kv_heads;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      auto& lc = out[static_cast<size_t>(l)];
+      lc.buckets = n;
+      for (int64_t h = 0; h < c.n_heads; ++h)
+        for (const auto& [oq, ok] : offsets) {
+          lc.bucket_q.push_back(mq[l * c.n_heads + h] * static_cast<float>(std::pow(step, oq)));
+          lc.bucket_k.push_back(mk[l * c.n_kv_heads + h / group] *
+                                static_cast<float>(std::pow(step, ok)));
+        }
+    }
+    return out;
+  }
+
+  void run(const AttentionScheme& s, const LayerConsts& c, const float* q, int64_t ldq,
+           const float* kk, const float* v, int64_t ldkv, const Shape& sh, float* out, int64_t ldo,
+           Trace* trace) const override {
+    detail::check_head_ratios(c, sh.n_heads, "prefill_attention");
+    const int64_t T = sh.T, L = sh.past + T, hd = sh.head_dim, H = sh.n_heads;
+    const int64_t group = H / sh.n_kv_heads, min_keys = s.integer("min_keys");
+    const bool bucketed = needs_qk_scales(s), certified = s.integer("certified") != 0;
+    if (bucketed && (c.buckets < 1 || static_cast<int64_t>(c.bucket_q.size()) != H * c.buckets ||
+                     c.bucket_k.size() != c.bucket_q.size()))
+      throw ShapeError("[prefill_attention] shadow-attn needs " + std::to_string(H) +
+                       " heads' bucket scales (step qk-scales)");
+    const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
+    detail::trace_begin(trace, H, T);
+
+    // per head the bucket nearest to the input's <λQ, λK> (§3.3), K in that bucket
+    std::vector<HeadInputs> heads(static_cast<size_t>(H));
+    std::vector<float> lk(static_cast<size_t>(sh.n_kv_heads));
+    for (int64_t g = 0; g < sh.n_kv_heads; ++g)
+      lk[g] = k::absmax_rows(kk + g * hd, L, hd, ldkv) / 127.0f;
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / group;
+      const float lq = k::absmax_rows(q + h * hd, T, hd, ldq) / 127.0f;
+      float bq = lq, bk = lk[g];
+      int64_t bucket = -1;
+      if (bucketed) {
+        const std::span<const float> cq(c.bucket_q.data() + h * c.buckets, c.buckets),
+            ck(c.bucket_k.data() + h * c.buckets, c.buckets);
+        bucket = nearest_bucket(lq, lk[g], cq, ck);
+        bq = cq[bucket], bk = ck[bucket];
+      }
+      // an all-zero input has no scale: any positive one quantizes it to zeros
+      bq = bq > 0 ? bq : 1.0f, bk = bk > 0 ? bk : 1.0f;
+      HeadInputs& hi = heads[static_cast<size_t>(h)];
+      hi.bq = bq;
+      hi.k8.resize(static_cast<size_t>(L * hd));
+      k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
+      if (certified)
+        for (int64_t j = 0; j < L; ++j) {
+          double n8 = 0, ne = 0;
+          for (int64_t d = 0; d < hd; ++d) {
+            const double q8 = hi.k8[static_cast<size_t>(j * hd + d)];
+            const double e = static_cast<double>(kk[j * ldkv + g * hd + d]) / bk - q8;
+            n8 += q8 * q8, ne += e * e;
+          }
+          hi.k8_norm_max = std::max(hi.k8_norm_max, std::sqrt(n8));
+          hi.k_residual_max = std::max(hi.k_residual_max, std::sqrt(ne));
+        }
+      if (trace) {
+        trace->bucket[h] = static_cast<int32_t>(bucket);
+        trace->input_q[h] = lq;
+        trace->input_k[h] = lk[g];
+      }
+    }
+
+    const int64_t n_blocks = (T + kRowBlock - 1) / kRowBlock;
+    const auto isa = k::best_isa();
+#pragma omp parallel for schedule(dynamic) collapse(2)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t bi = 0; bi < n_blocks; ++bi) {
+        const int64_t r0 = bi * kRowBlock, rows = std::min(kRowBlock, T - r0);
+        const int64_t g = h / group, keys = sh.past + r0 + rows;
+        const double ratio = c.head_ratio[static_cast<size_t>(h)];
+        const float* kg = kk + g * hd;
+        const float* vg = v + g * hd;
+        const HeadInputs& hi = heads[static_cast<size_t>(h)];
+        std::vector<float> qh(static_cast<size_t>(rows * hd)), p(static_cast<size_t>(keys)), fbuf;
+        std::vector<int32_t> idx(static_cast<size_t>(keys)), ibuf;
+        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh.data());
+        // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2)
+        std::vector<int8_t> q8(static_cast<size_t>(rows * hd));
+        std::vector<int32_t> S(static_cast<size_t>(rows * keys));
+        k::quantize_rows_s8(qh.data(), rows, hd, hd, hi.bq, q8.data(), hd);
+        k::gemm_s8s8s32(q8.data(), hd, hi.k8.data(), hd, S.data(), keys, rows, keys, hd, isa);
+        std::vector<int32_t> cand, pick;
+        std::vector<float> cand_score;
+        int64_t rescored = 0;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t visible = sh.past + r0 + i + 1,
+                        lo = k::first_visible_key(visible - 1, sh.window);
+          const int32_t* srow = S.data() + i * keys + lo;  // the window's keys, from lo
+          const int64_t n = k::topk_indices(
+              srow, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx.data(), ibuf);
+          if (certified)
+            rescored +=
+                certify_topk(qh.data() + i * hd, q8.data() + i * hd, hi, kg + lo * ldkv, ldkv, hd,
+                             srow, visible - lo, n, idx.data(), cand, cand_score, pick, fbuf);
+          for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
+          k::attend_selected(qh.data() + i * hd, kg, vg, ldkv, hd, idx.data(), n, inv_sqrt,
+                             out + (r0 + i) * ldo + h * hd, p.data());
+          detail::trace_keys(trace, h, T, r0 + i, idx.data(), n);
+        }
+        if (trace && certified) {
+#pragma omp atomic
+          trace->rescored[static_cast<size_t>(h)] += rescored;
+        }
+      }
+  }
+
+  // Per fused launch an NPU Estimate task (launch + INT8 Q·Kᵀ of the dense rows x kv scores of
+  // its heads: a static graph computes masked pairs too); per head a TopK task over its causal
+  // scores and a SparseAttention task over the keys it keeps, with Eq. 4's dependencies
+  // (ζnpu <- ζtopk; ζnpu, ζtopk <- ζqkv); the order of launches and heads is the scheduler's
+  // (head_pipeline.h).
+  std::vector<int64_t> tasks(const AttentionScheme& s, const TaskShape& sh, TaskSink& sink,
+                             const std::vector<int64_t>& deps) const override {
+    using soc::DType;
+    using soc::OpKind;
+    const int64_t H = sh.n_heads, d = sh.head_dim;
+    const int64_t dense = sh.rows * sh.kv_len, causal = causal_pairs(sh.rows, sh.kv_len, sh.window);
+    std::vector<int64_t> buckets(static_cast<size_t>(H), 0);
+    if (!sh.buckets.empty()) buckets.assign(sh.buckets.begin(), sh.buckets.end());
+    const auto launches = sched::fuse_launches(buckets, sh.max_fused_heads);
+    std::vector<int64_t> est_of(static_cast<size_t>(H), -1);
+    for (size_t l = 0; l < launches.size(); ++l) {
+      const auto& hs = launches[l];
+      const auto nh = static_cast<int64_t>(hs.size());
+      std::vector<soc::OpDesc> ops = {
+          detail::attention_op(OpKind::NpuLaunch, "launch", DType::Int8, 0, 0, 0, ""),
+          detail::attention_op(OpKind::AttnMatMul, "qk_estimate", DType::Int8, nh, d, dense, "")};
+      const int64_t id = sink.add("estimate.g" + std::to_string(l), sched::TaskKind::Estimate,
+                                  soc::Processor::Npu, std::move(ops), hs, 4 * nh * dense, deps);
+      for (int64_t h : hs) est_of[static_cast<size_t>(h)] = id;
+    }
+    const bool certified = s.integer("certified") != 0;
+    std::vector<int64_t> finals;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t est = est_of[static_cast<size_t>(h)];
+      const std::string hn = ".h" + std::to_string(h);
+      std::vector<soc::OpDesc> topk = {
+          detail::attention_op(OpKind::TopK, "topk", DType::Fp32, 1, d, causal, sh.core)};
+      if (certified)  // the uncertain band's keys, rescored in fp32
+        topk.push_back(detail::attention_op(
+            OpKind::AttnMatMul, "rescore", DType::Fp32, 1, d,
+            std::llround(sh.rescore_share * static_cast<double>(causal)), sh.core));
+      const int64_t tk = sink.add("topk" + hn, sched::TaskKind::TopK, sh.processor, std::move(topk),
+                                  {h}, 4 * dense, {est});
+      const int64_t kept = kept_pairs(sh.rows, sh.kv_len, sh.window, detail::head_ratio(sh, s, h),
+                                      s.integer("min_keys"));
+      finals.push_back(sink.add("sparse_attention" + hn, sched::TaskKind::SparseAttention,
+                                sh.processor,
+                                {detail::attention_op(OpKind::SparseAttention, "sparse_attention",
+                                                      DType::Fp32, 1, d, kept, sh.core)},
+                                {h}, 4 * (kept + 2 * sh.rows * d), {est, tk}));  // Eq. 4
+    }
+    return finals;
+  }
+};
+
+}  // namespace
+
+const SchemeKind& shadow_attn_scheme() {
+  static const ShadowAttn kScheme;
+  return kScheme;
+}
+
+}  // namespace socllm::attention

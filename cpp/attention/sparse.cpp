@@ -1,0 +1,100 @@
+// C/G-Sparse (seed 000 §5 baseline): fp32 estimation of Q·Kᵀ, per-row top-k over the causal
+// keys, fp32 attention over the selected keys only (the estimate's scores are reused for them).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/common.h"
+#include "kernels/kernels.h"
+#include "kernels/sparse_attention.h"
+
+namespace socllm::attention {
+
+namespace {
+
+namespace k = socllm::kernels;
+using detail::kRowBlock;
+
+class Sparse final : public SchemeKind {
+ public:
+  const char* name() const override { return "sparse"; }
+  const char* description() const override {
+    return "C/G-Sparse: fp32 Q·Kᵀ estimate, per-row top-k of the causal keys, fp32 attention "
+           "over the kept keys";
+  }
+  std::vector<OptionSpec> options() const override { return detail::keep_ratio_options("uniform"); }
+  void validate(const AttentionScheme& s) const override { detail::validate_keep_ratio_options(s); }
+  bool selects_keys() const override { return true; }
+  bool needs_head_importance(const AttentionScheme& s) const override {
+    return detail::calibrated_ratios(s);
+  }
+  std::vector<LayerConsts> prepare(const AttentionScheme& s, const Calibration* calib,
+                                   const ModelConfig& c, const std::string& who) const override {
+    return detail::keep_ratio_consts(s, calib, c, who);
+  }
+
+  void run(const AttentionScheme& s, const LayerConsts& consts, const float* q, int64_t ldq,
+           const float* kk, const float* v, int64_t ldkv, const Shape& sh, float* out, int64_t ldo,
+           Trace* trace) const override {
+    detail::check_head_ratios(consts, sh.n_heads, "prefill_attention");
+    const int64_t T = sh.T, hd = sh.head_dim, H = sh.n_heads, group = H / sh.n_kv_heads;
+    const int64_t min_keys = s.integer("min_keys");
+    const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
+    detail::trace_begin(trace, H, T);
+    const int64_t n_blocks = (T + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(dynamic) collapse(2)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t bi = 0; bi < n_blocks; ++bi) {
+        const int64_t r0 = bi * kRowBlock, rows = std::min(kRowBlock, T - r0);
+        const int64_t g = h / group, keys = sh.past + r0 + rows;
+        const double ratio = consts.head_ratio[static_cast<size_t>(h)];
+        const float* kg = kk + g * hd;
+        const float* vg = v + g * hd;
+        std::vector<float> qh(static_cast<size_t>(rows * hd)), p(static_cast<size_t>(keys)),
+            S(static_cast<size_t>(rows * keys)), fbuf;
+        std::vector<int32_t> idx(static_cast<size_t>(keys));
+        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh.data());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                    static_cast<int>(keys), static_cast<int>(hd), 1.0f, qh.data(),
+                    static_cast<int>(hd), kg, static_cast<int>(ldkv), 0.0f, S.data(),
+                    static_cast<int>(keys));
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t visible = sh.past + r0 + i + 1,
+                        lo = k::first_visible_key(visible - 1, sh.window);
+          const float* srow = S.data() + i * keys;
+          const int64_t n = k::topk_indices(
+              srow + lo, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx.data(), fbuf);
+          for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
+          k::attend_selected_scored(srow, vg, ldkv, hd, idx.data(), n, inv_sqrt,
+                                    out + (r0 + i) * ldo + h * hd, p.data());
+          detail::trace_keys(trace, h, T, r0 + i, idx.data(), n);
+        }
+      }
+  }
+
+  // Per head on the attention's processor: fp32 Q·Kᵀ over the causal pairs, top-k, sparse
+  // attention, chained in head order.
+  std::vector<int64_t> tasks(const AttentionScheme& s, const TaskShape& sh, TaskSink& sink,
+                             const std::vector<int64_t>& deps) const override {
+    const int64_t causal = causal_pairs(sh.rows, sh.kv_len, sh.window);
+    std::vector<detail::HeadChainStep> heads;
+    for (int64_t h = 0; h < sh.n_heads; ++h)
+      heads.push_back({{detail::attention_op(soc::OpKind::AttnMatMul, "qk_estimate",
+                                             soc::DType::Fp32, 1, sh.head_dim, causal, sh.core)},
+                       causal,
+                       kept_pairs(sh.rows, sh.kv_len, sh.window, detail::head_ratio(sh, s, h),
+                                  s.integer("min_keys"))});
+    return detail::head_chain_tasks(sh, sink, deps, heads);
+  }
+};
+
+}  // namespace
+
+const SchemeKind& sparse_scheme() {
+  static const Sparse kScheme;
+  return kScheme;
+}
+
+}  // namespace socllm::attention

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 from socllm.data import wikitext2_test_text  # noqa: E402
-from socllm.io_utils import check_output_path, emit_json  # noqa: E402
+from socllm.io.files import check_output_path, emit_json  # noqa: E402
 from socllm.reference import load_reference  # noqa: E402
 
 LENGTHS = [1, 17, 128, 511, 1024]

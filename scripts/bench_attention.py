@@ -56,11 +56,10 @@ from tqdm import tqdm  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
-from socllm import _core  # noqa: E402
-from socllm.bench_utils import cpu_family_model, cpu_model  # noqa: E402
-from socllm.io_utils import check_output_path, emit_json  # noqa: E402
+from socllm.eval.bench_utils import cpu_family_model, cpu_model  # noqa: E402
+from socllm.io.files import check_output_path, emit_json  # noqa: E402
 
-ops = _core.ops
+ops = socllm.ops
 # SmolLM2-135M's attention shape (the default model's config; --synthetic uses it too).
 N_HEADS, N_KV_HEADS, HEAD_DIM = 9, 3, 64
 TORCH = "torch-sdpa"  # the peer of the engine's dense kernel
@@ -81,7 +80,7 @@ def variants(keep: float) -> dict[str, str]:
 def real_qkv(model: str, layer: int, tokens: int, quiet: bool):
     """A layer's Q [H, T, hd], K/V [Hkv, T, hd] of one fp32 run over a WikiText-2 held-out
     window (the text evaluation never calibrates on)."""
-    from socllm.calibrate import corpus_tokens, held_out_tokens
+    from socllm.calibration.calibrate import corpus_tokens, held_out_tokens
 
     m = socllm.load(model, progress=not quiet)
     cfg = m.config
@@ -283,7 +282,7 @@ def main(argv=None) -> int:
         "supported_isas": ops.supported_isas(),
         "threads": a.threads,
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "blas": _core.blas_info()["corename"],
+        "blas": socllm.blas_info()["corename"],
         "socllm_version": socllm.__version__ if hasattr(socllm, "__version__") else None,
         "source": source,
         "model": None if a.synthetic else a.model,

@@ -70,7 +70,7 @@ def worker(
         socllm.set_log_level("warn")
         socllm.set_num_threads(threads)
         m = socllm.load("smollm2-135m", progress=False)
-        out["blas"] = socllm._core.blas_info()["corename"]
+        out["blas"] = socllm.blas_info()["corename"]
 
         def prefill(x):
             c = m.new_cache(len(x) + decode_steps + 1)
@@ -213,7 +213,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "python"))
     if args.json:  # before the work, not after it
-        from socllm.io_utils import check_output_path
+        from socllm.io.files import check_output_path
 
         check_output_path(args.json, what="--json")
     if args.quick:
@@ -290,7 +290,7 @@ def main() -> int:
     for impl, d in diffs.items():
         print(f"max |logit diff| / max |logit| at 128 tokens, {impl} vs torch: {d:.2e}")
     if args.json:
-        from socllm.io_utils import emit_json
+        from socllm.io.files import emit_json
 
         emit_json(
             {

@@ -27,8 +27,11 @@ from pathlib import Path
 
 WORKER = r"""
 import json, sys, time
+# the checkout's package, not the one an editable install's import hook redirects to
+sys.meta_path = [f for f in sys.meta_path if "socllm" not in type(f).__module__.lower()]
 sys.path.insert(0, sys.argv[1] + "/python")
 import socllm
+assert socllm.__file__.startswith(sys.argv[1]), socllm.__file__
 socllm.set_log_level("warn"); socllm.set_num_threads(2)
 m = socllm.load("smollm2-135m", progress=False)
 from socllm.data import wikitext2_test_text
@@ -86,7 +89,7 @@ def main() -> int:
     print(f"({args.rounds} rounds x {args.repeats} repeats, {time.time() - t0:.0f} s)")
     if args.json:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-        from socllm.io_utils import atomic_write_text
+        from socllm.io.files import atomic_write_text
 
         atomic_write_text(Path(args.json), json.dumps(rows, indent=1) + "\n")
     return 0

@@ -3,7 +3,7 @@
 (issue 16 item 5): evaluating a quantized plan should not cost much more than fp32.
 
 Two paths, as users run them:
-* lm-eval: ``socllm.lmeval.evaluate`` on a multiple-choice task (default HellaSwag, the longest
+* lm-eval: ``socllm.eval.lmeval.evaluate`` on a multiple-choice task (default HellaSwag, the longest
   contexts of the local tasks); tokens = the tokens of the sequences the engine ran;
 * perplexity: ``socllm eval --task wikitext2``'s path (``perplexity_eval``) on the first
   ``--ppl-tokens`` tokens in ``--context`` windows.
@@ -30,11 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-import socllm.lmeval as sl  # noqa: E402
+import socllm.eval.lmeval as sl  # noqa: E402
 from socllm.cli import split_list  # noqa: E402
-from socllm.io_utils import atomic_write_text  # noqa: E402
-from socllm.perplexity import eval_wikitext2  # noqa: E402
-from socllm.sweep import PRESET_PLANS  # noqa: E402
+from socllm.eval.perplexity import eval_wikitext2  # noqa: E402
+from socllm.eval.sweep import PRESET_PLANS  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
 
 
 class TokenCounter:
@@ -121,8 +121,8 @@ def main() -> int:
         if args.calib:
             model.load_calibration(args.calib)
         elif any(socllm.Plan(p).needs_calibration for p in plans):
-            from socllm.calibrate import save_calibration
-            from socllm.calibration_steps import run_steps
+            from socllm.calibration.calibrate import save_calibration
+            from socllm.calibration.steps import run_steps
 
             cal = run_steps(model, ["act-scales"], samples=16, seqlen=256, progress=False)
             model.load_calibration(save_calibration(Path(tmp) / "calib.h5", cal, model))
@@ -163,7 +163,7 @@ def main() -> int:
         for k in ref
     }
     isa = socllm.ops.isa()
-    blas = socllm._core.blas_info()["corename"]
+    blas = socllm.blas_info()["corename"]
     print(
         f"\n{args.model}, {args.threads} threads, integer kernels {isa}, OpenBLAS {blas}; "
         f"lm-eval: {args.task}, {args.limit} docs, batch {args.batch_size}; perplexity: "

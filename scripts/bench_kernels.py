@@ -20,8 +20,8 @@ import sys
 import numpy as np
 import socllm
 from socllm import ops
-from socllm.bench_utils import best_time
-from socllm.io_utils import check_output_path, emit_json
+from socllm.eval.bench_utils import best_time
+from socllm.io.files import check_output_path, emit_json
 
 GROUP = 32  # the per-group plans' group size along K
 SHAPES = [  # (name, in, out)
@@ -50,7 +50,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     M = args.tokens
     rows = []
-    print(f"M={M} tokens, {args.threads} threads, OpenBLAS {socllm._core.blas_info()['corename']}")
+    print(f"M={M} tokens, {args.threads} threads, OpenBLAS {socllm.blas_info()['corename']}")
     header = f"{'shape':18}{'K':>6}{'N':>6}{'sgemm GFLOPS':>14}"
     header += "".join(f"{i + ' GOPS':>18}{'ratio':>7}" for i in isas)
     header += f"{'prepacked ' + ops.isa():>24}{'ratio':>7}"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import h5py
 import socllm
-from socllm import _core, registry
-from socllm.io_utils import check_output_path, emit_json
+from socllm import registry
+from socllm.io.files import check_output_path, emit_json
 
 LOAD_REPEATS = 5
 # (prompt tokens, seconds into the forward when SIGINT is sent)
@@ -47,7 +47,7 @@ def load_seconds(path: Path) -> list[float]:
     out = []
     for _ in range(LOAD_REPEATS):
         t0 = time.perf_counter()
-        _core.Model.load(str(path))
+        socllm.io.Model.load(str(path))
         out.append(time.perf_counter() - t0)
     return out
 
@@ -93,7 +93,7 @@ def main() -> int:
     socllm.set_log_level("warn")
     gguf = registry.source_path(registry.DEFAULT_MODEL)
     model = registry.resolve_model_file(registry.DEFAULT_MODEL, progress=False)
-    out: dict = {"cpu": platform.processor() or platform.machine(), "isa": _core.ops.isa()}
+    out: dict = {"cpu": platform.processor() or platform.machine(), "isa": socllm.ops.isa()}
 
     t0 = time.perf_counter()
     registry._hash_file(gguf)  # the uncached digest, as a first load computes it
@@ -107,8 +107,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=model.parent) as tmp:
         v1 = Path(tmp) / "format1.h5"
         format1_copy(model, v1)
-        _core.Model.load(str(model))  # both files in the page cache before timing
-        _core.Model.load(str(v1))
+        socllm.io.Model.load(str(model))  # both files in the page cache before timing
+        socllm.io.Model.load(str(v1))
         for name, path in (("format2", model), ("format1", v1)):
             s = load_seconds(path)
             out[name] = {

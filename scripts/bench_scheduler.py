@@ -26,10 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from socllm import _core  # noqa: E402
 from socllm.configs import load_config  # noqa: E402
 from socllm.devices import load_profile  # noqa: E402
-from socllm.io_utils import atomic_write_text  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
 
 HEURISTICS = ("in-order", "first-ready", "npu-stall-first")
 
@@ -46,7 +45,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     profile = load_profile(args.device)
-    cost = _core.sim.CostModel(_core.sim.DeviceProfile.from_json(profile, args.device))
+    cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(profile, args.device))
     out: dict = {"device": args.device, "decision_cost": [], "optimality_gap": {}}
 
     print("1. scheduler cost per decision (µs, best of repeats) and whole-simulation time")
@@ -59,7 +58,7 @@ def main() -> int:
             best_dec, best_wall = float("inf"), float("inf")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                tl = _core.sim.simulate(g, cost, pol)
+                tl = socllm.sim.schedule(g, cost, pol)
                 wall = time.perf_counter() - t0
                 best_dec = min(best_dec, tl.decision_ns_total / 1e3 / max(tl.decisions, 1))
                 best_wall = min(best_wall, wall)
@@ -78,17 +77,17 @@ def main() -> int:
     print("\n2. makespan over the exact optimum on small graphs (1 layer, 3 chunks of 256)")
     small = dict(load_config("qwen1.5-1.8b"), n_layers=1)
     g = graph(small, 768, 256, 0.75)
-    base = np.array(_core.sim.task_durations_us(g, cost))
+    base = np.array(socllm.sim.task_durations_us(g, cost))
     rng = np.random.default_rng(0)
     ratios = {p: [] for p in HEURISTICS}
     nodes = []
     for i in range(args.instances + 1):
         d = base if i == 0 else base * rng.uniform(0.5, 2.0, size=base.size)
         sync = cost.sync_us("cpu", "npu")
-        opt = _core.sim.simulate_durations(g, d.tolist(), sync, "optimal", 24)
+        opt = socllm.sim.simulate_durations(g, d.tolist(), sync, "optimal", 24)
         nodes.append(opt.search_nodes)
         for p in HEURISTICS:
-            t = _core.sim.simulate_durations(g, d.tolist(), sync, p)
+            t = socllm.sim.simulate_durations(g, d.tolist(), sync, p)
             ratios[p].append(t.makespan_us / opt.makespan_us)
     out["optimality_gap"] = {
         "tasks": len(g),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host synchronization on this machine (issue 15 item 5; seed 002 §4.2 "fast synchronization").
 
-Two threads hand work over (cpp/include/socllm/handoff.h): a device thread busy-works for
+Two threads hand work over (cpp/core/handoff.h): a device thread busy-works for
 --work-us and raises a completion flag, as a GPU kernel fills its output tensor and flag; the
 host thread waits for the flag with a condition variable, a futex, a spinning flag, or
 HeteroLLM's sleep-then-poll (sleep for the predicted wait minus a margin, then poll). Per method
@@ -22,9 +22,8 @@ import sys
 
 import numpy as np
 import socllm
-from socllm import _core
-from socllm.bench_utils import cpu_family_model, cpu_model
-from socllm.io_utils import check_output_path, emit_json
+from socllm.eval.bench_utils import cpu_family_model, cpu_model
+from socllm.io.files import check_output_path, emit_json
 from tqdm.auto import tqdm
 
 MARGIN_US = 100.0  # seed 002 §4.2: usleep's granularity on mobile SoCs is 80-100 µs
@@ -32,7 +31,7 @@ MARGIN_US = 100.0  # seed 002 §4.2: usleep's granularity on mobile SoCs is 80-1
 
 def runs(work_us: float) -> list[tuple[str, str, float]]:
     """(label, method, predicted_us) for one work size."""
-    out = [(m, m, -1.0) for m in _core.wait_methods()]
+    out = [(m, m, -1.0) for m in socllm.ops.wait_methods()]
     out += [
         ("sleep-poll, predicted -30%", "sleep-poll", 0.7 * work_us),
         ("sleep-poll, predicted +30%", "sleep-poll", 1.3 * work_us),
@@ -60,7 +59,7 @@ def main(argv=None) -> int:
     rows = []
     todo = [(w, *r) for w in args.work_us for r in runs(w)]
     for work, label, method, predicted in tqdm(todo, desc="handoffs", disable=args.quiet):
-        r = socllm._core.measure_handoff(
+        r = socllm.ops.measure_handoff(
             method, args.iterations, work, predicted_us=predicted, sleep_margin_us=MARGIN_US
         )
         lat, cpu, wait = r["latency_us"], r["waiter_cpu_us"], r["wait_us"]

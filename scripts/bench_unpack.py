@@ -42,11 +42,10 @@ import time
 
 import numpy as np
 import socllm
-from socllm import _core
-from socllm._core import ops, quant
-from socllm.bench_utils import best_time, cpu_family_model, cpu_model
-from socllm.io_utils import check_output_path, emit_json
-from socllm.model_format import linear_weights
+from socllm import ops, quant
+from socllm.eval.bench_utils import best_time, cpu_family_model, cpu_model
+from socllm.io.files import check_output_path, emit_json
+from socllm.io.model_format import linear_weights
 from tqdm.auto import tqdm
 
 QK_BLOCK = 256  # weights per K-quant block
@@ -173,7 +172,7 @@ def measure(weights, bits: float, group: int, tmpdir: str, progress: bool) -> di
                 pos = 0
                 for (_, W), b, s in zip(kq, blocks, scales, strict=True):
                     n = W.size
-                    _core.dequantize_to_int8_rows(kind, b, *W.shape, out[pos : pos + n], s)
+                    socllm.io.dequantize_to_int8_rows(kind, b, *W.shape, out[pos : pos + n], s)
                     pos += n
 
             t = best_time(run)

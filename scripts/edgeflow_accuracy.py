@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 import socllm
-from socllm.calibrate import corpus_tokens, held_out_tokens
-from socllm.io_utils import check_output_path, emit_json
-from socllm.report import paired_nll_vs
+from socllm.calibration.calibrate import corpus_tokens, held_out_tokens
+from socllm.eval.report import paired_nll_vs
+from socllm.io.files import check_output_path, emit_json
 from tqdm.auto import tqdm
 
 

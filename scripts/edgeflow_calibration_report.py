@@ -18,10 +18,9 @@ from collections import defaultdict
 
 import numpy as np
 import socllm
-from socllm import _core
-from socllm.calibrate import load_calibration
-from socllm.calibrate_edgeflow import SMOOTHING_GRID
-from socllm.io_utils import check_output_path, emit_json
+from socllm.calibration.calibrate import load_calibration
+from socllm.calibration.edgeflow import SMOOTHING_GRID
+from socllm.io.files import check_output_path, emit_json
 
 
 def main(argv=None) -> int:
@@ -38,7 +37,7 @@ def main(argv=None) -> int:
     at = {round(float(a), 6): i for i, a in enumerate(grid)}
     alpha = {}
     print("site        mean α  range     err(α=0)/err(chosen)  err(chosen)/err(α=0.5)  (medians)")
-    for site in _core.Calibration.sites():
+    for site in socllm.calibration.Calibration.sites():
         a = cal.stats.array("smooth_alpha", site)
         e = cal.stats.array("smooth_alpha_error", site).astype(np.float64)
         chosen = e[np.arange(len(a)), [at[round(float(x), 6)] for x in a]]
@@ -55,7 +54,7 @@ def main(argv=None) -> int:
             f"{row['err_alpha0_over_chosen']:8.2f}              {row['err_chosen_over_half']:.3f}"
         )
     weights = np.zeros(9)
-    for site in _core.Calibration.sites():
+    for site in socllm.calibration.Calibration.sites():
         bits = cal.stats.array("channel_bits", site)  # [n_layers, out]
         cols = cal.stats.array("act_absmax", site).shape[1]  # the site's input width
         weights += np.bincount(bits.reshape(-1), minlength=9) * cols

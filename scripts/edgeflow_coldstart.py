@@ -31,7 +31,7 @@ import sys
 import numpy as np
 import socllm
 from socllm.devices import load_profile
-from socllm.io_utils import check_output_path, emit_json
+from socllm.io.files import check_output_path, emit_json
 
 DEVICE = "snapdragon-8elite"
 CONFIGS = ["llama-3-8b", "mistral-7b", "phi-3-mini-3.8b", "qwen1.5-1.8b"]

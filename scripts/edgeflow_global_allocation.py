@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from socllm.calibrate import load_calibration
-from socllm.calibrate_edgeflow import using_calibration
-from socllm.calibration_steps import run_steps
-from socllm.io_utils import emit_json
-from socllm.report import paired_nll_vs
+from socllm.calibration.calibrate import load_calibration
+from socllm.calibration.edgeflow import using_calibration
+from socllm.calibration.steps import run_steps
+from socllm.eval.report import paired_nll_vs
+from socllm.io.files import emit_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edgeflow_accuracy import add_window_args, evaluate, load_with_reference  # noqa: E402

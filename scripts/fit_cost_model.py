@@ -38,7 +38,7 @@ from socllm.devices.fit import (  # noqa: E402
     predict,
     scenarios_8gen3,
 )
-from socllm.io_utils import atomic_write_text  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
 
 
 def main() -> int:

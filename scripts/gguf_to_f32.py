@@ -37,7 +37,7 @@ def gguf_to_f32(src: str | Path, dst: str | Path) -> Path:
 
     sys.path.insert(0, str(REPO / "python"))
     from socllm.errors import FormatError, MissingFileError
-    from socllm.io_utils import atomic_path
+    from socllm.io.files import atomic_path
 
     src, dst = Path(src), Path(dst)
     if not src.is_file():

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from socllm.configs import graph_census, known
-from socllm.io_utils import atomic_write_text
+from socllm.io.files import atomic_write_text
 
 
 def main() -> None:

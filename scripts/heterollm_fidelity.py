@@ -21,7 +21,7 @@ from pathlib import Path
 
 import socllm
 from socllm.devices import load_profile
-from socllm.io_utils import atomic_write_text
+from socllm.io.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {

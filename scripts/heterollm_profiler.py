@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import socllm
-from socllm.bench_utils import cpu_family_model, cpu_model
 from socllm.configs import load_config
-from socllm.hetero import (
+from socllm.eval.bench_utils import cpu_family_model, cpu_model
+from socllm.io.files import atomic_write_text
+from socllm.sim.hetero import (
     PartitionProfiler,
     grid_regret,
     linear_shapes,
@@ -36,7 +37,6 @@ from socllm.hetero import (
     sample_shapes,
     solver_regret,
 )
-from socllm.io_utils import atomic_write_text
 from tqdm import tqdm
 
 MODELS = ("llama-3-8b", "llama-2-7b", "llama-3.2-3b", "internlm-1.8b")

@@ -35,7 +35,7 @@ import socllm
 from scipy.optimize import least_squares
 from socllm.devices import fit as devfit
 from socllm.devices import load_profile
-from socllm.io_utils import atomic_write_text
+from socllm.io.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PRUNING = {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does socllm (plan fp32) choose the same answers as lm-eval's own `hf` backend?
 
-Runs the 8 local lm-eval tasks (socllm.lmeval; data from SOCLLM_DATA_DIR) with --limit N
+Runs the 8 local lm-eval tasks (socllm.eval.lmeval; data from SOCLLM_DATA_DIR) with --limit N
 documents each (for MMLU, N spread over its 57 subjects: ceil(N / 57) per subject) through
 
 * lm-eval's `hf` backend (HFLM) on transformers' model for the same GGUF
@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-import socllm.lmeval as sl  # noqa: E402
-from socllm.io_utils import check_output_path, emit_json  # noqa: E402
+import socllm.eval.lmeval as sl  # noqa: E402
+from socllm.io.files import check_output_path, emit_json  # noqa: E402
 from socllm.reference import load_reference  # noqa: E402
 
 TASKS = list(sl.TASKS)

@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 from socllm.cli import split_list  # noqa: E402
-from socllm.io_utils import atomic_write_text  # noqa: E402
-from socllm.lmeval.task_configs import PRIMARY_METRIC  # noqa: E402
-from socllm.sweep import PRESET_PLANS, evaluate_lmeval_cell, paired_change  # noqa: E402
+from socllm.eval.lmeval.task_configs import PRIMARY_METRIC  # noqa: E402
+from socllm.eval.sweep import PRESET_PLANS, evaluate_lmeval_cell, paired_change  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
 
 PLANS = list(PRESET_PLANS)
 METRIC = PRIMARY_METRIC

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from socllm.sweep_plot import write_sweep_plots
+from socllm.eval.sweep_plot import write_sweep_plots
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ micro-benchmarks only (scripts/fit_cost_model.py); nothing here is tuned to thes
 
     python scripts/reproduce_llmnpu.py [--json docs/results/llmnpu_reproduction.json]
 
-Configurations (socllm.timeline):
+Configurations (socllm.sim.timeline):
   llama.cpp-CPU   every subgraph on the CPU, INT8 linears, the whole prompt at once
   naive NPU       per-group INT8 (K-Quant-like, groups of 32) on the NPU as sub-matmuls, one
                   graph for the whole prompt built and optimized at run time, in order
@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from socllm.io_utils import atomic_write_text  # noqa: E402
-from socllm.timeline import simulate  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
+from socllm.sim.timeline import simulate  # noqa: E402
 
 MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
 DEVICE = "snapdragon-8gen3"

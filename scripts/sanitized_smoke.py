@@ -1,4 +1,4 @@
-"""Smoke run of the Python API on the real default model, meant for a sanitized socllm._core
+"""Smoke run of the Python API on the real default model, meant for a sanitized socllm C++ module
 (scripts/test_sanitized.sh builds one with ASan/UBSan and runs this under it). Small inputs, so
 it takes a few minutes under ASan on 2 cores; every step prints its time.
 
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import socllm
 
 
 def step(name: str):
@@ -40,17 +41,17 @@ def step(name: str):
     return _Step()
 
 
-def check_core(expect: str | None) -> None:
-    import socllm._core as core
+def check_module(expect: str | None) -> None:
+    import socllm
 
-    got = Path(core.__file__).resolve()
-    print(f"[smoke] socllm._core from {got}", flush=True)
+    got = Path(socllm.build_info()["module"]).resolve()
+    print(f"[smoke] socllm's C++ module from {got}", flush=True)
     if expect and got != Path(expect).resolve():
-        sys.exit(f"[smoke] expected socllm._core from {expect}, got {got}")
+        sys.exit(f"[smoke] expected socllm's C++ module from {expect}, got {got}")
 
 
 def calibrate(m, tmp: Path):
-    from socllm.calibrate import (
+    from socllm.calibration.calibrate import (
         calibrate_act_scales,
         calibrate_outliers,
         load_calibration,
@@ -59,7 +60,7 @@ def calibrate(m, tmp: Path):
 
     cal = calibrate_act_scales(m, samples=2, seqlen=32, progress=False)
     cal = calibrate_outliers(m, cal, progress=False)
-    from socllm.calibrate_edgeflow import calibrate_smoothing
+    from socllm.calibration.edgeflow import calibrate_smoothing
 
     calibrate_smoothing(m, cal, smoothing_windows=1, smoothing_rows=8, progress=False)
     path = save_calibration(tmp / "calib.h5", cal, m)
@@ -104,9 +105,7 @@ def decode(m, ids: list[int]) -> None:
 
 
 def gguf_reader(path: Path) -> None:
-    from socllm import _core
-
-    f = _core.GgufFile(str(path))
+    f = socllm.io.GgufFile(str(path))
     md = f.metadata
     assert md["general.architecture"] == "llama" and len(md["tokenizer.ggml.tokens"]) > 1000
     seen: set[str] = set()
@@ -123,13 +122,13 @@ def gguf_reader(path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--expect-core", help="path the imported socllm._core must have")
+    ap.add_argument("--expect-module", help="path the imported C++ module must have")
     args = ap.parse_args()
 
-    check_core(args.expect_core)
+    check_module(args.expect_module)
     import socllm
-    from socllm.calibrate import corpus_tokens
-    from socllm.convert import convert
+    from socllm.calibration.calibrate import corpus_tokens
+    from socllm.io.convert import convert
     from socllm.registry import BUILTIN_MODELS
 
     socllm.set_log_level("warn")
@@ -144,7 +143,7 @@ def main() -> None:
             calibrate(m, tmp)
         plans(m, ids)
         with step("packed model file (edgeflow): convert, load, same logits; cold start"):
-            from socllm.convert_packed import convert_packed
+            from socllm.io.convert_packed import convert_packed
 
             packed = socllm.load(
                 convert_packed(m, tmp / "ef.h5", plan="edgeflow", progress=False), progress=False

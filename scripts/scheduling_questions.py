@@ -24,8 +24,8 @@ from pathlib import Path
 
 import socllm
 from socllm.configs import load_config
-from socllm.hetero import simulate_session
-from socllm.io_utils import atomic_write_text
+from socllm.io.files import atomic_write_text
+from socllm.sim.hetero import simulate_session
 
 POLICIES = ("in-order", "first-ready", "npu-stall-first", "mllm-executor", "position-first")
 SCENARIOS = (

@@ -35,9 +35,8 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
-from socllm import _core  # noqa: E402
-from socllm.calibrate import corpus_tokens, held_out_tokens  # noqa: E402
-from socllm.io_utils import emit_json  # noqa: E402
+from socllm.calibration.calibrate import corpus_tokens, held_out_tokens  # noqa: E402
+from socllm.io.files import emit_json  # noqa: E402
 
 RATIOS = (0.2, 0.3, 0.4, 0.5, 0.8)
 PAPER_TABLE4 = {  # seed 000 Table 4: average recall, 128 WikiText-2 samples
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
                     if (name, keep) in consts:
                         lc = consts[(name, keep)][layer]
                         kw = {"bucket_q": lc["bucket_q"], "bucket_k": lc["bucket_k"]}
-                    r = _core.ops.prefill_attention(q, k, v, spec, trace=True, **kw)
+                    r = socllm.ops.prefill_attention(q, k, v, spec, trace=True, **kw)
                     sel[name] = (r["selected"].astype(bool), r["out"], sum(r["rescored"]))
                 ref = sel["fp32"][0]
                 kref = ref.sum(-1)

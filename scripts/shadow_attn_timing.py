@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from socllm import _core  # noqa: E402
-from socllm import head_pipeline as hp  # noqa: E402
+import socllm  # noqa: E402
 from socllm.configs import load_config  # noqa: E402
 from socllm.devices import load_profile  # noqa: E402
-from socllm.io_utils import atomic_write_text  # noqa: E402
-from socllm.timeline import simulate  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
+from socllm.sim import head_pipeline as hp  # noqa: E402
+from socllm.sim.timeline import simulate  # noqa: E402
 
 DEVICE = "snapdragon-8gen3"  # MI14 (seed 000 §5)
 ENERGY_DEVICE = "snapdragon-8gen2"  # Redmi K60 Champion (Table 8); its cost model is 8 Gen 3's
@@ -49,7 +49,7 @@ ATTN_KINDS = ("attention", "estimate", "topk", "sparse_attention")
 
 
 def variants(base: str) -> dict:
-    full = _core.Plan(base).placed("attention", "cpu", "fp32")
+    full = socllm.Plan(base).placed("attention", "cpu", "fp32")
     return {
         "C/G-Full": full,
         "C/G-Sparse": f"{base}:attention=sparse",
@@ -117,9 +117,9 @@ def main() -> int:
     )
     args = ap.parse_args()
     profile = load_profile(DEVICE)
-    cost = _core.sim.CostModel(_core.sim.DeviceProfile.from_json(profile, DEVICE))
-    energy_cost = _core.sim.CostModel(
-        _core.sim.DeviceProfile.from_json(load_profile(ENERGY_DEVICE), ENERGY_DEVICE)
+    cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(profile, DEVICE))
+    energy_cost = socllm.sim.CostModel(
+        socllm.sim.DeviceProfile.from_json(load_profile(ENERGY_DEVICE), ENERGY_DEVICE)
     )
     out: dict = {"device": DEVICE, "kernel": {}, "e2e": {}, "energy": {}, "planner": {}}
 

@@ -42,12 +42,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from socllm.calibrate import (  # noqa: E402
+from socllm.calibration.calibrate import (  # noqa: E402
     calibration_split,
     corpus_tokens,
     held_out_tokens,
 )
-from socllm.io_utils import atomic_write_text  # noqa: E402
+from socllm.io.files import atomic_write_text  # noqa: E402
 
 STUDIES = ("sweep", "auto", "domain", "memory", "timeline")
 
@@ -163,7 +163,7 @@ def study_auto(model, args, held: list[list[int]]) -> dict:
 
 def domain_prompts(n: int) -> dict[str, list[str]]:
     """n prompt texts per task, from the local data (context + gold continuation)."""
-    from socllm.lmeval.task_configs import MMLU_SUBJECTS, load_dataset
+    from socllm.eval.lmeval.task_configs import MMLU_SUBJECTS, load_dataset
 
     hs = load_dataset(dataset="hellaswag")["validation"]
     lb = load_dataset(dataset="lambada_openai")["test"]
@@ -232,7 +232,7 @@ def study_memory(model, args) -> dict:
 
 
 def study_timeline(model, args) -> dict:
-    from socllm.timeline import simulate_model
+    from socllm.sim.timeline import simulate_model
 
     ids = held_out_tokens(corpus_tokens(model))[: args.timeline_tokens]
     keys = ("prefill_ms", "prefill_tokens_per_s", "energy_mj", "tasks", "bubble_rate", "busy_ms")

@@ -1,4 +1,4 @@
-// Mirrors cpp/include/socllm/calibration.h: activation statistics of the linear inputs.
+// Mirrors cpp/calibration/calibration.h: activation statistics of the linear inputs.
 #include <pybind11/stl.h>
 
 #include <optional>

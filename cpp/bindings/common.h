@@ -1,6 +1,6 @@
 // Helpers shared by the binding files (numpy conversion, JSON <-> Python, arguments used by
 // several areas) and the init function of each binding file. Each binding file mirrors one
-// area of cpp/include/socllm/ and says which headers in its first line.
+// area of cpp/ and says which headers in its first line.
 #pragma once
 
 #include <pybind11/numpy.h>

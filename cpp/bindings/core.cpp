@@ -1,4 +1,4 @@
-// Mirrors cpp/include/socllm/core.h: error classes, logging, threads.
+// Mirrors cpp/core/core.h: error classes, logging, threads.
 #include <pybind11/stl.h>
 
 #include <cmath>

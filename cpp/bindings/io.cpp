@@ -1,4 +1,4 @@
-// Mirrors cpp/include/socllm/gguf.h (GGUF reader, dequantization; with bitwidth.h, K-quant
+// Mirrors cpp/io/gguf.h (GGUF reader, dequantization; with bitwidth.h, K-quant
 // blocks to INT8 rows).
 #include <pybind11/stl.h>
 

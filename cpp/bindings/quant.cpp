@@ -1,4 +1,4 @@
-// Mirrors cpp/include/socllm/quant.h and bitwidth.h as socllm._core.quant.
+// Mirrors cpp/quant/quant.h and bitwidth.h as socllm._core.quant.
 #include <pybind11/stl.h>
 
 #include "common.h"

@@ -6,8 +6,17 @@
 >>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
-from . import _core, ops, quant
-from ._core import Plan, decoder_block, log_level, num_threads, set_log_level, set_num_threads
+from . import _core, calibration, eval, io, ops, quant, sim
+from ._core import (
+    Plan,
+    blas_info,
+    decoder_block,
+    log_level,
+    max_num_threads,
+    num_threads,
+    set_log_level,
+    set_num_threads,
+)
 from ._version import __version__ as __version__
 from .devices import DEVICE_DIR as _DEVICE_DIR
 from .errors import (
@@ -21,13 +30,14 @@ from .errors import (
 )
 from .model import LanguageModel, PerplexityResult, load
 from .registry import BUILTIN_MODELS, DEFAULT_MODEL
-from .timeline import (
+from .sim import (
     TaskGraph,
     Timeline,
     hetero_engines,
     policies,
     simulate,
     simulate_cold_start,
+    simulate_graph,
     simulate_hetero,
     simulate_model,
     task_graph,
@@ -36,9 +46,26 @@ from .timeline import (
 # Plans name devices; the C++ core reads the named profiles from the package's devices/ folder.
 _core.sim.set_device_dir(str(_DEVICE_DIR))
 
+
+def build_info() -> dict:
+    """The compiled core this socllm runs: ``module`` (the extension's file), ``blas`` (its
+    OpenBLAS and the kernels it chose for this CPU), ``isa`` (the INT8 kernels' path) and
+    ``version``."""
+    return {
+        "module": _core.__file__,
+        "blas": _core.blas_info(),
+        "isa": _core.ops.isa(),
+        "version": __version__,
+    }
+
+
 __all__ = [
     "ops",
     "quant",
+    "sim",
+    "io",
+    "calibration",
+    "eval",
     "load",
     "LanguageModel",
     "PerplexityResult",
@@ -46,6 +73,7 @@ __all__ = [
     "hetero_engines",
     "simulate_cold_start",
     "simulate_hetero",
+    "simulate_graph",
     "simulate_model",
     "Timeline",
     "TaskGraph",
@@ -53,6 +81,9 @@ __all__ = [
     "policies",
     "Plan",
     "decoder_block",
+    "build_info",
+    "blas_info",
+    "max_num_threads",
     "BUILTIN_MODELS",
     "DEFAULT_MODEL",
     "set_num_threads",

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
-from .calibrate_edgeflow import BIT_IMPORTANCE, BITWIDTH_SCOPES
-from .io_utils import check_distinct_outputs, check_output_path
-from .io_utils import emit_json as _emit_json
+from .calibration.edgeflow import BIT_IMPORTANCE, BITWIDTH_SCOPES
+from .io.files import check_distinct_outputs, check_output_path
+from .io.files import emit_json as _emit_json
 
 PERPLEXITY_TASKS = ("wikitext2", "wikitext2-heldout")
 MIN_WINDOW = 2  # tokens: a window's first token has no prediction, so it scores one token less
-# lm-eval tasks (socllm.lmeval, local data); "lambada" is lambada_openai
+# lm-eval tasks (socllm.eval.lmeval, local data); "lambada" is lambada_openai
 LMEVAL_TASKS = (
     "hellaswag",
     "winogrande",
@@ -109,7 +109,7 @@ def _setup(args) -> None:
 
 
 def cmd_convert(args) -> int:
-    from .convert import convert
+    from .io.convert import convert
 
     _setup(args)
     if args.edgeflow_bits is None and args.edgeflow_plan is None:
@@ -117,7 +117,7 @@ def cmd_convert(args) -> int:
             raise SystemExit("socllm convert: --calib goes with --edgeflow-bits / --edgeflow-plan")
         out = convert(args.source, args.output, progress=not args.quiet)
     else:
-        from .convert_packed import convert_packed
+        from .io.convert_packed import convert_packed
         from .model import load
 
         if not args.calib:
@@ -135,7 +135,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from . import divergence, perplexity
+    from .eval import divergence, perplexity
     from .model import load
 
     _setup(args)
@@ -181,7 +181,7 @@ def cmd_eval(args) -> int:
                     f"tokens ({r['n_windows']} windows of {r['context']}, {r['seconds']} s)"
                 )
             else:
-                from .lmeval import evaluate
+                from .eval.lmeval import evaluate
 
                 t0 = time.perf_counter()
                 out = evaluate(
@@ -212,8 +212,8 @@ def cmd_eval(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import load_calibration, save_calibration
-    from .calibration_steps import run_steps, step_options
+    from .calibration.calibrate import load_calibration, save_calibration
+    from .calibration.steps import run_steps, step_options
     from .model import load
 
     _setup(args)
@@ -262,10 +262,10 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_cold_start(args) -> int:
-    from .calibrate import corpus_tokens, held_out_tokens
-    from .coldstart import cold_start
+    from .calibration.calibrate import corpus_tokens, held_out_tokens
     from .model import FileTokenizer
     from .registry import resolve_model_file
+    from .sim.coldstart import cold_start
 
     files = [resolve_model_file(m.strip(), progress=not args.quiet) for m in args.model.split(",")]
     _check_outputs({"--json": args.json}, [*files, *_inputs(None, args.calib)])
@@ -297,12 +297,12 @@ def cmd_cold_start(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .report import run_main_job
+    from .eval.report import run_main_job
 
     _setup(args)
     if args.cold:
         return cmd_cold_start(args)
-    from .report import (
+    from .eval.report import (
         FULL_CALIB_SAMPLES,
         FULL_LIMIT_TOKENS,
         QUICK_CALIB_SAMPLES,
@@ -332,7 +332,7 @@ def split_list(text: str) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import DEFAULT_CALIBRATION, SweepSettings, run_sweep
+    from .eval.sweep import DEFAULT_CALIBRATION, SweepSettings, run_sweep
 
     _core.set_log_level("warn" if args.quiet else "info")
     settings = SweepSettings(
@@ -357,7 +357,7 @@ def cmd_sweep(args) -> int:
         crash_pattern=args.inject_crash,
         table_only=args.table_only,
     )
-    from .sweep_plot import write_sweep_plots
+    from .eval.sweep_plot import write_sweep_plots
 
     plots = write_sweep_plots(report.rows, args.out)
     print(report.table_md)
@@ -405,7 +405,7 @@ def _simulate_plan(args):
 
 
 def cmd_simulate(args) -> int:
-    from . import timeline as sim
+    from .sim import timeline as sim
 
     _setup(args)
     if (args.config is None) == (args.model is None):
@@ -437,7 +437,7 @@ def cmd_simulate(args) -> int:
             **timing,
         )
     else:
-        from .calibrate import corpus_tokens, held_out_tokens
+        from .calibration.calibrate import corpus_tokens, held_out_tokens
         from .model import load
 
         if args.runtime_graph_build:
@@ -547,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics",
         default=None,
         help="kl,top1,ppl: each plan's next-token distribution against --reference on held-out "
-        "WikiText-2 windows (socllm.divergence), errors over windows",
+        "WikiText-2 windows (socllm.eval.divergence), errors over windows",
     )
     e.add_argument("--reference", default="fp32", help="--metrics: the plan compared against")
     e.add_argument(
@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--samples", type=_COUNT, default=128, help="calibration windows")
     k.add_argument("--seqlen", type=_WINDOW, default=512, help="tokens per window")
     k.add_argument("--seed", type=int, default=0)
-    from .calibration_steps import STEPS
+    from .calibration.steps import STEPS
 
     k.add_argument(
         "--steps",
@@ -749,7 +749,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(m)
     m.set_defaults(fn=cmd_simulate)
 
-    from .sweep import PRESET_PLANS, sweep_tasks
+    from .eval.sweep import PRESET_PLANS, sweep_tasks
 
     w = sub.add_parser(
         "sweep",

@@ -19,10 +19,14 @@ from tqdm.auto import tqdm
 
 from . import _core
 from .errors import ContextOverflowError, FormatError, InvalidArgumentError
-from .model_format import CHECKSUM_FORMAT_VERSION, TOKENIZER_JSON_DIGEST, tokenizer_json_digest
-from .perplexity import sliding_windows
+from .eval.perplexity import sliding_windows
+from .io.model_format import CHECKSUM_FORMAT_VERSION, TOKENIZER_JSON_DIGEST, tokenizer_json_digest
 from .registry import resolve_model_file
 from .tokenizer import load_tokenizer_json
+
+# The C++ engine and KV cache a LanguageModel drives (cpp/engine/engine.h), for direct use.
+Engine = _core.Engine
+KVCache = _core.KVCache
 
 PlanLike = str | Mapping | _core.Plan
 
@@ -169,7 +173,7 @@ class LanguageModel:
     def load_calibration(self, path: str | os.PathLike) -> None:
         """Use the activation statistics in ``path`` (``socllm calibrate``) for the plans that
         fix static scales or smoothing factors from calibration."""
-        from .calibrate import load_calibration
+        from .calibration.calibrate import load_calibration
 
         cal = load_calibration(path, self)
         self._engine.set_calibration(cal.stats)
@@ -287,7 +291,7 @@ class LanguageModel:
         after the prompt, under the plan's decode placement, recorded in the same graph (a
         session); ``return_records``: what every op's run did (block.h OpRecord). With either,
         the result is a dict of ``logits``, ``decoded``, ``graph`` and ``records``."""
-        from .timeline import _chunk
+        from .sim.timeline import _chunk
 
         ids = _token_ids(ids, "prefill")
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
@@ -308,7 +312,7 @@ class LanguageModel:
         """The task graph of ``prompt_len`` tokens (and ``decode_tokens`` decoding steps) from
         the config, with this model's calibration: shadow pruning and expected loads, the
         attention's calibrated head ratios (see :func:`socllm.task_graph`)."""
-        from .timeline import _chunk
+        from .sim.timeline import _chunk
 
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
         chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")

@@ -15,15 +15,35 @@
 
 Inputs are not modified; A is used in place when C-contiguous (else copied), B is copied once
 into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
+
+- Sparse attention (seed 000; cpp/attention/): ``attention_schemes()`` (each scheme's
+  options), ``prefill_attention(q, k, v, scheme, ...)`` (one layer, head-major arrays),
+  ``topk_indices``, ``keys_kept``, ``bucket_offsets``, ``nearest_bucket``, ``head_keep_ratios``.
+- EdgeFlow's packed weights: ``WeightletTensor``, ``weightlet_parts``,
+  ``supported_unpack_isas``.
+- Host synchronization (cpp/core/handoff.h): ``measure_handoff(method, ...)``,
+  ``wait_methods()``.
 """
 
+from ._core import measure_handoff, wait_methods  # noqa: F401
 from ._core.ops import (  # noqa: F401
     PackedGroupedWeightsS8,
     PackedWeightsS8,
+    WeightletTensor,
+    attention_schemes,
+    bucket_offsets,
     gemm_grouped_s8s8f32,
     gemm_s8s8s32,
     gemm_u8s8s32,
+    head_keep_ratios,
     isa,
+    keys_kept,
     linear_f32,
+    max_exact_k,
+    nearest_bucket,
+    prefill_attention,
     supported_isas,
+    supported_unpack_isas,
+    topk_indices,
+    weightlet_parts,
 )

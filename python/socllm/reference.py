@@ -1,5 +1,5 @@
 """The reference implementation: transformers + torch (CPU, fp32) on the same GGUF as a
-built-in model, scored under socllm's perplexity protocol (:mod:`socllm.perplexity`), so the
+built-in model, scored under socllm's perplexity protocol (:mod:`socllm.eval.perplexity`), so the
 engine can be checked against it (tests/python/test_reference.py, scripts/agreement.py,
 scripts/lmeval_agreement.py; CLI: scripts/reference_transformers.py).
 
@@ -21,8 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .data import wikitext2_test_path
-from .io_utils import atomic_dir
-from .perplexity import sliding_windows
+from .eval.perplexity import sliding_windows
+from .io.files import atomic_dir
 from .registry import BUILTIN_MODELS, cache_dir, file_digest
 
 
@@ -101,7 +101,7 @@ def _load_saved_reference(entry: Path):
 
 def perplexity(ref, ids: list[int], context: int, stride: int, progress: bool = True) -> dict:
     """Perplexity of the token stream ``ids`` under transformers' model ``ref`` (protocol of
-    :func:`socllm.perplexity.sliding_windows`, log-softmax in float64): the keys of
+    :func:`socllm.eval.perplexity.sliding_windows`, log-softmax in float64): the keys of
     ``PerplexityResult.to_dict()``."""
     import torch
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MissingFileError
-from .io_utils import atomic_write_text, remove_stale_temps
-from .model_format import MODEL_FORMAT_VERSION, source_files
+from .io.files import atomic_write_text, remove_stale_temps
+from .io.model_format import MODEL_FORMAT_VERSION, source_files
 
 DIGEST_MEMO_DIR = "digests"
 RACY_SECONDS = 2.0  # the coarsest file timestamp granularity in use (FAT: 2 s)
@@ -182,7 +182,7 @@ def resolve_model_file(name_or_path: str | os.PathLike, *, progress: bool = True
     out = cached_model_path(src)
     remove_stale_temps(out.parent)  # everything in the cache is ours: any killed conversion's
     if not out.exists():
-        from .convert import convert
+        from .io.convert import convert
 
         convert(src, out, progress=progress)
     return out

@@ -6,7 +6,7 @@ A target takes one input file and uses it the way a user would; its outcome is `
 the fuzzing looks for). The worker also runs under the sanitized module
 (scripts/test_sanitized.sh), whose environment it inherits.
 
-Targets: ``gguf`` (socllm._core.GgufFile), ``convert`` (socllm.convert of a .gguf, then loading
+Targets: ``gguf`` (socllm.io.GgufFile), ``convert`` (socllm.io.convert of a .gguf, then loading
 the result), ``model`` (socllm.load of an .h5 model), ``calibration`` (load_calibration of an .h5
 for the tiny model given with --model, then the plans that use it) and ``plan`` (a plan spec in
 the JSON form of :func:`decode_value`: Plan(...), placed, all_on, with_chunk_len, and a forward
@@ -112,9 +112,8 @@ class Targets:
 
     def gguf(self, path: Path) -> None:
         import socllm
-        from socllm import _core
 
-        f = _core.GgufFile(str(path))
+        f = socllm.io.GgufFile(str(path))
         _ = (f.version, f.alignment, f.data_offset, f.metadata)
         for name in f.tensor_names():
             info = f.tensor_info(name)
@@ -128,7 +127,7 @@ class Targets:
 
     def convert(self, path: Path) -> None:
         import socllm
-        from socllm.convert import convert
+        from socllm.io.convert import convert
 
         out = self.tmp / "converted.h5"
         try:
@@ -155,7 +154,7 @@ class Targets:
         m.detokenize(ids)
 
     def calibration(self, path: Path) -> None:
-        from socllm.calibrate import load_calibration
+        from socllm.calibration.calibrate import load_calibration
 
         m = self.model()
         kept = m.calibration
@@ -238,8 +237,9 @@ def main() -> int:
 
     # scripts/test_sanitized.sh names the sanitized module: never fuzz another one by mistake
     expect = os.environ.get("SOCLLM_EXPECT_CORE")
-    if expect and Path(socllm._core.__file__).resolve() != Path(expect).resolve():
-        raise SystemExit(f"socllm._core is {socllm._core.__file__}, expected {expect}")
+    if expect and Path(socllm.build_info()["module"]).resolve() != Path(expect).resolve():
+        got = socllm.build_info()["module"]
+        raise SystemExit(f"socllm's C++ module is {got}, expected {expect}")
 
     socllm.set_log_level("off")
     socllm.set_num_threads(1)  # workers run beside pytest on a shared machine

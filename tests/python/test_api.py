@@ -224,15 +224,14 @@ def test_cli_calibrate_then_eval_static_plan_and_lmeval_task(tmp_path):
 
 def test_measure_handoff_binding():
     """The thread-handoff benchmark (handoff.h, scripts/bench_sync.py) from Python."""
-    from socllm import _core
 
-    assert _core.wait_methods() == ["condvar", "futex", "spin", "sleep-poll"]
-    r = _core.measure_handoff("sleep-poll", 20, 40.0, sleep_margin_us=20.0, warmup=1)
+    assert socllm.ops.wait_methods() == ["condvar", "futex", "spin", "sleep-poll"]
+    r = socllm.ops.measure_handoff("sleep-poll", 20, 40.0, sleep_margin_us=20.0, warmup=1)
     assert {k: v.shape for k, v in r.items()} == {k: (20,) for k in r}
     assert (r["wait_us"] >= 40.0).all() and (r["latency_us"] >= 0).all()
     with pytest.raises(socllm.InvalidArgumentError, match="unknown wait method 'mutex'"):
-        _core.measure_handoff("mutex")
+        socllm.ops.measure_handoff("mutex")
     with pytest.raises(socllm.InvalidArgumentError, match="iterations must be >= 1, got 0"):
-        _core.measure_handoff("spin", 0)
+        socllm.ops.measure_handoff("spin", 0)
     with pytest.raises(socllm.InvalidArgumentError, match="work_us must be finite"):
-        _core.measure_handoff("spin", 5, float("inf"))
+        socllm.ops.measure_handoff("spin", 5, float("inf"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("socllm._core")
+pytest.importorskip("socllm")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_attention.py"
 

@@ -1,4 +1,5 @@
-"""socllm.bench_utils.source_commit: the commit of a socllm checkout, never another repository's."""
+"""socllm.eval.bench_utils.source_commit: the commit of a socllm checkout, never another
+repository's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from socllm import bench_utils
+from socllm.eval import bench_utils
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

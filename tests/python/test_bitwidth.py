@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import socllm
-from socllm._core import ops, quant
+from socllm import ops, quant
 
 
 def _rows(rows, cols, seed):

@@ -9,9 +9,8 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.calibrate import load_calibration, save_calibration
-from socllm.calibration_steps import STEPS, check_schema, run_steps
+from socllm.calibration.calibrate import load_calibration, save_calibration
+from socllm.calibration.steps import STEPS, check_schema, run_steps
 from socllm.cli import main as cli_main
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 5}
@@ -23,7 +22,7 @@ def outliers(smollm):
 
 
 def test_schema_is_the_steps_contract():
-    schema = {a["name"]: a for a in _core.Calibration.schema()}
+    schema = {a["name"]: a for a in socllm.calibration.Calibration.schema()}
     assert set(schema) == {
         "act_absmax",
         "abs_hist",
@@ -43,7 +42,7 @@ def test_schema_is_the_steps_contract():
     }
     # every step's arrays are optional: a file holds what its steps wrote
     assert not any(a["required"] for a in schema.values())
-    assert _core.Calibration.format_version == 3
+    assert socllm.calibration.Calibration.format_version == 3
     check_schema()  # every array a step writes is the schema's, with that step as writer
     assert list(STEPS) == [
         "act-scales",
@@ -58,17 +57,17 @@ def test_schema_is_the_steps_contract():
         assert s.description and s.writes
 
 
-def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
+def test_file_written_by_cpp_reads_with_h5py(smollm, outliers, tmp_path):
     path = save_calibration(tmp_path / "c.h5", outliers, smollm)
     with h5py.File(path) as f:
         assert f.attrs["format"] == "socllm-calibration" and f.attrs["format_version"] == 3
         assert json.loads(f.attrs["model_config"])["d_model"] == 576
         assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["samples"] == 4
-        for a in _core.Calibration.schema():
+        for a in socllm.calibration.Calibration.schema():
             if not a["per_site"] or a["step"] not in ("act-scales", "outliers"):
                 assert a["name"] not in f  # their steps did not run
                 continue
-            for site in _core.Calibration.sites():
+            for site in socllm.calibration.Calibration.sites():
                 arr = f[f"{a['name']}/{site}"][()]
                 assert arr.dtype == np.dtype(a["dtype"]), (a["name"], site)
                 np.testing.assert_array_equal(arr, outliers.stats.array(a["name"], site))
@@ -77,7 +76,7 @@ def test_file_written_by_the_core_reads_with_h5py(smollm, outliers, tmp_path):
     back = load_calibration(path, smollm)
     # a folder that does not exist yet is created
     assert load_calibration(save_calibration(tmp_path / "new" / "c.h5", outliers, smollm), smollm)
-    for site in _core.Calibration.sites():
+    for site in socllm.calibration.Calibration.sites():
         np.testing.assert_array_equal(back.absmax(site), outliers.absmax(site))
     assert back.provenance["outlier_percentile"] == 99.99 and back.tokens == outliers.tokens
 

@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
 from socllm.configs import load_config
 from socllm.devices import load_profile
 
@@ -23,8 +22,14 @@ def elite():
 
 
 def _sim(system, bits=5.0, prompt=128, **kw):
-    return _core.sim.simulate_cold_start(
-        load_config(CFG), load_profile("snapdragon-8elite"), system, bits, prompt, 256, **kw
+    return socllm.sim.simulate_cold_start(
+        load_config(CFG),
+        load_profile("snapdragon-8elite"),
+        system,
+        bits=bits,
+        prompt_len=prompt,
+        chunk=256,
+        **kw,
     )
 
 
@@ -35,8 +40,8 @@ def _tasks(r):
 def test_edgeflow_graph_loads_unpacks_then_computes_each_layer():
     r = _sim("edgeflow", 5.0)
     tasks = _tasks(r)
-    spans = r.timeline.spans
-    procs = r.timeline.span_processors
+    spans = r.core.spans
+    procs = r.core.span_processors
     by_name = {t["name"]: t for t in tasks}
     n_layers = load_config(CFG)["n_layers"]
     for layer in range(n_layers):
@@ -63,7 +68,7 @@ def test_edgeflow_graph_loads_unpacks_then_computes_each_layer():
     assert s["bytes_read"] == pytest.approx(
         params * 5 / 8 + c["vocab_size"] * c["d_model"], rel=0.01
     )
-    assert s["ttft_ms"] == pytest.approx(r.timeline.makespan_us / 1e3)
+    assert s["ttft_ms"] == pytest.approx(r.core.makespan_us / 1e3)
 
 
 def test_fewer_bits_read_less_and_start_sooner():
@@ -75,14 +80,14 @@ def test_fewer_bits_read_less_and_start_sooner():
 def test_baselines_overlap_as_described():
     # MNN: everything is read before anything computes.
     r = _sim("mnn")
-    tasks, spans = _tasks(r), r.timeline.spans
+    tasks, spans = _tasks(r), r.core.spans
     last_read = max(spans[t["id"]][1] for t in tasks if t["kind"] == "load")
     first_compute = min(spans[t["id"]][0] for t in tasks if t["kind"] not in ("load",))
     assert first_compute >= last_read - 1e-6
     assert {t["processor"] for t in tasks if t["kind"] != "load"} == {"cpu"}
     # llama.cpp: a layer is read after the previous layer's compute (demand paging).
     r = _sim("llama.cpp")
-    tasks, spans = _tasks(r), r.timeline.spans
+    tasks, spans = _tasks(r), r.core.spans
     for layer in range(1, 4):
         load = next(t for t in tasks if t["name"] == f"load.L{layer}")
         prev = [t for t in tasks if t["layer"] == layer - 1 and t["kind"] != "load"]
@@ -108,7 +113,7 @@ def test_bad_input():
         _sim("edgeflow", 5.0, policy="fastest")
     # a profile without EdgeFlow's unpack rate names the missing number
     with pytest.raises(socllm.InvalidArgumentError, match="unpack_weightlet_gweights_s"):
-        _core.sim.simulate_cold_start(
+        socllm.sim.simulate_cold_start(
             load_config(CFG), load_profile("snapdragon-8gen3"), "edgeflow"
         )
     with pytest.raises(socllm.InvalidArgumentError, match="cannot run on the io"):

@@ -1,4 +1,4 @@
-"""`socllm.convert`: HF checkpoints and GGUF files -> the HDF5 layout of docs/MODEL_FORMAT.md.
+"""`socllm.io.convert`: HF checkpoints and GGUF files -> the HDF5 layout of docs/MODEL_FORMAT.md.
 
 Tiny random models are built with transformers (HF) and gguf-py's GGUFWriter (GGUF, with Q/K
 permuted the way llama.cpp's converter does), converted, and compared tensor by tensor.
@@ -13,11 +13,11 @@ import h5py
 import numpy as np
 import pytest
 
-_core = pytest.importorskip("socllm._core", reason="socllm's C++ module is not built")
+pytest.importorskip("socllm", reason="socllm's C++ module is not built")
 
-from socllm import convert as convert_mod
-from socllm.convert import convert
 from socllm.errors import FormatError, MissingFileError, UnsupportedError
+from socllm.io import convert as convert_mod
+from socllm.io.convert import convert
 from socllm.tokenizer import bytes_to_unicode, load_tokenizer_json, tokenizer_from_gguf_vocab
 
 torch = pytest.importorskip("torch")

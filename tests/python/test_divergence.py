@@ -1,6 +1,7 @@
-"""socllm.divergence (``socllm eval --metrics kl,top1,ppl``): the per-window sums against torch's
-own KL and cross-entropy, the summary against hand computations, and the engine path on the real
-model (fp32 against itself is exactly zero; a quantized plan against logits computed here)."""
+"""socllm.eval.divergence (``socllm eval --metrics kl,top1,ppl``): the per-window sums against
+torch's own KL and cross-entropy, the summary against hand computations, and the engine path on
+the real model (fp32 against itself is exactly zero; a quantized plan against logits computed
+here)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("socllm._core")
+pytest.importorskip("socllm")
 
-from socllm import divergence as dv
 from socllm.cli import main as cli_main
 from socllm.errors import InvalidArgumentError
+from socllm.eval import divergence as dv
 
 
 def _torch_reference(ref, logits, targets):
@@ -98,7 +99,7 @@ def test_parse_metrics():
 
 
 def test_heldout_windows_are_disjoint_and_after_calibration(smollm):
-    from socllm.calibrate import calibration_split, corpus_tokens
+    from socllm.calibration.calibrate import calibration_split, corpus_tokens
 
     ids = corpus_tokens(smollm)
     wins = dv.heldout_windows(smollm, context=64, windows=3)

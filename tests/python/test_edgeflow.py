@@ -9,10 +9,15 @@ import json
 import numpy as np
 import pytest
 import socllm
-from socllm.calibrate import corpus_tokens, held_out_tokens, load_calibration, save_calibration
-from socllm.calibrate_edgeflow import SMOOTHING_GRID, using_calibration
-from socllm.calibration_steps import run_steps
-from socllm.model_format import site_tensors
+from socllm.calibration.calibrate import (
+    corpus_tokens,
+    held_out_tokens,
+    load_calibration,
+    save_calibration,
+)
+from socllm.calibration.edgeflow import SMOOTHING_GRID, using_calibration
+from socllm.calibration.steps import run_steps
+from socllm.io.model_format import site_tensors
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 3}
 SITES = [op["site"] for op in socllm.decoder_block() if op["site"] is not None]
@@ -182,7 +187,7 @@ def test_bad_input(smollm, calib):
 def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_path):
     """bit_scope global-ttft (issue 14 item 6): one heap over every channel of the model at the
     per-tensor allocation's modelled cold-start time; the plan runs its stored bits."""
-    from socllm.calibrate_edgeflow import cold_start_cost_table
+    from socllm.calibration.edgeflow import cold_start_cost_table
     from socllm.devices import load_profile
 
     data = load_calibration(save_calibration(tmp_path / "g.h5", calib, smollm), smollm)

@@ -16,8 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.model_format import (
+from socllm.io.model_format import (
     CHECKSUM_FORMAT_VERSION,
     MODEL_FORMAT_VERSION,
     TOKENIZER_JSON_DIGEST,
@@ -103,21 +102,21 @@ def test_exception_hierarchy():
         "FormatError",
         "UnsupportedError",
     ):
-        assert getattr(errors, name) is getattr(_core, name) is getattr(socllm, name)
+        assert getattr(errors, name) is getattr(socllm, name)
 
 
 def test_errors_raised_in_cpp_are_the_python_classes(tmp_path):
     with pytest.raises(socllm.InvalidArgumentError, match="'x'") as e:
-        _core.Plan("x")
+        socllm.Plan("x")
     assert isinstance(e.value, ValueError) and isinstance(e.value, socllm.SocllmError)
     with pytest.raises(socllm.MissingFileError):
-        _core.GgufFile(str(tmp_path / "none.gguf"))
+        socllm.io.GgufFile(str(tmp_path / "none.gguf"))
     with pytest.raises(socllm.ShapeError):
-        _core.dequantize("Q8_0", b"\0" * 34, 31)
+        socllm.io.dequantize("Q8_0", b"\0" * 34, 31)
     with pytest.raises(socllm.UnsupportedError):
-        _core.dequantize("IQ4_NL", b"\0" * 18, 32)
+        socllm.io.dequantize("IQ4_NL", b"\0" * 18, 32)
     with pytest.raises(socllm.MissingFileError):
-        _core.Model.load(str(tmp_path / "none.h5"))
+        socllm.io.Model.load(str(tmp_path / "none.h5"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +290,7 @@ def test_load_structural_defects(tmp_path):
         socllm.load(write_tiny(tmp_path / "missing.h5", weights=missing), progress=False)
     with pytest.raises(socllm.FormatError, match="tokenizer"):
         socllm.load(write_tiny(tmp_path / "notok.h5", tokenizer=False), progress=False)
-    newer = socllm._core.Model.format_version + 1  # a version this socllm predates
+    newer = socllm.io.Model.format_version + 1  # a version this socllm predates
     with pytest.raises(socllm.UnsupportedError, match=f"format version {newer}"):
         socllm.load(write_tiny(tmp_path / "newer.h5", version=newer), progress=False)
     # From version 2 on, a weight without its checksum is refused (a stripped filter).

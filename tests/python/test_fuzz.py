@@ -1,7 +1,7 @@
-"""Fuzzing of socllm's readers (issue 12, item 17): the GGUF reader (``_core.GgufFile``,
-``socllm.convert``), the HDF5 model loader (``socllm.load`` of an .h5), the calibration loader
-(``socllm.calibrate.load_calibration``) and the plan parser (``socllm.Plan`` of a string or a
-dict, ``Plan.placed``, ``all_on``, ``with_chunk_len``).
+"""Fuzzing of socllm's readers (issue 12, item 17): the GGUF reader (``socllm.io.GgufFile``,
+``socllm.io.convert``), the HDF5 model loader (``socllm.load`` of an .h5), the calibration loader
+(``socllm.calibration.calibrate.load_calibration``) and the plan parser (``socllm.Plan`` of a
+string or a dict, ``Plan.placed``, ``all_on``, ``with_chunk_len``).
 
 Property: every input either loads (and then runs) or raises a socllm exception
 (``socllm.SocllmError``); never a crash, a hang, a MemoryError or another exception.
@@ -44,7 +44,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("hypothesis")
-pytest.importorskip("socllm._core", reason="socllm's C++ module is not built")
+pytest.importorskip("socllm", reason="socllm's C++ module is not built")
 import socllm
 from fuzz_targets import observed_calibration
 from hypothesis import HealthCheck, Phase, given, settings
@@ -221,8 +221,8 @@ class Seeds:
 def seeds(tmp_path_factory) -> Seeds:
     import test_convert as tc  # its tiny llama GGUF writer (skips without torch)
     import test_gguf as tg
-    from socllm.calibrate import CalibrationData, save_calibration
-    from socllm.convert import convert
+    from socllm.calibration.calibrate import CalibrationData, save_calibration
+    from socllm.io.convert import convert
 
     socllm.set_log_level("warn")
     d = tmp_path_factory.mktemp("fuzz-seeds")
@@ -988,7 +988,7 @@ def test_corpus(seeds, worker, tmp_path, target: str, path: Path):
 def test_sanitized_module_is_loaded():
     """Under scripts/test_sanitized.sh: this process imports the module it built."""
     expect = Path(os.environ["SOCLLM_EXPECT_CORE"]).resolve()
-    assert Path(socllm._core.__file__).resolve() == expect
+    assert Path(socllm.build_info()["module"]).resolve() == expect
 
 
 def test_corpus_xfail_entries_exist():

@@ -1,4 +1,4 @@
-"""The C++ GGUF reader and dequantizer (`socllm._core.GgufFile`, `socllm._core.dequantize`)
+"""The C++ GGUF reader and dequantizer (`socllm.io.GgufFile`, `socllm.io.dequantize`)
 against gguf-py, the llama.cpp project's own Python reader/writer (`gguf.GGUFReader`,
 `gguf.GGUFWriter`, `gguf.quants`).
 
@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
@@ -119,16 +118,16 @@ def assert_bits_equal(ours: np.ndarray, ref: np.ndarray, what: str = "") -> None
 
 
 def test_supported_types_and_names():
-    assert sorted(_core.ggml_supported_types()) == sorted(SUPPORTED)
+    assert sorted(socllm.io.ggml_supported_types()) == sorted(SUPPORTED)
     for name in SUPPORTED:
-        assert _core.ggml_type_name(int(Q[name])) == name
+        assert socllm.io.ggml_type_name(int(Q[name])) == name
     # Types socllm does not decode still get gguf-py's name (or a placeholder, never a wrong one).
     for qt in Q:
-        ours = _core.ggml_type_name(int(qt))
+        ours = socllm.io.ggml_type_name(int(qt))
         assert ours in (qt.name, f"type{int(qt)}"), (int(qt), ours, qt.name)
     for name in ("Q8_1", "IQ4_NL", "IQ2_XXS", "Q8_K", "TQ2_0"):
-        assert _core.ggml_type_name(int(Q[name])) == name
-    assert _core.ggml_type_name(99) == "type99"
+        assert socllm.io.ggml_type_name(int(Q[name])) == name
+    assert socllm.io.ggml_type_name(99) == "type99"
 
 
 @pytest.mark.parametrize("n_blocks", [1, 7])
@@ -142,12 +141,12 @@ def test_dequantize_matches_gguf(name: str, n_blocks: int):
     n = n_blocks * be
     ref = gguf_reference(raw, name)
     assert ref.shape == (n,) and np.isfinite(ref).all()
-    ours = _core.dequantize(name, raw.tobytes(), n)
+    ours = socllm.io.dequantize(name, raw.tobytes(), n)
     assert_bits_equal(ours, ref, name)
     # Same answer for a uint8 array, a memoryview, and a numeric type id.
-    assert_bits_equal(_core.dequantize(int(Q[name]), raw, n), ref, f"{name} by id")
+    assert_bits_equal(socllm.io.dequantize(int(Q[name]), raw, n), ref, f"{name} by id")
     assert_bits_equal(
-        _core.dequantize(name, memoryview(raw.tobytes()), n), ref, f"{name} memoryview"
+        socllm.io.dequantize(name, memoryview(raw.tobytes()), n), ref, f"{name} memoryview"
     )
 
 
@@ -155,7 +154,7 @@ def test_dequantize_matches_gguf(name: str, n_blocks: int):
 def test_half_types_every_bit_pattern(name: str):
     """All 65536 encodings: zeros of both signs, subnormals, the largest values, infinities, NaN."""
     raw = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
-    assert_bits_equal(_core.dequantize(name, raw, 1 << 16), gguf_reference(raw, name), name)
+    assert_bits_equal(socllm.io.dequantize(name, raw, 1 << 16), gguf_reference(raw, name), name)
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "F16"])
@@ -163,35 +162,35 @@ def test_dequantize_size_errors(name: str):
     be, bb = block_of(name)
     raw = random_blocks(name, 3 if be > 1 else 96, np.random.default_rng(1)).tobytes()
     n = len(raw) // bb * be
-    assert _core.dequantize(name, raw, n).shape == (n,)
-    assert _core.dequantize(name, b"", 0).shape == (0,)
+    assert socllm.io.dequantize(name, raw, n).shape == (n,)
+    assert socllm.io.dequantize(name, b"", 0).shape == (0,)
     if be > 1:  # element count not a multiple of the block
         with pytest.raises(socllm.ShapeError, match=rf"{n - 1} elements.*{name}.*block of {be}"):
-            _core.dequantize(name, raw, n - 1)
+            socllm.io.dequantize(name, raw, n - 1)
     with pytest.raises(socllm.ShapeError, match=rf"need {len(raw) - bb} bytes, got {len(raw)}"):
-        _core.dequantize(name, raw, n - be)  # fewer elements than the bytes hold
+        socllm.io.dequantize(name, raw, n - be)  # fewer elements than the bytes hold
     with pytest.raises(socllm.ShapeError, match=rf"need {len(raw) + bb} bytes, got {len(raw)}"):
-        _core.dequantize(name, raw, n + be)  # more elements than the bytes hold
+        socllm.io.dequantize(name, raw, n + be)  # more elements than the bytes hold
     with pytest.raises(socllm.ShapeError, match=rf"got {len(raw) + 1}"):
-        _core.dequantize(name, raw + b"\0", n)
+        socllm.io.dequantize(name, raw + b"\0", n)
     with pytest.raises(socllm.ShapeError, match=r"-" + str(be)):
-        _core.dequantize(name, raw, -be)
+        socllm.io.dequantize(name, raw, -be)
 
 
 def test_dequantize_bad_type():
     with pytest.raises(socllm.InvalidArgumentError, match="Q9_9"):
-        _core.dequantize("Q9_9", b"", 0)
+        socllm.io.dequantize("Q9_9", b"", 0)
     for t in ("IQ4_NL", int(Q.IQ4_NL)):
         with pytest.raises(socllm.UnsupportedError, match="IQ4_NL"):
-            _core.dequantize(t, b"\0" * 18, 32)
+            socllm.io.dequantize(t, b"\0" * 18, 32)
     with pytest.raises(socllm.UnsupportedError, match="type99"):
-        _core.dequantize(99, b"\0" * 4, 1)
+        socllm.io.dequantize(99, b"\0" * 4, 1)
 
 
 @pytest.mark.parametrize("type_id", [-1, 2**40])
 def test_dequantize_type_id_out_of_range(type_id: int):
     with pytest.raises((socllm.InvalidArgumentError, socllm.UnsupportedError)):
-        _core.dequantize(type_id, b"", 0)
+        socllm.io.dequantize(type_id, b"", 0)
 
 
 def test_dequantize_noncontiguous_buffer():
@@ -201,7 +200,7 @@ def test_dequantize_noncontiguous_buffer():
     strided = wide[::2]  # equal to raw element by element, but not contiguous
     assert not strided.flags.c_contiguous
     try:
-        got = _core.dequantize("Q8_0", strided, 128)
+        got = socllm.io.dequantize("Q8_0", strided, 128)
     except (socllm.InvalidArgumentError, BufferError, ValueError):
         return  # refusing a strided buffer is acceptable
     assert_bits_equal(got, gguf_reference(raw, "Q8_0"), "strided uint8 view")
@@ -297,7 +296,7 @@ def assert_same_metadata(ours: dict, theirs: dict) -> None:
 
 def test_written_header_and_metadata(written):
     path, _, alignment = written
-    f = _core.GgufFile(str(path))
+    f = socllm.io.GgufFile(str(path))
     r = GGUFReader(path)
     assert f.version == 3 == int(r.fields["GGUF.version"].contents())
     assert f.alignment == r.alignment == (alignment or 32)
@@ -320,7 +319,7 @@ def test_written_header_and_metadata(written):
 
 def test_written_tensor_index(written):
     path, tensors, _ = written
-    f = _core.GgufFile(str(path))
+    f = socllm.io.GgufFile(str(path))
     r = GGUFReader(path)
     assert f.tensor_names() == [t.name for t in r.tensors] == list(tensors)
     blob = path.read_bytes()
@@ -347,7 +346,7 @@ def test_written_tensor_index(written):
 
 def test_written_tensor_values(written):
     path, tensors, _ = written
-    f = _core.GgufFile(str(path))
+    f = socllm.io.GgufFile(str(path))
     r = GGUFReader(path)
     for t in r.tensors:
         ours = f.dequantize(t.name)
@@ -366,7 +365,7 @@ def test_version_2_reads_like_version_3(written, tmp_path):
     blob[4:8] = struct.pack("<I", 2)
     p2 = tmp_path / "v2.gguf"
     p2.write_bytes(bytes(blob))
-    f3, f2 = _core.GgufFile(str(path)), _core.GgufFile(str(p2))
+    f3, f2 = socllm.io.GgufFile(str(path)), socllm.io.GgufFile(str(p2))
     assert f2.version == 2
     assert f2.metadata == f3.metadata
     for n in f3.tensor_names():
@@ -382,7 +381,7 @@ def test_unsupported_version(written, tmp_path, version: int):
     p = tmp_path / f"v{version}.gguf"
     p.write_bytes(bytes(blob))
     with pytest.raises(socllm.UnsupportedError, match=rf"GGUF version {version}\b") as e:
-        _core.GgufFile(str(p))
+        socllm.io.GgufFile(str(p))
     assert isinstance(e.value, NotImplementedError) and str(p) in str(e.value)
 
 
@@ -399,7 +398,7 @@ def test_unsupported_tensor_type(tmp_path):
         "d.f32": (f32 * 2, None),
     }
     path = write_gguf(tmp_path / "u.gguf", tensors, metadata=[])
-    f = _core.GgufFile(str(path))  # opening and listing work
+    f = socllm.io.GgufFile(str(path))  # opening and listing work
     r = GGUFReader(path)
     assert f.tensor_names() == list(tensors)
     for t in r.tensors:
@@ -435,7 +434,7 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="module")
 def real():
     path = smollm2_gguf()
-    return path, _core.GgufFile(str(path)), GGUFReader(path)
+    return path, socllm.io.GgufFile(str(path)), GGUFReader(path)
 
 
 def test_real_header_and_metadata(real):
@@ -492,13 +491,13 @@ def test_real_dequantize(real, name: str):
 def test_missing_file(tmp_path):
     p = tmp_path / "absent.gguf"
     with pytest.raises(socllm.MissingFileError, match="absent.gguf") as e:
-        _core.GgufFile(str(p))
+        socllm.io.GgufFile(str(p))
     assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, socllm.SocllmError)
 
 
 def test_directory_is_not_a_gguf(tmp_path):
     with pytest.raises(socllm.FormatError, match="not a regular file"):
-        _core.GgufFile(str(tmp_path))
+        socllm.io.GgufFile(str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -510,7 +509,7 @@ def test_not_a_gguf(tmp_path, content: bytes):
     p = tmp_path / "bad.gguf"
     p.write_bytes(content)
     with pytest.raises(socllm.FormatError) as e:
-        _core.GgufFile(str(p))
+        socllm.io.GgufFile(str(p))
     assert isinstance(e.value, ValueError) and str(p) in str(e.value)
     if len(content) >= 4:
         assert "magic" in str(e.value)
@@ -554,7 +553,7 @@ def test_real_truncated(real, tmp_path, where: str):
     with open(path, "rb") as src:
         p.write_bytes(src.read(cut))
     with pytest.raises(socllm.FormatError, match="truncated") as e:
-        _core.GgufFile(str(p))
+        socllm.io.GgufFile(str(p))
     assert str(p) in str(e.value)
 
 
@@ -665,7 +664,7 @@ def test_malformed(tmp_path, case: str):
     p = tmp_path / f"{case}.gguf"
     p.write_bytes(blob)
     with pytest.raises(exc, match=pattern):
-        _core.GgufFile(str(p))
+        socllm.io.GgufFile(str(p))
 
 
 def test_handmade_file_is_valid(tmp_path):
@@ -678,7 +677,7 @@ def test_handmade_file_is_valid(tmp_path):
     )
     p = tmp_path / "ok.gguf"
     p.write_bytes(blob)
-    f = _core.GgufFile(str(p))
+    f = socllm.io.GgufFile(str(p))
     assert f.metadata == {"general.alignment": 32, "s": "x"}
     np.testing.assert_array_equal(f.dequantize("t"), vals.reshape(2, 4))
     r = GGUFReader(p)
@@ -690,7 +689,7 @@ def test_unknown_tensor_type_id(tmp_path):
     blob = _gguf_bytes([("odd", [8], 99, 0), ("ok", [4], 0, 32)], data=b"\0" * 32 + vals.tobytes())
     p = tmp_path / "odd.gguf"
     p.write_bytes(blob)
-    f = _core.GgufFile(str(p))
+    f = socllm.io.GgufFile(str(p))
     assert f.tensor_names() == ["odd", "ok"]
     assert f.tensor_info("odd")["type"] == "type99"
     with pytest.raises(socllm.UnsupportedError, match="type99"):
@@ -702,4 +701,4 @@ def test_dims_product_overflow(tmp_path):
     p = tmp_path / "overflow.gguf"
     p.write_bytes(_gguf_bytes([("t", [2**32, 2**32], 0, 0)], data=b"\0" * 64))
     with pytest.raises(socllm.FormatError):
-        _core.GgufFile(str(p)).dequantize("t")
+        socllm.io.GgufFile(str(p)).dequantize("t")

@@ -17,8 +17,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.calibrate import CalibrationData, load_calibration, save_calibration
+from socllm.calibration.calibrate import CalibrationData, load_calibration, save_calibration
 
 
 def test_calibration_arrays_must_be_numeric(smollm):
@@ -79,13 +78,13 @@ def test_plan_dicts_take_numpy_scalars_and_short_decimals():
 
 
 def test_thread_count_is_bounded():
-    before = _core.num_threads()
-    limit = _core.max_num_threads()
+    before = socllm.num_threads()
+    limit = socllm.max_num_threads()
     assert limit == 4 * os.cpu_count()
     for bad in (0, limit + 1, 64, 2**70, 2.5):
         with pytest.raises(socllm.InvalidArgumentError, match="set_num_threads"):
-            _core.set_num_threads(bad)
-    assert _core.num_threads() == before
+            socllm.set_num_threads(bad)
+    assert socllm.num_threads() == before
 
 
 def test_generate_counts_and_stop_ids(smollm):
@@ -93,7 +92,7 @@ def test_generate_counts_and_stop_ids(smollm):
     with pytest.raises(socllm.ContextOverflowError, match="9223372036854775807 new tokens"):
         smollm.generate("Hello", max_new_tokens=2**63 - 1)
     # A stop id beyond int32 surfaced as pybind11's TypeError about the signature.
-    engine = _core.Engine(_core.Model.load(str(smollm.path)))
+    engine = socllm.model.Engine(socllm.io.Model.load(str(smollm.path)))
     with pytest.raises(socllm.InvalidArgumentError, match="out of range"):
         engine.generate_greedy(smollm.tokenize("Hello"), 2, [10**12])
 
@@ -170,15 +169,15 @@ def test_a_signal_handlers_own_exception_comes_through(smollm):
 
 
 def test_gemm_refuses_k_beyond_the_exact_range():
-    k = _core.ops.max_exact_k()
+    k = socllm.ops.max_exact_k()
     a = np.full((1, k["u8s8"] + 1), 255, np.uint8)
     b = np.full((k["u8s8"] + 1, 1), -128, np.int8)
     with pytest.raises(socllm.ShapeError, match="exact int32 range"):
-        _core.ops.gemm_u8s8s32(a, b)
-    c = _core.ops.gemm_u8s8s32(a[:, :-1], b[:-1])  # the worst case at the limit is exact
+        socllm.ops.gemm_u8s8s32(a, b)
+    c = socllm.ops.gemm_u8s8s32(a[:, :-1], b[:-1])  # the worst case at the limit is exact
     assert int(c[0, 0]) == -k["u8s8"] * 255 * 128
     with pytest.raises(socllm.ShapeError, match="exact int32 range"):
-        _core.ops.gemm_s8s8s32(np.ones((1, 70000 * 2), np.int8), np.ones((70000 * 2, 1), np.int8))
+        socllm.ops.gemm_s8s8s32(np.ones((1, 70000 * 2), np.int8), np.ones((70000 * 2, 1), np.int8))
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,13 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import cli, io_utils, model_format, registry
-from socllm import convert as convert_mod
-from socllm.convert import convert
+from socllm import cli, registry
 from socllm.errors import FormatError, InvalidArgumentError
-from socllm.io_utils import atomic_path, atomic_write_text, emit_json
+from socllm.io import convert as convert_mod
+from socllm.io import files as io_utils
+from socllm.io import model_format
+from socllm.io.convert import convert
+from socllm.io.files import atomic_path, atomic_write_text, emit_json
 from socllm.tokenizer import bytes_to_unicode
 from tiny_model import tiny_weights
 
@@ -118,10 +120,10 @@ def no_work(monkeypatch):
         raise AssertionError("work started before the argument and output checks")
 
     import socllm.model
-    import socllm.timeline
+    import socllm.sim.timeline
 
     monkeypatch.setattr(socllm.model, "load", forbidden)
-    monkeypatch.setattr(socllm.timeline, "simulate", forbidden)
+    monkeypatch.setattr(socllm.sim.timeline, "simulate", forbidden)
     monkeypatch.setattr(convert_mod, "_open_source", forbidden)
 
 
@@ -207,8 +209,8 @@ def test_cli_calibrate_out_is_the_model(model_file, tmp_path, capsys, no_work):
 
 def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, monkeypatch):
     """Continuing from --calib FILE into --out FILE updates it (documented in --help)."""
-    import socllm.calibrate
-    import socllm.calibration_steps
+    import socllm.calibration.calibrate
+    import socllm.calibration.steps
     import socllm.model
 
     calib = tmp_path / "c.h5"
@@ -222,14 +224,16 @@ def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, 
         path = model_file
 
     monkeypatch.setattr(socllm.model, "load", lambda *a, **k: Model())
-    monkeypatch.setattr(socllm.calibrate, "load_calibration", lambda *a: "loaded")
+    monkeypatch.setattr(socllm.calibration.calibrate, "load_calibration", lambda *a: "loaded")
 
     def run_steps(*a, after_step, **k):  # the CLI saves each finished step through after_step
         after_step(Cal())
         return Cal()
 
-    monkeypatch.setattr(socllm.calibration_steps, "run_steps", run_steps)
-    monkeypatch.setattr(socllm.calibrate, "save_calibration", lambda p, *a: saved.append(p))
+    monkeypatch.setattr(socllm.calibration.steps, "run_steps", run_steps)
+    monkeypatch.setattr(
+        socllm.calibration.calibrate, "save_calibration", lambda p, *a: saved.append(p)
+    )
     argv = ["calibrate", "--model", str(model_file), "--calib", str(calib), "--out", str(calib)]
     rc, err = run_cli([*argv, "--steps", "pruning-rate"], capsys)
     assert rc == 0, err
@@ -304,7 +308,7 @@ def test_write_to_this_process_stdout_through_a_link(tmp_path):
     link.symlink_to("/proc/self/fd/1")
     out = tmp_path / "captured.txt"
     code = (
-        "import sys; from socllm.io_utils import emit_json; print('first', flush=True); "
+        "import sys; from socllm.io.files import emit_json; print('first', flush=True); "
         "emit_json({'a': 1}, sys.argv[1])"
     )
     with open(out, "w") as fh:
@@ -376,7 +380,7 @@ def test_unwritable_parent_refused_early(tiny_gguf, tmp_path, capsys, no_work):
 
 
 def test_timeline_trace_goes_through_io_utils(tmp_path):
-    from socllm.timeline import simulate
+    from socllm.sim.timeline import simulate
 
     tl = simulate("qwen2-0.5b", prompt_len=16, chunk=16)
     target = tmp_path / "t.json"
@@ -436,8 +440,8 @@ def test_output_modes(tiny_gguf, tmp_path, cache, umask):
     assert _mode(tmp_path / "e.json") == want
     assert _mode(registry.resolve_model_file(tiny_gguf, progress=False)) == want
 
-    from socllm.report import plot_token_loss
-    from socllm.timeline import simulate
+    from socllm.eval.report import plot_token_loss
+    from socllm.sim.timeline import simulate
 
     assert _mode(simulate("qwen2-0.5b", prompt_len=16, chunk=16).to_perfetto(tmp_path / "t")) == (
         want
@@ -629,7 +633,7 @@ def test_convert_hf_zero_heads(tmp_path):
         convert(src, tmp_path / "out.h5", progress=False)
 
 
-_GgufFile = socllm._core.GgufFile
+_GgufFile = socllm.io.GgufFile
 
 
 class _FakeGguf:
@@ -659,10 +663,10 @@ class _FakeGguf:
 def test_convert_survives_corrupt_tokenizer_metadata(
     edits, fragment, tiny_gguf, tmp_path, monkeypatch
 ):
-    import socllm._core
+    import socllm
 
     monkeypatch.setattr(_FakeGguf, "edits", edits)
-    monkeypatch.setattr(socllm._core, "GgufFile", _FakeGguf)
+    monkeypatch.setattr(socllm.io, "GgufFile", _FakeGguf)
     with pytest.raises(FormatError, match=re.escape(fragment)) as e:
         convert(tiny_gguf, tmp_path / "out.h5", progress=False)
     assert str(tiny_gguf) in str(e.value)

@@ -8,12 +8,12 @@ import itertools
 import random
 
 import pytest
-from socllm import _core
-from socllm import head_pipeline as hp
+import socllm
 from socllm.configs import load_config
 from socllm.devices import load_profile
 from socllm.errors import InvalidArgumentError
-from socllm.timeline import simulate
+from socllm.sim import head_pipeline as hp
+from socllm.sim.timeline import simulate
 
 SHADOW = "w8a8:attention=shadow-attn,ratios=uniform"
 
@@ -117,7 +117,7 @@ def test_fused_launch_cost_reproduces_section_3_4():
     """One launch of h heads of Q 128x64 · K 2048x64 plus the NPU->CPU hand-over: the fit of
     2 / 3 / 4 ms for 1 / 2 / 4 heads (least squares, within 0.25 ms)."""
     prof = load_profile("snapdragon-8gen3")
-    cost = _core.sim.CostModel(_core.sim.DeviceProfile.from_json(prof, "p"))
+    cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(prof, "p"))
     sync = prof["cost_model"]["sync"]["cpu_npu_us"]["value"]
     for h, ms in ((1, 2.0), (2, 3.0), (4, 4.0)):
         ops = [
@@ -142,7 +142,7 @@ def test_options_change_the_timeline():
     certified = SHADOW + ",certified=1"
     assert ms(certified, rescore_share=0.0) == pytest.approx(base)
     assert ms(certified, rescore_share=0.5) > base
-    full = _core.Plan("w8a8").placed("attention", "cpu", "fp32")
+    full = socllm.Plan("w8a8").placed("attention", "cpu", "fp32")
     assert ms(full, attention_cpu_core="mid") > ms(full)  # one mid core vs the whole CPU
 
 

@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
 from socllm.devices import load_profile
 
 ENGINES = [e["name"] for e in socllm.hetero_engines()]
@@ -38,7 +37,7 @@ def test_every_engine_runs_prefill_and_decode_and_orders_as_designed(gen3):
     tl = socllm.simulate_hetero("llama-3-8b", gen3, "npu-online-prepare", 525)
     s = tl.summary()
     assert s["graph_build_ms"] == pytest.approx(
-        _core.sim.DeviceProfile.from_json(gen3).number("/cost_model/graph/online_prepare_base_ms")
+        socllm.sim.DeviceProfile.from_json(gen3).number("/cost_model/graph/online_prepare_base_ms")
         + 525 * gen3["cost_model"]["graph"]["online_prepare_ms_per_token"]["value"]
     )
     dec = {
@@ -114,14 +113,14 @@ def test_hetero_bad_input_is_typed_and_named(gen3):
         socllm.simulate_hetero("llama-3-8b", gen3, "hetero-tensor", 256, plan="w8a8")
     op = {"op": "matmul", "dtype": "fp16", "m": 256, "k": 4096, "n": 4096}
     with pytest.raises(socllm.InvalidArgumentError, match="predictor gave -1"):
-        _core.sim.solve_partition(op, gen3, predictor=lambda o, p: -1.0)
+        socllm.sim.solve_partition(op, gen3, predictor=lambda o, p: -1.0)
     with pytest.raises(socllm.InvalidArgumentError, match="aligned to 256"):
-        _core.sim.make_partition(256, 4096, [256], 1000, gen3)
+        socllm.sim.make_partition(256, 4096, [256], 1000, gen3)
     with pytest.raises(socllm.InvalidArgumentError, match="1.5"):
-        _core.sim.row_partition(256, 4096, 1.5, gen3)
-    assert _core.sim.row_partition(256, 4096, 0.75, gen3)["npu_share"] == 0.75
+        socllm.sim.row_partition(256, 4096, 1.5, gen3)
+    assert socllm.sim.row_partition(256, 4096, 0.75, gen3)["npu_share"] == 0.75
     with pytest.raises(socllm.InvalidArgumentError, match="'attn'"):
-        socllm.Plan("w4a16").with_partition("attn", _core.sim.make_partition(8, 256, [], 0, gen3))
+        socllm.Plan("w4a16").with_partition("attn", socllm.sim.make_partition(8, 256, [], 0, gen3))
 
 
 def test_cli_simulate_engine(tmp_path):
@@ -218,7 +217,7 @@ def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(s
     for graphs, cols in (([128], 256), ([64], None), ([64, 32], None), ([64, 32], 256)):
         plan = base
         for site, n in widths.items():
-            part = _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3)
+            part = socllm.sim.make_partition(len(ids), n, graphs, cols or n, gen3)
             plan = plan.with_partition(site, part)
         kind = part["kind"]
         got = smollm.prefill(ids, plan, all_positions=True)
@@ -229,7 +228,7 @@ def test_partitioned_linears_equal_unpartitioned_bit_for_bit_on_the_real_model(s
     smollm.step(c2, ids, plan=base)
     dec = base
     for site, n in widths.items():
-        dec = dec.with_partition(site, _core.sim.make_partition(1, n, [1], 256, gen3, 1))
+        dec = dec.with_partition(site, socllm.sim.make_partition(1, n, [1], 256, gen3, 1))
     np.testing.assert_array_equal(smollm.step(c1, [7], plan=base), smollm.step(c2, [7], plan=dec))
     # a scheme whose linears cannot be cut is refused by name, not computed wrongly
     with pytest.raises(socllm.InvalidArgumentError, match="shadow outliers"):
@@ -248,7 +247,9 @@ def test_partitioned_per_group_linears_equal_unpartitioned_bit_for_bit(smollm, g
         for graphs, cols in (([64, 32], 256), ([128], 256)):
             plan = base
             for site, n in widths.items():
-                part = _core.sim.make_partition(len(ids), n, graphs, cols or n, gen3, partner="cpu")
+                part = socllm.sim.make_partition(
+                    len(ids), n, graphs, cols or n, gen3, partner="cpu"
+                )
                 plan = plan.with_partition(site, part)
             np.testing.assert_array_equal(smollm.prefill(ids, plan, all_positions=True), ref)
         with pytest.raises(socllm.InvalidArgumentError, match="int8 linears on the gpu"):
@@ -256,7 +257,7 @@ def test_partitioned_per_group_linears_equal_unpartitioned_bit_for_bit(smollm, g
 
 
 def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3):
-    from socllm.hetero import (
+    from socllm.sim.hetero import (
         PartitionProfiler,
         grid_regret,
         linear_shapes,
@@ -306,7 +307,7 @@ def test_co_runner_takes_its_share_of_the_processors(gen3):
 
 
 def test_session_and_run_time_repartitioning(gen3, tmp_path):
-    from socllm.hetero import simulate_session
+    from socllm.sim.hetero import simulate_session
 
     s = simulate_session("internlm-1.8b", gen3, prompt_len=128, new_tokens=6)
     summ = s.summary()

@@ -1,4 +1,4 @@
-"""Atomic writes (socllm.io_utils): all or nothing, and the permissions a plain write gives."""
+"""Atomic writes (socllm.io.files): all or nothing, and the permissions a plain write gives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 import sys
 
 import pytest
-from socllm.io_utils import atomic_path, atomic_write_text, emit_json, make_temp_dir
+from socllm.io.files import atomic_path, atomic_write_text, emit_json, make_temp_dir
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
 

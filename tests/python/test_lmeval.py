@@ -1,4 +1,4 @@
-"""socllm as an lm-eval model (socllm.lmeval): scoring against hand computations from the
+"""socllm as an lm-eval model (socllm.eval.lmeval): scoring against hand computations from the
 engine, generation, the local task configs, and agreement with lm-eval's own `hf` backend."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("socllm._core")
+pytest.importorskip("socllm")
 pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: I001
 
 import socllm
-import socllm.lmeval as sl
-from socllm.lmeval.backend import SocllmLM, build_plan
+import socllm.eval.lmeval as sl
+from socllm.eval.lmeval.backend import SocllmLM, build_plan
 
 # golden tier: checked against an independent reference (tests/python/conftest.py)
 pytestmark = pytest.mark.golden

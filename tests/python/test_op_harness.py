@@ -18,9 +18,9 @@ from collections import defaultdict
 
 import pytest
 import socllm
-from socllm.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
-from socllm.calibrate_attention import calibrate_qk_scales
-from socllm.calibrate_edgeflow import calibrate_smoothing
+from socllm.calibration.attention import calibrate_qk_scales
+from socllm.calibration.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
+from socllm.calibration.edgeflow import calibrate_smoothing
 
 pytestmark = pytest.mark.golden
 

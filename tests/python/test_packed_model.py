@@ -13,10 +13,9 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.calibrate import corpus_tokens, held_out_tokens, save_calibration
-from socllm.calibration_steps import run_steps
-from socllm.convert_packed import convert_packed
+from socllm.calibration.calibrate import corpus_tokens, held_out_tokens, save_calibration
+from socllm.calibration.steps import run_steps
+from socllm.io.convert_packed import convert_packed
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 7, "smoothing_windows": 2, "smoothing_rows": 32}
 INT8_PLAN = "edgeflow:bits=8,allocation=uniform"
@@ -62,12 +61,12 @@ def test_loaded_file_gives_the_plans_logits_exactly(smollm, packed, tokens, plan
 
 def test_file_layout(packed):
     with h5py.File(packed["edgeflow"]) as f:
-        assert f.attrs["format_version"] == _core.Model.format_version == 3
+        assert f.attrs["format_version"] == socllm.io.Model.format_version == 3
         pk = f["packed_linears"]
         assert pk.attrs["storage"] == "weightlet" and pk.attrs["group"] == 128
         t = pk["layers/0/wq"]
         rows, cols = t.attrs["rows"], t.attrs["cols"]
-        bits = _core.ops.WeightletTensor(rows, cols, 128, t["bits"][()], t["data"][()]).bits
+        bits = socllm.ops.WeightletTensor(rows, cols, 128, t["bits"][()], t["data"][()]).bits
         assert abs(bits.mean() - 5.0) < 0.01
         assert "wq" not in f["weights/layers/0"]  # no fp32 linears
     with h5py.File(packed[INT8_PLAN]) as f:
@@ -118,7 +117,7 @@ def test_damaged_files_are_format_errors_naming_the_tensor(packed, tmp_path):
 
 
 def test_interrupted_convert_leaves_no_file(smollm, calibrated, tmp_path, monkeypatch):
-    import socllm.convert_packed as cp
+    import socllm.io.convert_packed as cp
 
     calls = {"n": 0}
     real = cp.packed_crc

@@ -10,14 +10,13 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.calibrate import (
+from socllm.calibration.calibrate import (
     calibrate_act_scales,
     calibrate_outliers,
     load_calibration,
     save_calibration,
 )
-from socllm.calibrate_edgeflow import calibrate_smoothing
+from socllm.calibration.edgeflow import calibrate_smoothing
 from socllm.configs import graph_census
 
 PRESETS = [
@@ -146,7 +145,7 @@ def test_calibration_round_trip_and_provenance(smollm, calib_file):
     assert cal.provenance["corpus"] == "wikitext2" and cal.provenance["seed"] == 1
     assert cal.provenance["samples"] == 4 and cal.tokens == 4 * 64
     again = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
-    for site in _core.Calibration.sites():
+    for site in socllm.calibration.Calibration.sites():
         np.testing.assert_array_equal(cal.absmax(site), again.absmax(site))  # deterministic
     a = cal.absmax("mlp_act")
     assert a.shape == (30, 1536) and (a >= 0).all() and a.max() > 1

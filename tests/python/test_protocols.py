@@ -1,5 +1,5 @@
 """The shared evaluation pieces against brute force: the perplexity windows
-(socllm.perplexity.sliding_windows) and paired differences (socllm.stats)."""
+(socllm.eval.perplexity.sliding_windows) and paired differences (socllm.eval.stats)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from socllm.perplexity import sliding_windows
-from socllm.stats import paired_difference
+from socllm.eval.perplexity import sliding_windows
+from socllm.eval.stats import paired_difference
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibrate import (
+from socllm.calibration.calibrate import (
     calibrate_act_scales,
     calibrate_outliers,
     calibration_windows,

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import socllm
-from socllm import _core
-from socllm.calibrate import (
+from socllm.calibration.calibrate import (
     calibrate_act_scales,
     calibrate_outliers,
     corpus_tokens,
@@ -23,7 +22,7 @@ from socllm.configs import graph_census, load_config
 from socllm.configs import known as known_configs
 from socllm.devices import known as known_devices
 from socllm.devices import load_profile
-from socllm.timeline import simulate, simulate_model
+from socllm.sim.timeline import simulate, simulate_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -201,7 +200,7 @@ def test_placement_lives_in_the_plan():
     assert len(shadow) == 96 - round(0.85 * 96)
     assert all(t["name"].endswith("shadow.down") for t in shadow)
     assert all(t["ops"][0]["k"] == 10 for t in shadow)  # 10 channels (seed 001 Fig. 10)
-    rows = _core.prefill_graph_rows
+    rows = socllm.sim.prefill_graph_rows
     assert rows(64, 256) == 64 and rows(20, 256) == 32 and rows(1000, 256) == 256
     assert rows(1000, 0) == 1000
 
@@ -241,7 +240,7 @@ def test_engine_shadow_loads_reach_the_graph(smollm, tmp_path):
         t = simulate_model(smollm, ids, "snapdragon-8gen3", plan, chunk=128)
         shadow = [x for x in t.tasks if x["kind"] == "shadow"]
         # independent count: run the same chunks again and read the engine's counters
-        p = _core.Plan({**_core.Plan(plan).to_json(), "chunk_len": 128})
+        p = socllm.Plan({**socllm.Plan(plan).to_json(), "chunk_len": 128})
         smollm.shadow_stats(p, reset=True)
         cache = smollm.new_cache(len(ids))
         smollm.step(cache, ids, plan=p)

@@ -1,9 +1,9 @@
-"""``socllm sweep`` (socllm.sweep): the grid is checked before anything runs, the paired bootstrap
-interval against an exact enumeration, the table against hand-made records, and a tiny grid on a
-local Ray cluster: a sweep killed mid-way resumes without losing a finished cell, a worker that
-dies is retried and reported (or listed as failed), a cell interrupted mid-way resumes from the
-requests it had scored, and the cells reproduce the per-document
-scores of the existing accuracy table (docs/results/plan_accuracy.json)."""
+"""``socllm sweep`` (socllm.eval.sweep): the grid is checked before anything runs, the paired
+bootstrap interval against an exact enumeration, the table against hand-made records, and a tiny
+grid on a local Ray cluster: a sweep killed mid-way resumes without losing a finished cell, a
+worker that dies is retried and reported (or listed as failed), a cell interrupted mid-way
+resumes from the requests it had scored, and the cells reproduce the per-document scores of the
+existing accuracy table (docs/results/plan_accuracy.json)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("socllm._core")
+pytest.importorskip("socllm")
 
 import socllm
-from socllm import sweep as sw
 from socllm.errors import InvalidArgumentError
-from socllm.stats import paired_bootstrap_ci
+from socllm.eval import sweep as sw
+from socllm.eval.stats import paired_bootstrap_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN_ACCURACY = ROOT / "docs" / "results" / "plan_accuracy.json"
@@ -204,7 +204,7 @@ def test_forest_plot_draws_the_tables_numbers(tmp_path):
     """The plot's panels carry the table's paired changes and intervals in points, the KL with
     its interval, errors by name, blanks for cells not run, and the mean's ±1.96 se."""
     import matplotlib.pyplot as plt
-    from socllm.sweep_plot import forest_figure, forest_panels, plot_forest
+    from socllm.eval.sweep_plot import forest_figure, forest_panels, plot_forest
 
     cells = sw.plan_grid(
         ["smollm2-135m"],
@@ -285,8 +285,8 @@ def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm
     assert rec["error"] == "UnsupportedError: residual in fp16 overflows"
     # every record names the code and machine it came from
     prov = rec["provenance"]
-    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()
-    assert prov["blas"] == socllm._core.blas_info()["corename"] and prov["cpu_model"]
+    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm.ops.isa()
+    assert prov["blas"] == socllm.blas_info()["corename"] and prov["cpu_model"]
 
     def plain(*_):
         raise ValueError("not the engine")
@@ -299,7 +299,7 @@ def test_engine_refusals_are_results_other_errors_are_raised(monkeypatch, smollm
 def test_worker_loads_the_calibration_and_leaves_no_file(monkeypatch, tmp_path, smollm):
     """A cell's calibration arrives as bytes (through Ray): the worker loads it into the engine
     and deletes the file it read it from (they used to pile up in /tmp)."""
-    threads, level = socllm._core.num_threads(), socllm._core.log_level()
+    threads, level = socllm.num_threads(), socllm.log_level()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(sw, "_MODELS", {})
     try:
@@ -307,8 +307,8 @@ def test_worker_loads_the_calibration_and_leaves_no_file(monkeypatch, tmp_path, 
         m = sw._worker_model(str(smollm.path), calib, threads)
         assert sw._worker_model(str(smollm.path), calib, threads) is m  # cached by content
     finally:
-        socllm._core.set_num_threads(threads)
-        socllm._core.set_log_level(level)
+        socllm.set_num_threads(threads)
+        socllm.set_log_level(level)
     assert list(tmp_path.iterdir()) == []
     assert m.calibration is not None and m.calibration_path is None
     m.logits([1, 2, 3], "w8a8")  # a static plan: it needs the loaded scales
@@ -318,7 +318,7 @@ def test_cell_killed_mid_way_resumes_from_its_scored_requests(monkeypatch, tmp_p
     """An lm-eval cell interrupted after its first engine batch keeps that batch's requests in
     its per-request cache; the next attempt runs only the other inputs and gives the result of
     an uninterrupted run, document for document."""
-    threads, level = socllm._core.num_threads(), socllm._core.log_level()
+    threads, level = socllm.num_threads(), socllm.log_level()
     monkeypatch.setattr(sw, "_MODELS", {(str(smollm.path), ""): smollm})
     cell = sw.Cell(str(smollm.path), "none", "w8-group", "arc_easy")
     settings = sw.SweepSettings(limit=5, cpus_per_cell=threads)
@@ -347,8 +347,8 @@ def test_cell_killed_mid_way_resumes_from_its_scored_requests(monkeypatch, tmp_p
         interrupt, batches[:] = False, []
         rec = sw.run_cell(cell, settings, None, partial)
     finally:
-        socllm._core.set_num_threads(threads)
-        socllm._core.set_log_level(level)
+        socllm.set_num_threads(threads)
+        socllm.set_log_level(level)
     assert rec["resumed_requests"] == first
     assert sum(batches) == sum(uninterrupted) - uninterrupted[0]
     assert rec["result"] == whole["result"] and rec["result"]["n"] == 5
@@ -460,7 +460,7 @@ def test_cells_reproduce_the_accuracy_table(sweep_dir):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one machine and one build ran every cell
     (prov,) = summary["provenance"]
-    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm._core.ops.isa()
+    assert prov["socllm"] == socllm.__version__ and prov["isa"] == socllm.ops.isa()
 
 
 def test_cells_run_no_more_at_once_than_the_cluster_has_cpus_for(sweep_dir):

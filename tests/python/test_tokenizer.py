@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_core = pytest.importorskip("socllm._core", reason="socllm's C++ module is not built")
+pytest.importorskip("socllm", reason="socllm's C++ module is not built")
 
+import socllm
 from socllm.errors import UnsupportedError
 from socllm.tokenizer import (
     bytes_to_unicode,
@@ -73,7 +74,7 @@ def smol_path() -> Path:
 
 @pytest.fixture(scope="module")
 def smol_md(smol_path: Path) -> dict:
-    return _core.GgufFile(str(smol_path)).metadata
+    return socllm.io.GgufFile(str(smol_path)).metadata
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ def test_special_tokens_are_single_ids(ours, smol_md: dict):
     assert ours.decode(ours.encode("<|im_start|>hi<|im_end|>").ids) == "hi"
 
 
-def test_core_vocab_equals_gguf_py(smol_path: Path, smol_md: dict):
+def test_cpp_vocab_equals_gguf_py(smol_path: Path, smol_md: dict):
     gguf = pytest.importorskip("gguf")
     fields = gguf.GGUFReader(str(smol_path)).fields
     for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"):
@@ -296,7 +297,7 @@ def _write_tokenizer_gguf(
 def test_variant_matches_transformers(variant: str, smol_md: dict, tmp_path: Path):
     path = tmp_path / f"{variant}.gguf"
     _write_tokenizer_gguf(path, smol_md, **VARIANTS[variant])
-    md = _core.GgufFile(str(path)).metadata
+    md = socllm.io.GgufFile(str(path)).metadata
     ours = tokenizer_from_gguf_vocab(**_vocab_args(md))
     ref = _reference(path)
     assert json.loads(ours.to_str()) == json.loads(ref.backend_tokenizer.to_str())
@@ -308,7 +309,7 @@ def test_variant_matches_transformers(variant: str, smol_md: dict, tmp_path: Pat
 
 
 def test_gemma3_tokenizer_ids_equal_transformers(gemma_path: Path, gemma_hf_tokenizer):
-    md = _core.GgufFile(str(gemma_path)).metadata
+    md = socllm.io.GgufFile(str(gemma_path)).metadata
     assert md["tokenizer.ggml.model"] == "llama" and md["general.architecture"] == "gemma3"
     ours = tokenizer_from_gguf_vocab(**_vocab_args(md), arch=md["general.architecture"])
     ref = gemma_hf_tokenizer

@@ -34,7 +34,7 @@ def graph_census(
     sharing: bool = True,
 ) -> dict:
     """Static graphs one chunked prefill under ``plan`` builds (seed 001 §3.2), from the block
-    description (cpp/include/socllm/block.h), with per-chunk subgraph counts:
+    description (cpp/block/block.h), with per-chunk subgraph counts:
     ``subgraphs_per_chunk`` and ``shareable_per_chunk`` are the paper's 144 and 120 for
     Qwen1.5-1.8B. ``name_or_config``: a name of :func:`known`, a config dict or a loaded model."""
     from .. import _core

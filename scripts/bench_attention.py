@@ -80,7 +80,7 @@ def variants(keep: float) -> dict[str, str]:
 def real_qkv(model: str, layer: int, tokens: int, quiet: bool):
     """A layer's Q [H, T, hd], K/V [Hkv, T, hd] of one fp32 run over a WikiText-2 held-out
     window (the text evaluation never calibrates on)."""
-    from socllm.calibration.calibrate import corpus_tokens, held_out_tokens
+    from socllm.calibration import corpus_tokens, held_out_tokens
 
     m = socllm.load(model, progress=not quiet)
     cfg = m.config

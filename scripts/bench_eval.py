@@ -121,8 +121,7 @@ def main() -> int:
         if args.calib:
             model.load_calibration(args.calib)
         elif any(socllm.Plan(p).needs_calibration for p in plans):
-            from socllm.calibration.calibrate import save_calibration
-            from socllm.calibration.steps import run_steps
+            from socllm.calibration import run_steps, save_calibration
 
             cal = run_steps(model, ["act-scales"], samples=16, seqlen=256, progress=False)
             model.load_calibration(save_calibration(Path(tmp) / "calib.h5", cal, model))

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 import socllm
-from socllm.calibration.calibrate import corpus_tokens, held_out_tokens
+from socllm.calibration import corpus_tokens, held_out_tokens
 from socllm.eval.report import paired_nll_vs
 from socllm.io.files import check_output_path, emit_json
 from tqdm.auto import tqdm

@@ -18,8 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 import socllm
-from socllm.calibration.calibrate import load_calibration
-from socllm.calibration.edgeflow import SMOOTHING_GRID
+from socllm.calibration import SMOOTHING_GRID, load_calibration
 from socllm.io.files import check_output_path, emit_json
 
 

@@ -262,7 +262,7 @@ def fit(configs) -> tuple[dict, dict]:
     """System-level parameters fitted (log least squares) to the fit rows only: llm.npu+'s
     9.1 s (Fig. 1) and the 7-bit mean speedups over llama.cpp, MNN and llm.npu+ (§5.2). Held
     out: the 4-bit speedups, the long-prompt range, the ablation and the energy."""
-    from scipy.optimize import least_squares
+    from socllm.sim import least_squares_bounded
 
     names = list(NEUTRAL)
     fit_systems = [("llama.cpp", 8), ("mnn", 8), ("llm.npu+", 8), ("edgeflow", 7)]
@@ -277,9 +277,10 @@ def fit(configs) -> tuple[dict, dict]:
 
     lo, hi = zip(*(FIT_BOUNDS[n] for n in names), strict=True)
     x0 = [NEUTRAL[n] if NEUTRAL[n] > lo[i] else (lo[i] + hi[i]) / 4 for i, n in enumerate(names)]
-    r = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.05, x_scale=[1, 1, 1, 1])
-    params = dict(zip(names, (float(v) for v in r.x), strict=True))
-    return params, {"cost": float(r.cost), "nfev": int(r.nfev), "residuals_log": r.fun.tolist()}
+    # bounded Levenberg-Marquardt on Eigen (cpp/soc/fit.h)
+    r = least_squares_bounded(residuals, x0, lo, hi, diff_step=0.05)
+    params = dict(zip(names, (float(v) for v in r["x"]), strict=True))
+    return params, {"cost": r["cost"], "nfev": r["evals"], "residuals_log": r["residuals"]}
 
 
 def print_report(name: str, rep: dict, configs) -> None:

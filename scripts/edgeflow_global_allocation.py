@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from socllm.calibration.calibrate import load_calibration
-from socllm.calibration.edgeflow import using_calibration
-from socllm.calibration.steps import run_steps
+from socllm.calibration import load_calibration, run_steps, using_calibration
 from socllm.eval.report import paired_nll_vs
 from socllm.io.files import emit_json
 
@@ -56,7 +54,7 @@ def main(argv=None) -> int:
         "--importance",
         nargs="+",
         default=["output-share", "output-absolute", "none"],
-        help="the global heap's error weightings to compare (calibrate_edgeflow.BIT_IMPORTANCE)",
+        help="the global heap's error weightings to compare (socllm calibrate --bit-importance)",
     )
     add_window_args(ap)
     args = ap.parse_args(argv)

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import socllm
-from scipy.optimize import least_squares
 from socllm.devices import fit as devfit
 from socllm.devices import load_profile
 from socllm.io.files import atomic_write_text
@@ -115,12 +114,13 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     profile = load_profile("snapdragon-8gen3")
-    fit = least_squares(
-        residuals, x0=np.log([1.5, 2.0, 2000.0]), args=(profile,), x_scale=1.0, diff_step=1e-3
+    # Levenberg-Marquardt on Eigen (cpp/soc/fit.h), in log space
+    fit = socllm.sim.least_squares_bounded(
+        lambda x: residuals(np.asarray(x), profile), np.log([1.5, 2.0, 2000.0]), diff_step=1e-3
     )
-    params = dict(zip(NAMES, np.exp(fit.x).tolist(), strict=True))
+    params = dict(zip(NAMES, np.exp(fit["x"]).tolist(), strict=True))
     print("fitted on Qwen1.5-1.8B: " + ", ".join(f"{k} {v:.3f}" for k, v in params.items()))
-    print("  residuals (log): " + ", ".join(f"{r:+.3f}" for r in fit.fun))
+    print("  residuals (log): " + ", ".join(f"{r:+.3f}" for r in fit["residuals"]))
     fitted = with_params(profile, params)
     micro, e2e = predictions(profile, ""), predictions(fitted, "llmnpu-e2e")
     rows = []
@@ -189,7 +189,9 @@ def main() -> int:
             json.dumps(
                 {
                     "params": params,
-                    "residuals": fit.fun.tolist(),
+                    "residuals": fit["residuals"],
+                    "cost": fit["cost"],
+                    "evals": fit["evals"],
                     "rows": rows,
                     "micro": micro,
                     "e2e": e2e,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from socllm.calibration.steps import run_steps  # noqa: E402
+from socllm.calibration import run_steps  # noqa: E402
 from socllm.eval.perplexity import eval_wikitext2  # noqa: E402
 from socllm.eval.report import paired_nll_vs  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402

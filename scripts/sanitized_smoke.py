@@ -51,7 +51,7 @@ def check_module(expect: str | None) -> None:
 
 
 def calibrate(m, tmp: Path):
-    from socllm.calibration.calibrate import (
+    from socllm.calibration import (
         calibrate_act_scales,
         calibrate_outliers,
         load_calibration,
@@ -60,7 +60,7 @@ def calibrate(m, tmp: Path):
 
     cal = calibrate_act_scales(m, samples=2, seqlen=32, progress=False)
     cal = calibrate_outliers(m, cal, progress=False)
-    from socllm.calibration.edgeflow import calibrate_smoothing
+    from socllm.calibration import calibrate_smoothing
 
     calibrate_smoothing(m, cal, smoothing_windows=1, smoothing_rows=8, progress=False)
     path = save_calibration(tmp / "calib.h5", cal, m)
@@ -127,7 +127,7 @@ def main() -> None:
 
     check_module(args.expect_module)
     import socllm
-    from socllm.calibration.calibrate import corpus_tokens
+    from socllm.calibration import corpus_tokens
     from socllm.io.convert import convert
     from socllm.registry import BUILTIN_MODELS
 

@@ -30,7 +30,7 @@ pipq "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 echo "[setup] building socllm (C++ core + Python module)"
 # SOCLLM_BUILD_TYPE=RelWithDebInfo: the same -O3 code with symbols, for perf (CMakeLists.txt).
 BUILD_TYPE=${SOCLLM_BUILD_TYPE:-Release}
-pipq --no-build-isolation -e ".[reference,test,eval,scripts,profiler,sweep]" \
+pipq --no-build-isolation -e ".[reference,test,eval,profiler,sweep]" \
   --config-settings=cmake.build-type="$BUILD_TYPE" \
   --config-settings=install.strip="$([ "$BUILD_TYPE" = Release ] && echo true || echo false)"
 echo "[setup] done"

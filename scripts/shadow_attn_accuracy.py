@@ -38,7 +38,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
-from socllm.calibration.calibrate import corpus_tokens, held_out_tokens  # noqa: E402
+from socllm.calibration import corpus_tokens, held_out_tokens  # noqa: E402
 from socllm.eval.stats import paired_difference  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402
 

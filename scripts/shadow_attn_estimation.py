@@ -35,7 +35,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
-from socllm.calibration.calibrate import corpus_tokens, held_out_tokens  # noqa: E402
+from socllm.calibration import corpus_tokens, held_out_tokens  # noqa: E402
 from socllm.io.files import emit_json  # noqa: E402
 
 RATIOS = (0.2, 0.3, 0.4, 0.5, 0.8)

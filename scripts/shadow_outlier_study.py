@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from socllm.calibration.calibrate import (  # noqa: E402
+from socllm.calibration import (  # noqa: E402
     calibration_split,
     corpus_tokens,
     held_out_tokens,

@@ -91,6 +91,10 @@ inline std::string shape_str(const py::array& a) {
   return shape_str(std::vector<int64_t>(a.shape(), a.shape() + a.ndim()));
 }
 
+// Token sequences (an iterable of what to_token_ids takes); InvalidArgument if there are none.
+// Defined in engine.cpp.
+std::vector<std::vector<int32_t>> to_batch(const py::handle& seqs, const char* fn);
+
 // A Plan from a Plan, a name ("w8a8", "smoothquant:alpha=0.8") or a dict (plan.h JSON form).
 // Defined in plan.cpp.
 Plan plan_from_py(const py::handle& p);
@@ -129,5 +133,6 @@ void init_calibration(py::module_& m);  // calibration.cpp: calibration/
 void init_block(py::module_& m);        // block.cpp: block/, npu/
 void init_engine(py::module_& m);       // engine.cpp: engine/
 void init_sim(py::module_& sim);        // sim.cpp: sim/
+void init_calibrate(py::module_& m);    // calibrate.cpp: calibrate/
 
 }  // namespace socllm::py_bind

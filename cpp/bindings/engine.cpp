@@ -10,14 +10,14 @@
 
 namespace socllm::py_bind {
 
-namespace {
-
 std::vector<std::vector<int32_t>> to_batch(const py::handle& seqs, const char* fn) {
   std::vector<std::vector<int32_t>> out;
   for (py::handle s : py::iter(seqs)) out.push_back(to_token_ids(s, fn));
   if (out.empty()) throw InvalidArgument(std::string("[") + fn + "] no sequences given");
   return out;
 }
+
+namespace {
 
 py::dict shadow_stats_to_py(const quant::ShadowStats& s) {
   py::dict d;

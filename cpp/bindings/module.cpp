@@ -19,5 +19,6 @@ PYBIND11_MODULE(_core, m) {
   b::init_calibration(m);
   b::init_block(m);
   b::init_engine(m);
+  b::init_calibrate(m);
   b::init_sim(sim);
 }

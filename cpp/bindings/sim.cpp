@@ -165,6 +165,23 @@ void init_sim(py::module_& s) {
       "A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of "
       "a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device "
       "(cold_start.h); policy '' = the system's own.");
+  s.def(
+      "channel_cold_start_cost",
+      [](const py::object& profile, const py::handle& in_features) {
+        const auto dev = profile_from_py(profile);
+        const auto n = numeric_array<int64_t>(in_features, "[channel_cold_start_cost] in_features");
+        if (n.ndim() != 1)
+          throw ShapeError("[channel_cold_start_cost] in_features must be 1-D, got " +
+                           shape_str(n));
+        auto t = channel_cold_start_cost(dev, {n.data(), static_cast<size_t>(n.size())});
+        py::array_t<double> table({static_cast<py::ssize_t>(n.size()), py::ssize_t{8}});
+        std::copy(t.seconds.begin(), t.seconds.end(), table.mutable_data());
+        return py::make_tuple(table, json_to_py(t.inputs));
+      },
+      py::arg("profile"), py::arg("in_features"),
+      "(seconds [channels, 8], inputs): the modelled cold-start cost of single output channels of "
+      "in_features weights at 1..8 bits (column B - 1) and the profile numbers it used with their "
+      "sources (cold_start.h; bit_scope global-ttft's costs).");
 }
 
 }  // namespace socllm::py_bind

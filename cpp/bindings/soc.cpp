@@ -1,14 +1,23 @@
-// Mirrors cpp/soc/ (soc.h) as part of socllm._core.sim: device profiles (and the folder named
-// ones are read from) and cost models.
+// Mirrors cpp/soc/ (soc.h, fit.h) as part of socllm._core.sim: device profiles (and the folder
+// named ones are read from), cost models, and the dense fits device numbers come from.
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "soc/fit.h"
 #include "soc/soc.h"
 
 namespace socllm::py_bind {
 
 namespace {
 soc::OpDesc op_from_py(const py::handle& o) { return soc::OpDesc::from_json(py_to_json(o)); }
+
+std::vector<double> doubles(const py::handle& a, const std::string& what, int ndim = 1) {
+  const auto arr = numeric_array<double>(a, "[fit] " + what);
+  if (arr.ndim() != ndim)
+    throw ShapeError("[fit] " + what + " must be " + std::to_string(ndim) + "-D, got " +
+                     shape_str(arr));
+  return {arr.data(), arr.data() + arr.size()};
+}
 
 }  // namespace
 
@@ -85,6 +94,68 @@ void init_soc(py::module_& s) {
       .def("with_co_runner", &soc::CostModel::with_co_runner, py::arg("scenario"))
       .def_property_readonly("co_runner", &soc::CostModel::co_runner)
       .def("scenarios", &soc::CostModel::scenarios);
+
+  // fit.h
+  s.def(
+      "linear_least_squares",
+      [](const py::handle& A, const py::handle& b, const py::handle& w) {
+        const auto a = numeric_array<double>(A, "[fit] A");
+        if (a.ndim() != 2) throw ShapeError("[fit] A must be 2-D, got " + shape_str(a));
+        const auto bv = doubles(b, "b");
+        const auto wv = w.is_none() ? std::vector<double>{} : doubles(w, "weights");
+        return fit::linear_least_squares({a.data(), static_cast<size_t>(a.size())}, a.shape(0),
+                                         a.shape(1), bv, wv);
+      },
+      py::arg("A"), py::arg("b"), py::arg("weights") = py::none(),
+      "x minimising sum w_i (A_i x - b_i)^2 (fit.h; column-pivoting QR on Eigen).");
+  s.def(
+      "polyfit",
+      [](const py::handle& x, const py::handle& y, int degree) {
+        return fit::polyfit(doubles(x, "x"), doubles(y, "y"), degree);
+      },
+      py::arg("x"), py::arg("y"), py::arg("degree"),
+      "numpy.polyfit's least-squares polynomial, highest power first (fit.h).");
+  s.def(
+      "fit_roofline",
+      [](const py::handle& flops, const py::handle& bytes, const py::handle& t_us,
+         double compute_gops) {
+        const auto r = fit::fit_roofline(doubles(flops, "flops"), doubles(bytes, "weight_bytes"),
+                                         doubles(t_us, "t_us"), compute_gops);
+        py::dict d;
+        d["overhead_us"] = r.overhead_us;
+        d["weight_gbps"] = r.weight_gbps;
+        d["squared_relative_error"] = r.squared_relative_error;
+        return d;
+      },
+      py::arg("flops"), py::arg("weight_bytes"), py::arg("t_us"), py::arg("compute_gops"),
+      "A matmul roofline t = overhead + max(flops / compute, bytes / weight rate) fitted to "
+      "measured times at a fixed compute rate (fit.h): {overhead_us, weight_gbps, "
+      "squared_relative_error}.");
+  s.def(
+      "least_squares_bounded",
+      [](const py::function& residuals, const py::handle& x0, const py::handle& lo,
+         const py::handle& hi, double diff_step, double ftol, double xtol, int64_t max_evals) {
+        fit::BoundedFitOptions o{diff_step, ftol, xtol, max_evals};
+        const auto lov = lo.is_none() ? std::vector<double>{} : doubles(lo, "lower bounds");
+        const auto hiv = hi.is_none() ? std::vector<double>{} : doubles(hi, "upper bounds");
+        // the residuals are Python (they run simulations): the GIL stays held
+        const auto r = fit::least_squares_bounded(
+            [&](const std::vector<double>& x) { return doubles(residuals(x), "residuals"); },
+            doubles(x0, "x0"), lov, hiv, o);
+        py::dict d;
+        d["x"] = r.x;
+        d["residuals"] = r.residuals;
+        d["cost"] = r.cost;
+        d["evals"] = r.evals;
+        d["converged"] = r.converged;
+        return d;
+      },
+      py::arg("residuals"), py::arg("x0"), py::arg("lo") = py::none(), py::arg("hi") = py::none(),
+      py::arg("diff_step") = 1e-3, py::arg("ftol") = 1e-10, py::arg("xtol") = 1e-10,
+      py::arg("max_evals") = 2000,
+      "Bounded non-linear least squares, min 1/2 sum r(x)^2 over lo <= x <= hi, by "
+      "Levenberg-Marquardt on a forward-difference Jacobian (fit.h): {x, residuals, cost, evals, "
+      "converged}.");
 }
 
 }  // namespace socllm::py_bind

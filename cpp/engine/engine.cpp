@@ -90,16 +90,6 @@ struct Engine::Batch {
 
 namespace {
 
-const float* site_weights(const LayerWeights& L, LinearSite s) {
-  switch (s) {
-    case LinearSite::AttnIn: return L.wqkv.ptr();
-    case LinearSite::AttnOut: return L.wo.ptr();
-    case LinearSite::MlpIn: return L.w_gate_up.ptr();
-    case LinearSite::MlpAct: return L.w_down.ptr();
-  }
-  return nullptr;
-}
-
 const float* site_bias(const LayerWeights& L, LinearSite s) {
   return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
 }
@@ -299,7 +289,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
       quant::LinearContext ctx = sc.context();
       ctx.shadow = shadow.empty() ? nullptr : &shadow[static_cast<size_t>(l * kNumLinearSites + s)];
       prep->layers[l][s] = std::make_unique<quant::PreparedLinear>(
-          site_weights(L, site), linear_out_width(c, site), linear_site_width(c, site),
+          site_weights(L, site).ptr(), linear_out_width(c, site), linear_site_width(c, site),
           site_bias(L, site), plan.linear, ctx);
       if (fold && (site == LinearSite::AttnIn || site == LinearSite::MlpIn)) {
         const TensorF32& g = site == LinearSite::AttnIn ? L.attn_norm : L.ffn_norm;
@@ -347,7 +337,8 @@ npu::StaticGraph Engine::subgraph(const Plan& plan, const PreparedLinears* prep,
 
 std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, int64_t layer,
                                                               LinearSite site,
-                                                              std::optional<double> alpha) const {
+                                                              std::optional<double> alpha,
+                                                              const Calibration* given) const {
   const auto& c = model_->config();
   if (layer < 0 || layer >= c.n_layers)
     throw InvalidArgument("[Engine.prepare_linear] layer " + std::to_string(layer) +
@@ -355,11 +346,13 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
   if (alpha && !(*alpha >= 0.0 && *alpha <= 1.0))
     throw InvalidArgument("[Engine.prepare_linear] alpha must be in [0, 1], got " +
                           std::to_string(*alpha));
-  std::shared_ptr<const Calibration> calib;
+  std::shared_ptr<const Calibration> loaded;
   {
     std::lock_guard lock(mu_);
-    calib = calib_;
+    loaded = calib_;
   }
+  const Calibration* calib = given ? given : loaded.get();
+  if (given) given->check_matches(c);
   if (plan.linear.needs_calibration() && (!calib || !calib->has_act_scales()))
     throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
                           "' needs calibration, and none is loaded");
@@ -374,20 +367,22 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
         "[Engine.prepare_linear] shadow-outlier linears are built with the "
         "whole plan (Engine.prepare)");
   check_linears_available(Plan{});  // built from the model's fp32 weights
-  const SiteContext sc = site_context(calib.get(), plan, layer, site, /*fold=*/false, alpha);
+  const SiteContext sc = site_context(calib, plan, layer, site, /*fold=*/false, alpha);
   const LayerWeights& L = model_->layer(layer);
-  return std::make_unique<quant::PreparedLinear>(site_weights(L, site), linear_out_width(c, site),
-                                                 linear_site_width(c, site), site_bias(L, site),
-                                                 plan.linear, sc.context());
+  return std::make_unique<quant::PreparedLinear>(
+      site_weights(L, site).ptr(), linear_out_width(c, site), linear_site_width(c, site),
+      site_bias(L, site), plan.linear, sc.context());
 }
 
 std::vector<float> Engine::input_smoothing(const Plan& plan, int64_t layer, LinearSite site,
-                                           std::optional<double> alpha) const {
-  std::shared_ptr<const Calibration> calib;
+                                           std::optional<double> alpha,
+                                           const Calibration* given) const {
+  std::shared_ptr<const Calibration> loaded;
   {
     std::lock_guard lock(mu_);
-    calib = calib_;
+    loaded = calib_;
   }
+  const Calibration* calib = given ? given : loaded.get();
   const auto* npu = plan.linear.npu_smoothing ? &*plan.linear.npu_smoothing : nullptr;
   if (!npu || !npu->has_input_part()) return {};
   if (!calib || (!alpha && !npu->alpha && !calib->has_smoothing()))
@@ -396,7 +391,7 @@ std::vector<float> Engine::input_smoothing(const Plan& plan, int64_t layer, Line
   if (layer < 0 || layer >= model_->config().n_layers)
     throw InvalidArgument("[Engine.input_smoothing] layer " + std::to_string(layer) +
                           " outside [0, " + std::to_string(model_->config().n_layers) + ")");
-  return site_context(calib.get(), plan, layer, site, false, alpha).input_smooth;
+  return site_context(calib, plan, layer, site, false, alpha).input_smooth;
 }
 
 std::vector<std::array<TensorF32, kNumLinearSites>> Engine::linear_inputs(
@@ -429,7 +424,7 @@ LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite sit
   if (g.owner) {
     g.linear = &g.owner->at(layer, site);
   } else {
-    g.fp32_weights = site_weights(model_->layer(layer), site);
+    g.fp32_weights = site_weights(model_->layer(layer), site).ptr();
     g.fp32_bias = site_bias(model_->layer(layer), site);
   }
   return g;

@@ -156,12 +156,15 @@ class Engine {
   // One linear of the plan built on its own, its input smoothing divided at run time rather
   // than folded (x is the site's input as the fp32 model computes it); `alpha`, if given,
   // replaces npu smoothing's input exponent (step smoothing's grid search).
+  // `calib`, if given, replaces the loaded calibration (a calibration step's statistics).
   std::unique_ptr<quant::PreparedLinear> prepare_linear(const Plan& plan, int64_t layer,
                                                         LinearSite site,
-                                                        std::optional<double> alpha = {}) const;
+                                                        std::optional<double> alpha = {},
+                                                        const Calibration* calib = nullptr) const;
   // npu smoothing's input divisor S_I^α of a site ([in]; empty without one), as prepare uses it.
   std::vector<float> input_smoothing(const Plan& plan, int64_t layer, LinearSite site,
-                                     std::optional<double> alpha = {}) const;
+                                     std::optional<double> alpha = {},
+                                     const Calibration* calib = nullptr) const;
   // The inputs of every linear site of an fp32 run of a prompt, rows `rows` of it only:
   // [n_layers][site] -> [rows.size(), width] (step smoothing's samples).
   std::vector<std::array<TensorF32, kNumLinearSites>> linear_inputs(

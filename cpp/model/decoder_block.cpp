@@ -91,6 +91,17 @@ int64_t linear_params_per_block(const ModelConfig& c) {
   return n;
 }
 
+const TensorF32& site_weights(const LayerWeights& L, LinearSite s) {
+  switch (s) {
+    case LinearSite::AttnIn: return L.wqkv;
+    case LinearSite::AttnOut: return L.wo;
+    case LinearSite::MlpIn: return L.w_gate_up;
+    case LinearSite::MlpAct: return L.w_down;
+  }
+  throw InvalidArgument("[decoder_block] unknown linear site " +
+                        std::to_string(static_cast<int>(s)));
+}
+
 std::vector<FusedTensor> fused_tensors(const ModelConfig& c, LinearSite s) {
   switch (s) {
     case LinearSite::AttnIn: return {{"wq", c.q_dim()}, {"wk", c.kv_dim()}, {"wv", c.kv_dim()}};

@@ -62,6 +62,8 @@ struct FusedTensor {
 // The tensors of a site in row order: [wq, wk, wv], [wo], [w_gate, w_up] ([w_up] for a plain
 // MLP), [w_down].
 std::vector<FusedTensor> fused_tensors(const ModelConfig& c, LinearSite s);
+// A block's fused weight of a site ([out, in]: the tensors above stacked).
+const TensorF32& site_weights(const LayerWeights& L, LinearSite s);
 
 // What one NPU graph executes (seed 001 §3.2): six subgraphs per layer.
 enum class SubgraphKind : int { AttnIn = 0, Attention, OProj, MlpIn, MlpAct, Down };

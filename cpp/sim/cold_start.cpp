@@ -75,13 +75,60 @@ int64_t cold_start_layer_bytes(const ModelConfig& c, const ColdStartOptions& o) 
   const double rows = static_cast<double>(linear_rows_per_block(c));
   double bytes = 0;
   switch (o.system) {
-    case ColdStartSystem::EdgeFlow: bytes = params * o.bits / 8.0 + rows * (4.0 + 3.0 / 8.0); break;
+    case ColdStartSystem::EdgeFlow:
+      bytes = params * o.bits / 8.0 + rows * kWeightletRowMetadataBytes;
+      break;
     case ColdStartSystem::LlmNpuPlus:
     case ColdStartSystem::LlmNpu: bytes = params; break;  // per-tensor scales: negligible
     case ColdStartSystem::LlamaCpp: bytes = params * kQ8_0BitsPerWeight / 8.0; break;
     case ColdStartSystem::Mnn: bytes = params + rows * 4.0; break;
   }
   return static_cast<int64_t>(std::ceil(bytes));
+}
+
+ChannelCostTable channel_cold_start_cost(const soc::DeviceProfile& device,
+                                         std::span<const int64_t> in_features) {
+  const std::string what = "the cold-start cost of a channel (bit_scope global-ttft)";
+  const char* rel_ptr = "/processors/cpu_all/unpack_weightlet_relative_time_by_bits";
+  const soc::CostModel cost(device);
+  // per byte read and per weight unpacked, through the cost model (both are linear in size)
+  constexpr double kProbe = 1e6;
+  soc::OpDesc read;
+  read.kind = soc::OpKind::FlashRead;
+  read.bytes = static_cast<int64_t>(kProbe);
+  soc::OpDesc unpack;
+  unpack.kind = soc::OpKind::Unpack;
+  unpack.name = "weightlet";
+  unpack.elements = static_cast<int64_t>(kProbe);
+  const double flash_s_per_byte = cost.latency_us(read, soc::Processor::Io) / kProbe * 1e-6;
+  const double unpack_s_per_weight =
+      cost.latency_us(unpack, soc::Processor::CpuAux) / kProbe * 1e-6;
+  const nlohmann::json::json_pointer rel_at(std::string(rel_ptr) + "/value");
+  if (!device.json().contains(rel_at))
+    throw soc::MissingData("[cold start] device '" + device.name() + "' has no " + rel_ptr + " (" +
+                           what + ")");
+  const nlohmann::json& rel = device.json().at(rel_at);
+  if (!rel.is_array() || rel.size() != 8 ||
+      !std::all_of(rel.begin(), rel.end(), [](const auto& v) { return v.is_number(); }))
+    throw FormatError("[cold start] device '" + device.name() + "': " + rel_ptr +
+                      " must list 8 numbers (1..8 bits), got " + rel.dump());
+  ChannelCostTable t;
+  t.seconds.resize(in_features.size() * 8);
+  for (size_t i = 0; i < in_features.size(); ++i) {
+    const double n = static_cast<double>(in_features[i]);
+    for (int b = 1; b <= 8; ++b)
+      t.seconds[i * 8 + static_cast<size_t>(b - 1)] =
+          (n * b / 8.0 + kWeightletRowMetadataBytes) * flash_s_per_byte +
+          n * unpack_s_per_weight * rel[static_cast<size_t>(b - 1)].get<double>();
+  }
+  t.inputs = {
+      {"flash_s_per_byte",
+       {{"value", flash_s_per_byte}, {"source", device.source("/cost_model/memory/flash_gbps")}}},
+      {"unpack_s_per_weight",
+       {{"value", unpack_s_per_weight},
+        {"source", device.source("/cost_model/cpu/unpack_weightlet_gweights_s")}}},
+      {"unpack_relative", {{"value", rel}, {"source", device.source(rel_ptr)}}}};
+  return t;
 }
 
 sched::TaskGraph cold_start_graph(const ModelConfig& c, const soc::DeviceProfile& device,

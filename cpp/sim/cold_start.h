@@ -25,7 +25,9 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "sched/simulator.h"
@@ -48,6 +50,10 @@ struct ColdStartOptions {
   int64_t steal_threshold = 5;
 };
 
+// What an EdgeFlow weightlet row stores besides its weights: an fp32 scale and a 3-bit width
+// code (seed 004 §4.2).
+inline constexpr double kWeightletRowMetadataBytes = 4.0 + 3.0 / 8.0;
+
 // Bytes a system reads for one decoder layer's linear weights.
 int64_t cold_start_layer_bytes(const ModelConfig& c, const ColdStartOptions& o);
 
@@ -63,6 +69,20 @@ struct ColdStartTimeline {
 // a non-positive prompt, an unknown policy.
 sched::TaskGraph cold_start_graph(const ModelConfig& c, const soc::DeviceProfile& device,
                                   const ColdStartOptions& o);
+// The modelled cold-start cost of single output channels at 1..8 bits (issue 14 item 6: one
+// bit-allocation heap over every channel of a model under a time budget): a channel of n weights
+// at B bits reads n·B/8 bytes plus its row metadata from flash (Io) and is unpacked on one
+// thread at the weightlet rate, times the measured time of a B-bit mix relative to 5 bits
+// (/processors/cpu_all/unpack_weightlet_relative_time_by_bits; the rate's number is for the
+// paper's mix, taken as the 5-bit one). `seconds` is [channels, 8] (column B - 1); `inputs` the
+// profile numbers used, with their sources. MissingData naming what is absent.
+struct ChannelCostTable {
+  std::vector<double> seconds;
+  nlohmann::json inputs;
+};
+ChannelCostTable channel_cold_start_cost(const soc::DeviceProfile& device,
+                                         std::span<const int64_t> in_features);
+
 ColdStartTimeline simulate_cold_start(const ModelConfig& c, const soc::DeviceProfile& device,
                                       const ColdStartOptions& o);
 

@@ -11,13 +11,13 @@ line on stderr (exit status 2), no traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
-from .calibration.edgeflow import BIT_IMPORTANCE, BITWIDTH_SCOPES
 from .io.files import check_distinct_outputs, check_output_path
 from .io.files import emit_json as _emit_json
 
@@ -135,6 +135,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from .errors import InvalidArgumentError
     from .eval import divergence, perplexity
     from .model import load
 
@@ -146,6 +147,12 @@ def cmd_eval(args) -> int:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
     plans = _plans(args.plan)
+    if args.device is not None and not metrics:
+        raise InvalidArgumentError("--device times the --metrics windows: give --metrics")
+    if args.decode_tokens is not None and args.device is None:
+        raise InvalidArgumentError("--decode-tokens needs --device")
+    if args.device is not None:
+        _core.sim.load_device(args.device)  # an unknown device before any work
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     _core.Plan(args.reference)
     model = load(args.model, calib=args.calib, progress=not args.quiet)
@@ -158,6 +165,8 @@ def cmd_eval(args) -> int:
             context=args.context or divergence.DEFAULT_CONTEXT,
             windows=args.windows or None,
             progress=not args.quiet,
+            device=args.device,
+            decode_tokens=args.decode_tokens or 0,
         )
         for name, s in compared.items():
             results.append({"task": "metrics", "metrics": metrics, **s})
@@ -212,13 +221,26 @@ def cmd_eval(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibration.calibrate import load_calibration, save_calibration
-    from .calibration.steps import run_steps, step_options
+    from .calibration import (
+        check_options,
+        load_calibration,
+        run_steps,
+        save_calibration,
+        step_options,
+    )
+    from .errors import InvalidArgumentError
     from .model import load
 
     _setup(args)
-    if not [s for s in args.steps.split(",") if s.strip()]:
+    names = [s.strip() for s in args.steps.split(",") if s.strip()]
+    if not names:
         raise SystemExit("socllm calibrate: no steps given")
+    opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
+    try:  # options before any work, named by their flags
+        check_options(names, opts)
+    except InvalidArgumentError as e:
+        flag = re.sub(r"option '(\w+)'", lambda m: "--" + m[1].replace("_", "-"), str(e))
+        raise InvalidArgumentError(flag) from None
     # --out may be the --calib file: it is read whole before the atomic write replaces it
     model_files = _inputs(args.model)
     check_distinct_outputs({"--out": args.out, "--json": args.json})
@@ -226,7 +248,6 @@ def cmd_calibrate(args) -> int:
     _check_outputs({"--json": args.json}, [*model_files, *_inputs(None, args.calib)])
     model = load(args.model, progress=not args.quiet)
     data = load_calibration(args.calib, model) if args.calib else None
-    opts = {k: getattr(args, k) for k in step_options() if getattr(args, k, None) is not None}
     t0 = time.perf_counter()
     # each finished step is saved (atomically) before the next starts: a later step that fails
     # or is interrupted loses nothing, and --calib OUT --steps <the rest> continues
@@ -262,7 +283,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_cold_start(args) -> int:
-    from .calibration.calibrate import corpus_tokens, held_out_tokens
+    from .calibration import corpus_tokens, held_out_tokens
     from .model import FileTokenizer
     from .registry import resolve_model_file
     from .sim.coldstart import cold_start
@@ -437,7 +458,7 @@ def cmd_simulate(args) -> int:
             **timing,
         )
     else:
-        from .calibration.calibrate import corpus_tokens, held_out_tokens
+        from .calibration import corpus_tokens, held_out_tokens
         from .model import load
 
         if args.runtime_graph_build:
@@ -551,6 +572,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--reference", default="fp32", help="--metrics: the plan compared against")
     e.add_argument(
+        "--device",
+        default=None,
+        help="--metrics: plan every plan for this device and time the graph its first window "
+        "executed (accuracy and simulated time of the same numerics)",
+    )
+    e.add_argument(
+        "--decode-tokens",
+        type=_COUNT,
+        default=None,
+        help="--device: greedy decoding steps after the window's prompt, on the same timeline",
+    )
+    e.add_argument(
         "--windows",
         type=_number(int, 1, zero=True),
         default=16,
@@ -571,11 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("calibrate", help="offline calibration statistics -> HDF5")
     k.add_argument("--model", default="smollm2-135m")
-    k.add_argument("--corpus", default="wikitext2")
-    k.add_argument("--samples", type=_COUNT, default=128, help="calibration windows")
-    k.add_argument("--seqlen", type=_WINDOW, default=512, help="tokens per window")
-    k.add_argument("--seed", type=int, default=0)
-    from .calibration.steps import STEPS
+    from .calibration import STEPS
 
     k.add_argument(
         "--steps",
@@ -589,79 +618,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from this calibration file (e.g. --steps pruning-rate); --out may name "
         "the same file to update it",
     )
-    k.add_argument(
-        "--outlier-threshold",
-        choices=("percentile", "maxmin"),
-        default="percentile",
-        help="outliers step: threshold = a percentile of |x| (default) or the calibration max",
-    )
-    k.add_argument(
-        "--percentile",
-        type=_number(float, 0, 100, low_open=True),
-        default=99.99,
-        help="outliers step: percentile of |x| in %%",
-    )
-    k.add_argument(
-        "--budget",
-        type=_number(float, 0),
-        default=None,
-        help="pruning-rate step: relative perplexity budget",
-    )
-    k.add_argument("--validation-tokens", type=_WINDOW, default=None, help="pruning-rate step")
-    k.add_argument("--validation-context", type=_WINDOW, default=None, help="pruning-rate step")
-    k.add_argument("--hot-share", type=_number(float, 0, 1), default=None, help="pruning-rate step")
-    k.add_argument(
-        "--pruning-plan",
-        default=None,
-        help="pruning-rate step: the shadow-outlier plan whose rate is searched (default "
-        "shadow-outlier; e.g. shadow-outlier:residual=cpu/fp32 on a model that overflows fp16)",
-    )
-    k.add_argument(
-        "--importance-samples",
-        type=_COUNT,
-        default=None,
-        help="head-importance step: calibration windows (default 8; the paper's 128 is slower)",
-    )
-    k.add_argument(
-        "--importance-seqlen", type=_WINDOW, default=None, help="head-importance step: tokens"
-    )
-    k.add_argument(
-        "--bits",
-        type=_number(float, 1, 8),
-        default=None,
-        help="smoothing/bitwidths steps: EdgeFlow's average bits per output channel (default 5)",
-    )
-    k.add_argument(
-        "--bit-scope",
-        choices=BITWIDTH_SCOPES,
-        default=None,
-        help="bitwidths step: Algorithm 1 per tensor (the paper), or one heap over every channel "
-        "at the per-tensor allocation's modelled cold-start time (global-ttft)",
-    )
-    k.add_argument(
-        "--bit-importance",
-        choices=BIT_IMPORTANCE,
-        default=None,
-        help="bitwidths step, global-ttft: what weights a channel's error (calibrate_edgeflow)",
-    )
-    k.add_argument(
-        "--cost-device",
-        default=None,
-        help="bitwidths step, global-ttft: the device profile whose flash and unpack costs "
-        "price a bit (default snapdragon-8elite)",
-    )
-    k.add_argument(
-        "--output-quant",
-        choices=("none", "int8", "int16"),
-        default=None,
-        help="smoothing step: the NPU's output quantization the alpha search models (int8)",
-    )
-    k.add_argument(
-        "--smoothing-windows", type=_COUNT, default=None, help="smoothing step: windows (8)"
-    )
-    k.add_argument(
-        "--smoothing-rows", type=_COUNT, default=None, help="smoothing step: rows per window (128)"
-    )
+    # one flag per step option, from the core's registry (cpp/calibrate/steps.h)
+    takers: dict = {}
+    for s in STEPS.values():
+        for name in s.options:
+            takers.setdefault(name, []).append(s)
+    for name, steps in takers.items():
+        default = steps[0].options[name]
+        k.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            choices=steps[0].choices.get(name),
+            default=None,
+            help=f"{steps[0].help[name]} ({', '.join(x.name for x in steps)}; default "
+            f"{default})".replace("%", "%%"),
+        )
     k.add_argument(
         "--out",
         required=True,

@@ -154,7 +154,7 @@ class Targets:
         m.detokenize(ids)
 
     def calibration(self, path: Path) -> None:
-        from socllm.calibration.calibrate import load_calibration
+        from socllm.calibration import load_calibration
 
         m = self.model()
         kept = m.calibration

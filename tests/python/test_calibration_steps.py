@@ -9,8 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import load_calibration, save_calibration
-from socllm.calibration.steps import STEPS, check_schema, run_steps
+from socllm.calibration import STEPS, load_calibration, run_steps, save_calibration
 from socllm.cli import main as cli_main
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 5}
@@ -43,7 +42,6 @@ def test_schema_is_the_steps_contract():
     # every step's arrays are optional: a file holds what its steps wrote
     assert not any(a["required"] for a in schema.values())
     assert socllm.calibration.Calibration.format_version == 3
-    check_schema()  # every array a step writes is the schema's, with that step as writer
     assert list(STEPS) == [
         "act-scales",
         "outliers",
@@ -124,15 +122,115 @@ def test_pruning_rate_step(smollm, outliers, tmp_path):
     assert val2["tried"][0]["perplexity"] != tried[0.0]
 
 
-def test_a_failing_step_keeps_the_finished_ones(smollm, tmp_path, capsys):
+def test_a_failing_step_keeps_the_finished_ones(smollm, tmp_path, capsys, monkeypatch):
     """Each finished step is saved before the next starts; the error says how to continue."""
+    import dataclasses
+
+    import socllm.calibration.steps as steps
+
+    def boom(ctx):
+        raise socllm.InvalidArgumentError("pruning-rate: out of memory (simulated)")
+
+    bad = dataclasses.replace(steps.STEPS["pruning-rate"], run=boom)
+    monkeypatch.setitem(steps.STEPS, "pruning-rate", bad)
     out = tmp_path / "c.h5"
     argv = ["calibrate", "--steps", "act-scales,outliers,pruning-rate", "--samples", "2"]
-    argv += ["--seqlen", "64", "--pruning-plan", "w8a8", "--out", str(out), "--quiet"]
+    argv += ["--seqlen", "64", "--out", str(out), "--quiet"]
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
-    assert "pruning_plan must be shadow-outlier" in err and "'w8a8'" in err
+    assert "out of memory (simulated)" in err
     assert f"steps act-scales,outliers are saved in {out}" in err
     assert f"--calib {out} --steps pruning-rate" in err
     back = load_calibration(out, smollm)
     assert back.provenance["steps"] == "act-scales,outliers" and back.tokens == 128
+
+
+def test_options_are_checked_before_any_step_runs(smollm, tmp_path, capsys):
+    """A bad option of a later step fails the pipeline before its first step starts, naming the
+    value; an option none of the steps takes is refused."""
+    out = tmp_path / "c.h5"
+    argv = ["calibrate", "--steps", "act-scales,outliers,pruning-rate", "--samples", "2"]
+    argv += ["--seqlen", "64", "--out", str(out), "--quiet"]
+    assert cli_main([*argv, "--pruning-plan", "w8a8"]) == 2
+    err = capsys.readouterr().err
+    assert "--pruning-plan must be shadow-outlier" in err and '"w8a8"' in err
+    assert not out.exists()
+    for bad, match in (
+        ({"percentile": 0.0}, "'percentile' must be in \\(0, 100\\], got 0"),
+        ({"seqlen": 1}, "'seqlen' must be >= 2, got 1"),
+        ({"outlier_threshold": "median"}, 'must be one of percentile, maxmin, got "median"'),
+        ({"samples": 2.5}, "'samples' must be an integer, got 2.5"),
+        ({"bits": 5.0}, "'bits' does not apply to steps act-scales,outliers"),
+    ):
+        with pytest.raises(socllm.InvalidArgumentError, match=match):
+            run_steps(smollm, "act-scales,outliers", progress=False, **bad)
+
+
+def test_cli_flags_and_signatures_come_from_the_registry(capsys):
+    """Every option of every registered step is a flag of socllm calibrate and a keyword of its
+    calibrate_<step> function, with the registry's default."""
+    import inspect
+
+    import socllm.calibration as cal
+
+    with pytest.raises(SystemExit):
+        cli_main(["calibrate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for s in STEPS.values():
+        fn = getattr(cal, "calibrate_" + s.name.replace("-", "_"))
+        sig = inspect.signature(fn)
+        for name, default in s.options.items():
+            assert "--" + name.replace("_", "-") in help_text
+            assert sig.parameters[name].default == default
+        assert s.description.split(":")[0] in fn.__doc__
+
+
+def test_head_importance_by_hand(tmp_path):
+    """shadowAttn's Eq. 1 and 2 (seed 000 §3.2) on a tiny model, against a float64 numpy forward
+    pass: without ablation it is the engine's fp32 log-probs; the step's number for a head (a
+    layer) is the mean over windows of the NLL with that head's (all the layer's heads')
+    attention output zeroed minus the NLL without."""
+    from socllm.calibration import calibrate_head_importance, calibration_windows, corpus_tokens
+    from tiny_model import TINY, numpy_logprobs, tiny_weights, write_tiny
+
+    ws = tiny_weights(TINY, np.random.default_rng(0))
+    m = socllm.load(write_tiny(tmp_path / "tiny.h5", weights=ws), progress=False)
+    d = calibrate_head_importance(
+        m, importance_samples=2, importance_seqlen=24, seed=1, progress=False
+    )
+    wins = calibration_windows(corpus_tokens(m), 2, 24, 1)
+    np.testing.assert_allclose(
+        numpy_logprobs(TINY, ws, wins[0]), m.token_logprobs([wins[0]], "fp32")[0], atol=1e-5
+    )
+
+    def nll_increase(zero) -> float:
+        return np.mean(
+            [
+                numpy_logprobs(TINY, ws, w).mean() - numpy_logprobs(TINY, ws, w, zero).mean()
+                for w in wins
+            ]
+        )
+
+    L, H = TINY["n_layers"], TINY["n_heads"]
+    heads = np.array([[nll_increase({(i, j)}) for j in range(H)] for i in range(L)])
+    layers = np.array([nll_increase({(i, j) for j in range(H)}) for i in range(L)])
+    np.testing.assert_allclose(d.stats.array("head_importance"), heads, atol=2e-5)
+    np.testing.assert_allclose(d.stats.array("layer_importance"), layers, atol=2e-5)
+    assert np.abs(heads).max() > 1e-3  # ablations that matter, not zeros on both sides
+    assert d.provenance["head_importance_samples"] == 2
+
+
+def test_act_scales_again_keeps_the_independent_steps(smollm):
+    """Re-running act-scales starts its statistics over and drops what depended on them
+    (outliers), but keeps what no step depending on it wrote (qk-scales)."""
+    from socllm.calibration import calibrate_act_scales
+
+    small = {"samples": 1, "seqlen": 32}
+    data = run_steps(smollm, "act-scales,outliers,qk-scales", progress=False, **small)
+    q = data.stats.array("q_absmax").copy()
+    again = calibrate_act_scales(smollm, data, samples=2, seqlen=32, seed=9, progress=False)
+    assert again.provenance["steps"] == "qk-scales,act-scales" and again.tokens == 64
+    np.testing.assert_array_equal(again.stats.array("q_absmax"), q)
+    assert again.stats.array("outlier_threshold", "attn_in") is None
+    assert "outlier_method" not in again.provenance
+    assert again.provenance["qk_scales_samples"] == 1

@@ -96,10 +96,23 @@ def test_baselines_overlap_as_described():
     assert _sim("llm.npu").summary()["ttft_ms"] > 3 * _sim("llm.npu+").summary()["ttft_ms"]
 
 
-def test_kquant_unpacking_is_the_slower_format():
-    w = _sim("edgeflow", 5.0, unpack_format="weightlet").summary()
-    k = _sim("edgeflow", 5.0, unpack_format="kquant").summary()
-    assert k["unpack_ms"] == pytest.approx(w["unpack_ms"] * 5.53 / 0.9, rel=1e-6)
+def test_unpacking_time_is_the_weights_at_the_formats_rate(elite):
+    """Each layer's unpack task handles that layer's linear weights on one thread: its time is
+    the weight count (from the config, by hand) over the format's rate (seed 004 §3.2)."""
+    c = load_config(CFG)
+    q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
+    per_layer = c["d_model"] * (q + 2 * kv) + q * c["d_model"] + 3 * c["d_model"] * c["d_ff"]
+    for fmt in ("weightlet", "kquant"):
+        r = _sim("edgeflow", 5.0, unpack_format=fmt)
+        rate = elite["cost_model"]["cpu"][f"unpack_{fmt}_gweights_s"]["value"] * 1e9
+        unpacks = [t for t in _tasks(r) if t["kind"] == "unpack"]
+        assert len(unpacks) == c["n_layers"]
+        for t in unpacks:
+            start, end = r.core.spans[t["id"]]
+            assert (end - start) * 1e-6 == pytest.approx(per_layer / rate, rel=1e-9)
+        assert r.summary()["unpack_ms"] == pytest.approx(
+            c["n_layers"] * per_layer / rate * 1e3, rel=1e-9
+        )
 
 
 def test_bad_input():

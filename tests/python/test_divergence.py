@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+import socllm
 
 pytest.importorskip("socllm")
 
@@ -99,7 +100,7 @@ def test_parse_metrics():
 
 
 def test_heldout_windows_are_disjoint_and_after_calibration(smollm):
-    from socllm.calibration.calibrate import calibration_split, corpus_tokens
+    from socllm.calibration import calibration_split, corpus_tokens
 
     ids = corpus_tokens(smollm)
     wins = dv.heldout_windows(smollm, context=64, windows=3)
@@ -140,3 +141,29 @@ def test_cli_eval_metrics_json(tmp_path, smollm):
     assert rows.keys() == {"fp32", "w8-group"} and rows["w8-group"]["n_scored"] == 63
     assert rows["w8-group"]["kl"]["value"] > 0
     assert cli_main(["eval", "--model", str(smollm.path), "--metrics", "kl,bogus", "--quiet"]) == 2
+
+
+def test_accuracy_and_simulated_time_of_the_same_run(smollm):
+    """With a device, a plan's first window is scored from the engine run whose task graph is
+    timed (prompt then decoding steps): its accuracy is what the plain path gives, and its time
+    is that run's graph on the device."""
+    plans = ["fp32", "w8-group:decode=same"]
+    timed = dv.compare_plans(
+        smollm, plans, context=64, windows=1, device="snapdragon-8gen3", decode_tokens=2
+    )
+    plain = dv.compare_plans(smollm, plans, context=64, windows=1)
+    for p in plans:
+        assert timed[p]["kl"]["value"] == pytest.approx(plain[p]["kl"]["value"], abs=1e-9)
+        t = timed[p]["simulated"]
+        assert t["prompt_len"] == 64 and t["decode_tokens"] == 2 and t["tpot_ms"] > 0
+    ids = dv.heldout_windows(smollm, context=64, windows=1)[0]
+    direct = socllm.sim.simulate_model(
+        smollm, ids, "snapdragon-8gen3", "w8-group:decode=same", chunk=None, decode_tokens=2
+    ).summary()
+    assert timed["w8-group:decode=same"]["simulated"]["prefill_ms"] == pytest.approx(
+        direct["prefill_ms"]
+    )
+    with pytest.raises(InvalidArgumentError, match="give a device"):
+        dv.compare_plans(smollm, plans, context=64, windows=1, decode_tokens=2)
+    argv = ["eval", "--model", str(smollm.path), "--device", "snapdragon-8gen3", "--quiet"]
+    assert cli_main(argv) == 2  # --device without --metrics

@@ -4,20 +4,23 @@ every output on its grid, the calibration steps and their bad input."""
 
 from __future__ import annotations
 
+import heapq
 import json
 
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import (
+from socllm.calibration import (
+    SMOOTHING_GRID,
+    calibration_windows,
     corpus_tokens,
     held_out_tokens,
     load_calibration,
+    run_steps,
     save_calibration,
+    using_calibration,
 )
-from socllm.calibration.edgeflow import SMOOTHING_GRID, using_calibration
-from socllm.calibration.steps import run_steps
-from socllm.io.model_format import site_tensors
+from socllm.io.model_format import linear_weights, site_tensors
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 3}
 SITES = [op["site"] for op in socllm.decoder_block() if op["site"] is not None]
@@ -93,16 +96,37 @@ def test_allocation_spends_each_tensors_budget(smollm, calib):
                 assert info["weight_bytes"] == want
 
 
-def test_stored_bitwidths_are_the_per_tensor_allocation(smollm, calib, tokens):
-    for site in SITES:
-        stored = calib.stats.array("channel_bits", site)
-        for layer in (0, 29):
-            np.testing.assert_array_equal(
-                stored[layer], smollm.linear_info("edgeflow", layer, site)["bits"]
-            )
-    a = smollm.logits(tokens[:64], "edgeflow")
-    b = smollm.logits(tokens[:64], "edgeflow:bitwidths=stored")
-    np.testing.assert_array_equal(a, b)
+def _algorithm1(W: np.ndarray, avg_bits: float) -> np.ndarray:
+    """Algorithm 1 of seed 004 by hand: every row starts at 1 bit, each further bit goes to the
+    row whose closed-form error 2^-2B max|w|^2 / E[w^2] drops most (ties: lower row)."""
+    W = W.astype(np.float64)
+    c = (np.abs(W).max(1) ** 2) / np.maximum((W * W).mean(1), 1e-300)
+    bits = np.ones(len(W), np.int64)
+    heap = [(-c[i] * (4.0**-1 - 4.0**-2), i) for i in range(len(W)) if c[i] > 0]
+    heapq.heapify(heap)
+    for _ in range(int(np.floor(len(W) * avg_bits)) - len(W)):
+        _, i = heapq.heappop(heap)
+        bits[i] += 1
+        if bits[i] < 8:
+            heapq.heappush(heap, (-c[i] * (4.0 ** -bits[i] - 4.0 ** -(bits[i] + 1)), i))
+    return bits
+
+
+def test_per_tensor_bits_are_algorithm_1(smollm, calib, tokens):
+    """The plan allocates each tensor's bits itself (the per-tensor step stores none): Algorithm
+    1 computed by hand on the smoothed weights of three tensors gives the plan's bits."""
+    assert all(calib.stats.array("channel_bits", site) is None for site in SITES)
+    weights = linear_weights(smollm.path, smollm.config)
+    fused = site_tensors(smollm.config)  # the tensors of a site's linear, in row order
+    for layer, site, tensor in (
+        (0, "attn_in", "wk"),
+        (13, "mlp_in", "w_up"),
+        (29, "mlp_act", "w_down"),
+    ):
+        info = smollm.linear_info("edgeflow", layer, site)
+        W = weights[(layer, tensor)] * np.asarray(info["input_smoothing"])[None, :]
+        start = sum(len(weights[(layer, t)]) for t in fused[site][: fused[site].index(tensor)])
+        np.testing.assert_array_equal(info["bits"][start : start + len(W)], _algorithm1(W, 5.0))
 
 
 def test_output_quantization_puts_outputs_on_the_calibrated_grid(smollm, calib, tokens):
@@ -122,12 +146,29 @@ def test_output_quantization_puts_outputs_on_the_calibrated_grid(smollm, calib, 
     assert np.abs(y16 - y0)[inside].mean() < np.abs(y - y0)[inside].mean() / 50
 
 
-def test_smoothing_step_keeps_the_best_grid_point(calib):
-    for site in SITES:
-        alpha = calib.stats.array("smooth_alpha", site)
-        err = calib.stats.array("smooth_alpha_error", site)
-        assert err.shape == (alpha.shape[0], len(SMOOTHING_GRID))
-        np.testing.assert_allclose(alpha, SMOOTHING_GRID[np.argmin(err, axis=1)])
+def test_smoothing_errors_recomputed_by_hand(smollm, calib):
+    """The C++ grid search's errors, recomputed one linear at a time from Python on the rows the
+    step samples (the first smoothing_windows act-scales windows, smoothing_rows rows of each
+    drawn by default_rng(seed)): ||Y_q(a) - Y||^2 / ||Y||^2 at every grid point."""
+    p = calib.provenance
+    wins = calibration_windows(corpus_tokens(smollm), p["samples"], p["seqlen"], p["seed"])
+    rng = np.random.default_rng(p["seed"])
+    picks = []
+    for w in wins[: STEP_SMALL["smoothing_windows"]]:
+        picks.append((w, np.sort(rng.choice(len(w), STEP_SMALL["smoothing_rows"], replace=False))))
+    for layer, site in ((4, "mlp_act"), (17, "attn_in")):
+        x = np.concatenate([smollm.linear_inputs(w, r.tolist())[layer][site] for w, r in picks])
+        y = smollm.linear_forward("fp32", layer, site, x).astype(np.float64)
+        plan = "edgeflow:bits=5.0,output_quant=int8,alpha=0"
+        err = [
+            ((smollm.linear_forward(plan, layer, site, x, alpha=float(a)) - y) ** 2).sum()
+            / (y * y).sum()
+            for a in SMOOTHING_GRID
+        ]
+        stored = calib.stats.array("smooth_alpha_error", site)[layer]
+        np.testing.assert_allclose(stored, err, rtol=1e-5)
+        best = SMOOTHING_GRID[np.argmin(err)]
+        assert calib.stats.array("smooth_alpha", site)[layer] == np.float32(best)
     assert json.loads(calib.provenance["smoothing_grid"]) == SMOOTHING_GRID.tolist()
 
 
@@ -164,7 +205,7 @@ def test_bad_input(smollm, calib):
             socllm.Plan(f"shadow-outlier:weight_bits={bits}")
     with pytest.raises(socllm.InvalidArgumentError, match="integer average"):
         smollm.logits([1, 2, 3], "edgeflow:bits=4.5,allocation=uniform")
-    with pytest.raises(socllm.InvalidArgumentError, match="--bits must be in"):
+    with pytest.raises(socllm.InvalidArgumentError, match="'bits' must be in \\[1, 8\\], got 9"):
         run_steps(smollm, "bitwidths", data=calib, bits=9.0, progress=False)
     # A calibration without the smoothing step: the plan names the step to run.
     bare = run_steps(smollm, "act-scales", progress=False, **SMALL)
@@ -187,8 +228,8 @@ def test_bad_input(smollm, calib):
 def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_path):
     """bit_scope global-ttft (issue 14 item 6): one heap over every channel of the model at the
     per-tensor allocation's modelled cold-start time; the plan runs its stored bits."""
-    from socllm.calibration.edgeflow import cold_start_cost_table
     from socllm.devices import load_profile
+    from socllm.sim import channel_cold_start_cost
 
     data = load_calibration(save_calibration(tmp_path / "g.h5", calib, smollm), smollm)
     run_steps(
@@ -209,7 +250,7 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
     moved = 0
     for site in SITES:
         g = data.stats.array("channel_bits", site)
-        moved += int((g != calib.stats.array("channel_bits", site)).sum())
+        moved += int((g[7] != smollm.linear_info("edgeflow", 7, site)["bits"]).sum())
         with using_calibration(smollm, data.stats):
             np.testing.assert_array_equal(
                 g[7], smollm.linear_info("edgeflow:bitwidths=stored", 7, site)["bits"]
@@ -220,12 +261,12 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
     flash = p["cost_model"]["memory"]["flash_gbps"]["value"] * 1e9
     rate = p["cost_model"]["cpu"]["unpack_weightlet_gweights_s"]["value"] * 1e9
     rel5 = p["processors"]["cpu_all"]["unpack_weightlet_relative_time_by_bits"]["value"][4]
-    table, _ = cold_start_cost_table(np.array([1536]), "snapdragon-8elite")
+    table, _ = channel_cold_start_cost("snapdragon-8elite", [1536])
     want = 1536 * (5 / 8) / flash + 1536 * rel5 / rate + (4 + 3 / 8) / flash
     assert table[0, 4] == pytest.approx(want, rel=1e-12)
-    with pytest.raises(socllm.InvalidArgumentError, match="bit_scope must be one of"):
+    with pytest.raises(socllm.InvalidArgumentError, match="'bit_scope' must be one of"):
         run_steps(smollm, "bitwidths", data=data, progress=False, bit_scope="model")
-    with pytest.raises(socllm.InvalidArgumentError, match="bit_importance must be one of"):
+    with pytest.raises(socllm.InvalidArgumentError, match="'bit_importance' must be one of"):
         run_steps(
             smollm,
             "bitwidths",
@@ -234,7 +275,14 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
             bit_scope="global-ttft",
             bit_importance="fisher",
         )
-    with pytest.raises(socllm.InvalidArgumentError, match="unknown device"):
-        cold_start_cost_table(np.array([8]), "pixel-9")
-    with pytest.raises(socllm.InvalidArgumentError, match="has no cold-start costs"):
-        cold_start_cost_table(np.array([8]), "snapdragon-8gen3")
+    with pytest.raises(socllm.InvalidArgumentError, match="pixel-9"):
+        run_steps(
+            smollm,
+            "bitwidths",
+            data=data,
+            progress=False,
+            bit_scope="global-ttft",
+            cost_device="pixel-9",
+        )
+    with pytest.raises(socllm.InvalidArgumentError, match="snapdragon-8gen3.* has no"):
+        channel_cold_start_cost("snapdragon-8gen3", [8])

@@ -16,13 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.io.model_format import (
-    CHECKSUM_FORMAT_VERSION,
-    MODEL_FORMAT_VERSION,
-    TOKENIZER_JSON_DIGEST,
-    tokenizer_json_digest,
-)
-from tiny_model import tiny_weights
+from tiny_model import TINY, tiny_weights, write_tiny
 
 V = 49152  # SmolLM2 vocabulary
 CTX = 8192  # SmolLM2 context length
@@ -177,64 +171,6 @@ def test_load_hdf5_that_is_not_a_model(tmp_path):
     with pytest.raises(socllm.FormatError, match="not a socllm model file") as e:
         socllm.load(p, progress=False)
     assert str(p) in str(e.value)
-
-
-# A tiny socllm model file written by hand (docs/MODEL_FORMAT.md), to corrupt cheaply.
-TINY = {
-    "arch": "llama",
-    "name": "tiny",
-    "vocab_size": 128,
-    "d_model": 16,
-    "n_layers": 2,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "head_dim": 4,
-    "d_ff": 32,
-    "context_length": 64,
-    "rope_theta": 10000.0,
-    "rms_eps": 1e-5,
-    "tie_embeddings": 0,
-    "qkv_bias": 0,
-    "bos_id": 1,
-    "eos_id": 2,
-}
-
-
-def tiny_tokenizer_json() -> str:
-    """Character-level BPE (ids 0..97), as in test_convert.py."""
-    from tokenizers import Tokenizer, models
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {chr(c): 3 + c - 32 for c in range(32, 127)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
-    return tok.to_str()
-
-
-def write_tiny(
-    path: Path, *, config=None, weights=None, tokenizer=True, version=MODEL_FORMAT_VERSION
-) -> Path:
-    """A handmade model file as `socllm convert` writes it (checksums from version 2 on)."""
-    checksums = version >= CHECKSUM_FORMAT_VERSION
-    c = TINY | (config or {})
-    ws = tiny_weights(TINY, np.random.default_rng(0)) if weights is None else weights
-    with h5py.File(path, "w") as f:
-        f.attrs["format"] = "socllm-model"
-        f.attrs["format_version"] = version
-        f.attrs["socllm_version"] = socllm.__version__
-        f.attrs["source"] = "handmade"
-        f.attrs["source_kind"] = "hf"
-        f.create_group("config").attrs.update(c)
-        if tokenizer:
-            t = f.create_group("tokenizer")
-            text = tiny_tokenizer_json()
-            js = t.create_dataset("json", data=text, dtype=h5py.string_dtype("utf-8"))
-            if checksums:
-                js.attrs[TOKENIZER_JSON_DIGEST] = tokenizer_json_digest(text)
-            t.attrs.update({"model": "hf", "pre": "hf", "add_bos": 0, "bos_id": 1, "eos_id": 2})
-        g = f.create_group("weights")
-        for name, arr in ws.items():
-            g.create_dataset(name, data=arr, fletcher32=checksums)
-    return path
 
 
 def test_tiny_model_is_valid(tmp_path):

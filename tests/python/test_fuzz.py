@@ -1,6 +1,6 @@
 """Fuzzing of socllm's readers (issue 12, item 17): the GGUF reader (``socllm.io.GgufFile``,
 ``socllm.io.convert``), the HDF5 model loader (``socllm.load`` of an .h5), the calibration loader
-(``socllm.calibration.calibrate.load_calibration``) and the plan parser (``socllm.Plan`` of a
+(``socllm.calibration.load_calibration``) and the plan parser (``socllm.Plan`` of a
 string or a dict, ``Plan.placed``, ``all_on``, ``with_chunk_len``).
 
 Property: every input either loads (and then runs) or raises a socllm exception
@@ -221,7 +221,7 @@ class Seeds:
 def seeds(tmp_path_factory) -> Seeds:
     import test_convert as tc  # its tiny llama GGUF writer (skips without torch)
     import test_gguf as tg
-    from socllm.calibration.calibrate import CalibrationData, save_calibration
+    from socllm.calibration import CalibrationData, save_calibration
     from socllm.io.convert import convert
 
     socllm.set_log_level("warn")

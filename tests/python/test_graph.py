@@ -11,8 +11,12 @@ import math
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import calibrate_act_scales, calibrate_outliers, save_calibration
-from socllm.calibration.edgeflow import calibrate_smoothing
+from socllm.calibration import (
+    calibrate_act_scales,
+    calibrate_outliers,
+    calibrate_smoothing,
+    save_calibration,
+)
 
 # golden tier: checked against an independent reference (tests/python/conftest.py)
 pytestmark = pytest.mark.golden

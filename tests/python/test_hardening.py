@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import CalibrationData, load_calibration, save_calibration
+from socllm.calibration import CalibrationData, load_calibration, save_calibration
 
 
 def test_calibration_arrays_must_be_numeric(smollm):

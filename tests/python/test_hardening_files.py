@@ -209,8 +209,7 @@ def test_cli_calibrate_out_is_the_model(model_file, tmp_path, capsys, no_work):
 
 def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, monkeypatch):
     """Continuing from --calib FILE into --out FILE updates it (documented in --help)."""
-    import socllm.calibration.calibrate
-    import socllm.calibration.steps
+    import socllm.calibration
     import socllm.model
 
     calib = tmp_path / "c.h5"
@@ -224,16 +223,14 @@ def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, 
         path = model_file
 
     monkeypatch.setattr(socllm.model, "load", lambda *a, **k: Model())
-    monkeypatch.setattr(socllm.calibration.calibrate, "load_calibration", lambda *a: "loaded")
+    monkeypatch.setattr(socllm.calibration, "load_calibration", lambda *a: "loaded")
 
     def run_steps(*a, after_step, **k):  # the CLI saves each finished step through after_step
         after_step(Cal())
         return Cal()
 
-    monkeypatch.setattr(socllm.calibration.steps, "run_steps", run_steps)
-    monkeypatch.setattr(
-        socllm.calibration.calibrate, "save_calibration", lambda p, *a: saved.append(p)
-    )
+    monkeypatch.setattr(socllm.calibration, "run_steps", run_steps)
+    monkeypatch.setattr(socllm.calibration, "save_calibration", lambda p, *a: saved.append(p))
     argv = ["calibrate", "--model", str(model_file), "--calib", str(calib), "--out", str(calib)]
     rc, err = run_cli([*argv, "--steps", "pruning-rate"], capsys)
     assert rc == 0, err

@@ -267,8 +267,13 @@ def test_profiler_predicts_and_the_solver_regret_vanishes_with_exact_times(gen3)
     )
 
     prof = PartitionProfiler(gen3).fit(sample_shapes(400, seed=1))
-    acc = prof.accuracy(sample_shapes(100, seed=2), "gpu")
-    assert 0 <= acc["mape"] < 0.5 and 0 <= acc["within_10pct"] <= 1
+    held_out = sample_shapes(100, seed=2)
+    acc = prof.accuracy(held_out, "gpu")
+    err = [abs(prof.predict(o, "gpu") / prof.real(o, "gpu") - 1) for o in held_out]
+    assert acc["mape"] == pytest.approx(np.mean(err)) and acc["max_ape"] == pytest.approx(max(err))
+    # the trees beat the paper's fixed GPU rate on unseen shapes (seed 002 §4.3): 4.1% vs 6.4%
+    assert acc["mape"] < prof.accuracy(held_out, "gpu", gpu_rate=True)["mape"]
+    assert acc["within_10pct"] > 0.8
     ops = linear_shapes(socllm.configs.load_config("internlm-1.8b"), 300)
     exact = solver_regret(prof, ops, prof.real)
     assert all(abs(r["regret"]) < 1e-12 for r in exact)

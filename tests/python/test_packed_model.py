@@ -13,8 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import corpus_tokens, held_out_tokens, save_calibration
-from socllm.calibration.steps import run_steps
+from socllm.calibration import corpus_tokens, held_out_tokens, run_steps, save_calibration
 from socllm.io.convert_packed import convert_packed
 
 SMALL = {"samples": 4, "seqlen": 128, "seed": 7, "smoothing_windows": 2, "smoothing_rows": 32}

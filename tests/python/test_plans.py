@@ -10,13 +10,13 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import (
+from socllm.calibration import (
     calibrate_act_scales,
     calibrate_outliers,
+    calibrate_smoothing,
     load_calibration,
     save_calibration,
 )
-from socllm.calibration.edgeflow import calibrate_smoothing
 from socllm.configs import graph_census
 
 PRESETS = [

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import (
+from socllm.calibration import (
     calibrate_act_scales,
     calibrate_outliers,
     calibration_windows,
@@ -93,7 +93,7 @@ def test_full_pruning_is_clipping_and_maxmin_threshold_is_w8a8(smollm, calib, tm
     # threshold = calibration max: nothing within the calibrated range is an outlier, and the
     # static scale is w8a8's, so the two plans give identical results there
     maxmin = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=3, progress=False)
-    calibrate_outliers(smollm, maxmin, method="maxmin", progress=False)
+    calibrate_outliers(smollm, maxmin, outlier_threshold="maxmin", progress=False)
     path = save_calibration(tmp_path / "maxmin.h5", maxmin, smollm)
     m = socllm.LanguageModel(smollm.path, calib=path)
     amax = maxmin.absmax("mlp_act")[layer].max()
@@ -209,5 +209,5 @@ def test_bad_shadow_plans_and_missing_profile(smollm, calib, tmp_path):
         c.set_outlier_thresholds("attn_in", np.zeros(30, np.float32))
     with pytest.raises(socllm.ShapeError, match="thresholds for 30 layers"):
         c.set_outlier_thresholds("attn_in", np.ones(29, np.float32))
-    with pytest.raises(socllm.InvalidArgumentError, match="unknown outlier threshold method"):
-        calibrate_outliers(smollm, cal, method="median", progress=False)
+    with pytest.raises(socllm.InvalidArgumentError, match="must be one of percentile, maxmin"):
+        calibrate_outliers(smollm, cal, outlier_threshold="median", progress=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import (
+from socllm.calibration import (
     calibrate_act_scales,
     calibrate_outliers,
     corpus_tokens,

@@ -9,8 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration.calibrate import load_calibration, save_calibration
-from socllm.calibration.steps import run_steps
+from socllm.calibration import load_calibration, run_steps, save_calibration
 from socllm.sim import head_pipeline as hp
 
 ops = socllm.ops
@@ -272,7 +271,7 @@ def test_capture_and_calibration_steps_round_trip(smollm, text_ids, tmp_path):
     qa = data.stats.array("q_absmax")
     assert qa.shape == (3, 30, 9) and data.stats.array("k_absmax").shape == (3, 30, 3)
     # the first window's layer-2 scales equal the captured tensors' own
-    from socllm.calibration.calibrate import calibration_windows, corpus_tokens
+    from socllm.calibration import calibration_windows, corpus_tokens
 
     w0 = calibration_windows(corpus_tokens(smollm, "wikitext2"), 3, 64, 1)[0]
     c0 = smollm.capture(w0, 2, what=("q", "k"))

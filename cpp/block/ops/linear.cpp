@@ -31,16 +31,6 @@ SiteIo site_io(const LayerRun& r, LinearSite site) {
   throw InvalidArgument("[linear] unknown site");
 }
 
-const TensorF32& site_weights(const LayerWeights& L, LinearSite s) {
-  switch (s) {
-    case LinearSite::AttnIn: return L.wqkv;
-    case LinearSite::AttnOut: return L.wo;
-    case LinearSite::MlpIn: return L.w_gate_up;
-    case LinearSite::MlpAct: return L.w_down;
-  }
-  throw InvalidArgument("[linear] unknown site");
-}
-
 const float* site_bias(const LayerWeights& L, LinearSite s) {
   return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
 }

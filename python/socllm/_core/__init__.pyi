@@ -17,7 +17,7 @@ import typing
 from . import ops
 from . import quant
 from . import sim
-__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'measure_handoff', 'num_threads', 'op_classes', 'ops', 'prefill_graph_rows', 'quant', 'set_log_level', 'set_num_threads', 'sim', 'task_graph', 'wait_methods']
+__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'calibration_step_options', 'calibration_steps', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'measure_handoff', 'num_threads', 'op_classes', 'ops', 'prefill_graph_rows', 'quant', 'run_calibration_step', 'set_log_level', 'set_num_threads', 'sim', 'task_graph', 'wait_methods']
 class GgufFile:
     """
     A GGUF file: metadata, tensor index, dequantization.
@@ -376,6 +376,14 @@ def blas_info() -> dict:
     """
     OpenBLAS kernel set (core name) and build configuration in use.
     """
+def calibration_step_options(step: str, options: typing.Any) -> typing.Any:
+    """
+    The options of a step with the defaults filled in; an unknown option or a value of another type is an InvalidArgumentError naming it.
+    """
+def calibration_steps() -> list:
+    """
+    The registered calibration steps in order (calibrate/steps.h): name, description, needs (schema arrays, or 'attr:NAME'), writes (schema arrays, then 'attr:NAME'), options ([{name, default, help, choices}]), runs_in_cpp.
+    """
 def decoder_block(config: typing.Any = None) -> list:
     """
     The ops of a decoder block in execution order (model/decoder_block.h): name, op_class, subgraph, site; for a config only its ops (Gemma 3's norms where it has them) with in_width, out_width and, for linears, the fused weight tensors (name in the model file, rows).
@@ -412,6 +420,10 @@ def op_classes() -> list[str]:
     """
 def prefill_graph_rows(prompt_len: typing.SupportsInt | typing.SupportsIndex, chunk_len: typing.SupportsInt | typing.SupportsIndex) -> int:
     ...
+def run_calibration_step(engine: Engine, step: str, stats: Calibration, windows: typing.Any, rows: typing.Any = None, options: typing.Any = {}, progress: typing.Any = None) -> typing.Any:
+    """
+    Runs a step's C++ part on `stats` (its arrays written in place) over calibration windows (token ids; `rows`: per window the rows sampled, for smoothing and bitwidths); returns the root attributes it writes. One call per step: every layer, site and grid point. `progress(done, total, unit)` is called as it goes (None: spdlog).
+    """
 def set_log_level(level: str) -> None:
     """
     C++ log level: trace, debug, info, warn, error, critical, off.

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DEFAULT_DEVICE', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'device_dir', 'fuse_launches', 'head_policies', 'hetero_engines', 'known_devices', 'load_device', 'make_partition', 'npu_graph_cover', 'partition_rules', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'row_partition', 'set_device_dir', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_request', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
+__all__: list[str] = ['ColdStartTimeline', 'CostModel', 'DEFAULT_DEVICE', 'DeviceProfile', 'PrefillTimeline', 'TaskGraph', 'Timeline', 'channel_cold_start_cost', 'device_dir', 'fit_roofline', 'fuse_launches', 'head_policies', 'hetero_engines', 'known_devices', 'least_squares_bounded', 'linear_least_squares', 'load_device', 'make_partition', 'npu_graph_cover', 'partition_rules', 'partition_time', 'pipeline_latency_us', 'plan_head_pipeline', 'policies', 'policy_name', 'polyfit', 'row_partition', 'set_device_dir', 'simulate', 'simulate_cold_start', 'simulate_durations', 'simulate_graph', 'simulate_hetero', 'simulate_request', 'solve_partition', 'task_durations_us', 'to_trace_json', 'validate_partition']
 class DeviceProfile:
     @staticmethod
     def from_json(profile: typing.Any, origin: str = 'profile') -> DeviceProfile:
@@ -138,8 +138,16 @@ class ColdStartTimeline:
     @property
     def timeline(self) -> Timeline:
         ...
+def channel_cold_start_cost(profile: typing.Any, in_features: typing.Any) -> tuple[numpy.typing.NDArray[numpy.float64], typing.Any]:
+    """
+    (seconds [channels, 8], inputs): the modelled cold-start cost of single output channels of in_features weights at 1..8 bits (column B - 1) and the profile numbers it used with their sources (cold_start.h; bit_scope global-ttft's costs).
+    """
 def device_dir() -> str:
     ...
+def fit_roofline(flops: typing.Any, weight_bytes: typing.Any, t_us: typing.Any, compute_gops: typing.SupportsFloat | typing.SupportsIndex) -> dict:
+    """
+    A matmul roofline t = overhead + max(flops / compute, bytes / weight rate) fitted to measured times at a fixed compute rate (fit.h): {overhead_us, weight_gbps, squared_relative_error}.
+    """
 def fuse_launches(bucket_of_head: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_fused_heads: typing.SupportsInt | typing.SupportsIndex) -> list[list[int]]:
     """
     Heads sharing a bucket id fused into launches of at most max_fused_heads (0: no limit).
@@ -154,6 +162,14 @@ def hetero_engines() -> list:
     """
 def known_devices() -> list[str]:
     ...
+def least_squares_bounded(residuals: collections.abc.Callable, x0: typing.Any, lo: typing.Any = None, hi: typing.Any = None, diff_step: typing.SupportsFloat | typing.SupportsIndex = 0.001, ftol: typing.SupportsFloat | typing.SupportsIndex = 1e-10, xtol: typing.SupportsFloat | typing.SupportsIndex = 1e-10, max_evals: typing.SupportsInt | typing.SupportsIndex = 2000) -> dict:
+    """
+    Bounded non-linear least squares, min 1/2 sum r(x)^2 over lo <= x <= hi, by Levenberg-Marquardt on a forward-difference Jacobian (fit.h): {x, residuals, cost, evals, converged}.
+    """
+def linear_least_squares(A: typing.Any, b: typing.Any, weights: typing.Any = None) -> list[float]:
+    """
+    x minimising sum w_i (A_i x - b_i)^2 (fit.h; column-pivoting QR on Eigen).
+    """
 def load_device(name_or_path: str) -> DeviceProfile:
     """
     A profile by name (device_dir()) or .json path.
@@ -187,6 +203,10 @@ def policies() -> list:
 def policy_name(policy: str) -> str:
     """
     Canonical name of a policy name or alias (InvalidArgument if unknown).
+    """
+def polyfit(x: typing.Any, y: typing.Any, degree: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
+    """
+    numpy.polyfit's least-squares polynomial, highest power first (fit.h).
     """
 def row_partition(rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, npu_share: typing.SupportsFloat | typing.SupportsIndex, profile: typing.Any, decode_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
     """

@@ -3,15 +3,66 @@ their constants from, written to one HDF5 artifact whose schema the C++ core own
 (:class:`Calibration`: ``schema()``, ``sites()``, ``format_version``).
 
 - :mod:`socllm.calibration.steps`: the steps (act-scales, outliers, pruning-rate,
-  head-importance, qk-scales, smoothing, bitwidths) behind one interface; ``run_steps``.
-- :mod:`socllm.calibration.calibrate`: corpus windows, activation scales and outlier
-  statistics, saving and loading artifacts.
-- :mod:`socllm.calibration.attention`: shadowAttn's head importance and Q/K scales (seed 000).
-- :mod:`socllm.calibration.edgeflow`: EdgeFlow's smoothing exponents and bit-widths (seed 004).
+  head-importance, qk-scales, smoothing, bitwidths), registered in the C++ core
+  (``cpp/calibrate/``), each with one Python run function; :func:`calibrate` runs a pipeline
+  of them, ``calibrate_<step>`` one.
+- :mod:`socllm.calibration.calibrate`: corpus windows, the artifact's data, saving and loading.
 """
 
 from .. import _core
+from .calibrate import (
+    CALIB_SLICE_FRACTION,
+    SMOOTHING_GRID,
+    CalibrationData,
+    calibration_split,
+    calibration_windows,
+    corpus_tokens,
+    held_out_tokens,
+    load_calibration,
+    save_calibration,
+    using_calibration,
+)
+from .steps import (
+    STEPS,
+    calibrate_act_scales,
+    calibrate_bitwidths,
+    calibrate_head_importance,
+    calibrate_outliers,
+    calibrate_pruning_rate,
+    calibrate_qk_scales,
+    calibrate_smoothing,
+    check_options,
+    check_steps,
+    run_steps,
+    step_options,
+)
 
 Calibration = _core.Calibration
+calibrate = run_steps
 
-__all__ = ["Calibration"]
+__all__ = [
+    "CALIB_SLICE_FRACTION",
+    "STEPS",
+    "SMOOTHING_GRID",
+    "Calibration",
+    "CalibrationData",
+    "calibrate",
+    "calibrate_act_scales",
+    "calibrate_bitwidths",
+    "calibrate_head_importance",
+    "calibrate_outliers",
+    "calibrate_pruning_rate",
+    "calibrate_qk_scales",
+    "calibrate_smoothing",
+    "calibration_split",
+    "calibration_windows",
+    "check_options",
+    "check_steps",
+    "corpus_tokens",
+    "held_out_tokens",
+    "load_calibration",
+    "run_steps",
+    "save_calibration",
+    "step_options",
+    "using_calibration",
+]

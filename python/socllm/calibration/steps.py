@@ -1,146 +1,253 @@
-"""Calibration steps behind one interface (DESIGN.md, "What a plan is"; docs/ARCHITECTURE.md).
+"""Calibration steps (DESIGN.md, "What a plan is"; docs/ARCHITECTURE.md).
 
-A step declares what it needs (arrays of the calibration artifact, whose schema the C++ core
-defines: ``socllm._core.Calibration.schema()``, or attributes an earlier step wrote) and what it
-writes, and runs on a :class:`StepContext`. ``socllm calibrate --steps a,b`` and the scripts in
-``calibration/`` run the same steps through :func:`run_steps`; the next systems' steps
-(smoothing, bit-widths) plug in by adding to :data:`STEPS`.
+The steps are registered in the C++ core (``cpp/calibrate/``, one file per step): name, what it
+needs (arrays of the calibration artifact, whose schema the core defines, or ``attr:NAME`` root
+attributes an earlier step wrote), what it writes, its options with defaults and help, and its
+heavy part (every layer, site and grid point in one call). :data:`STEPS` mirrors that registry;
+``socllm calibrate``'s flags and the ``calibrate_<step>`` functions' signatures come from it.
 
-Steps:
+Each step has one Python run function here (:func:`step_run`): it draws the calibration windows
+(the tokenizer is Python's) and calls the step's C++ part, or, for ``pruning-rate``, composes
+whole-plan perplexity evaluations. A new step is one C++ file and one function here.
 
-* ``act-scales``: per-channel max |x| and |x| histograms of every linear input (static scales).
-* ``outliers``: llm.npu's outlier thresholds and per-channel outlier counts (seed 001 §3.3).
-* ``pruning-rate``: the automatic pruning rate of shadow-outlier execution (seed 003's reviewers
-  asked how 85% is chosen): the largest share of linear inputs whose CPU part can be pruned while
-  the perplexity on validation text from the calibration slice stays within ``budget``
-  (relative) of pruning nothing under ``pruning_plan`` (``shadow-outlier``, or it with float
-  ops moved, e.g. ``shadow-outlier:residual=cpu/fp32`` for Gemma 3, whose residual overflows
-  fp16); bisection over the number of pruned inputs (accuracy falls as
-  it grows, in practice). Validation text: the last ``validation_tokens`` tokens of the
-  calibration slice in windows of ``validation_context`` (calibration windows are drawn from the
-  whole slice, so some may overlap; evaluation text is never used). Writes the root attributes
-  ``auto_pruning_rate``, ``auto_pruning_budget``, ``auto_pruning_validation`` (JSON of the rates
-  tried and their perplexities); use it as ``shadow-outlier:pruning_rate=<rate>``.
-* ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3;
-  :mod:`socllm.calibration.attention`).
-* ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and per-channel
-  bit-widths (seed 004 §4.1; :mod:`socllm.calibration.edgeflow`).
+Calibration text: WikiText-2 raw test, windows drawn from its first quarter
+(:mod:`socllm.calibration.calibrate`); the seeds' details are in each step's C++ file:
+
+* ``act-scales`` (``act_scales.cpp``): per-channel max |x| and |x| histograms of every linear
+  input (static scales), max |y| of every linear output.
+* ``outliers`` (``outliers.cpp``): llm.npu's outlier thresholds and per-channel outlier counts
+  (seed 001 §3.3), on the act-scales windows.
+* ``pruning-rate``: the automatic pruning rate of shadow-outlier execution (below).
+* ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3).
+* ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and bit-widths (seed
+  004 §4.1), on ``smoothing_rows`` random rows of each of the first ``smoothing_windows``
+  act-scales windows.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .. import _core
 from ..errors import InvalidArgumentError
-from .attention import (
-    DEFAULT_IMPORTANCE_SAMPLES,
-    DEFAULT_IMPORTANCE_SEQLEN,
-    calibrate_head_importance,
-    calibrate_qk_scales,
-)
 from .calibrate import (
+    CALIB_SLICE_FRACTION,
     CalibrationData,
-    calibrate_act_scales,
-    calibrate_outliers,
     calibration_split,
+    calibration_windows,
     corpus_tokens,
-)
-from .edgeflow import (
-    BITWIDTH_OPTIONS,
-    SMOOTHING_OPTIONS,
-    calibrate_bitwidths,
-    calibrate_smoothing,
     using_calibration,
 )
 
 
 @dataclass
 class StepContext:
-    """What steps share: the model, the statistics so far, options, progress."""
+    """What a step's run function works on: the model, the statistics so far, the step's
+    options (defaults filled in), progress."""
 
     model: object
+    step: str
     data: CalibrationData | None = None
     options: dict = field(default_factory=dict)
     progress: bool = True
 
-    def has(self, need: str) -> bool:
+    def ensure_data(self) -> CalibrationData:
+        """The statistics, created empty for the model when no earlier step ran."""
         if self.data is None:
-            return False
-        if need.startswith("attr:"):
-            return need[5:] in self.data.provenance
-        return self.data.stats.array(need, "attn_in") is not None
+            provenance = {"slice": f"first {CALIB_SLICE_FRACTION:g} of the tokenized corpus"}
+            self.data = CalibrationData(_core.Calibration.empty_for(self.model._model), provenance)
+        return self.data
+
+    def windows(self, samples: int, seqlen: int) -> list[list[int]]:
+        """Windows of the step's corpus and seed."""
+        toks = corpus_tokens(self.model, self.options["corpus"])
+        return calibration_windows(toks, samples, seqlen, self.options["seed"])
+
+    def act_scales_windows(self) -> list[list[int]]:
+        """The windows step act-scales observed (its provenance)."""
+        p = self.data.provenance
+        return calibration_windows(
+            corpus_tokens(self.model, p["corpus"]), p["samples"], p["seqlen"], p["seed"]
+        )
+
+    def sampled_rows(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The first ``smoothing_windows`` act-scales windows and, per window, the sorted
+        ``smoothing_rows`` rows drawn from it (numpy default_rng(the act-scales seed))."""
+        wins = self.act_scales_windows()[: self.options["smoothing_windows"]]
+        rng = np.random.default_rng(self.data.provenance["seed"])
+        n = self.options["smoothing_rows"]
+        rows = [
+            np.sort(rng.choice(len(w), size=min(n, len(w)), replace=False)).tolist() for w in wins
+        ]
+        return wins, rows
+
+    def run_cpp(self, windows=None, rows=None) -> None:
+        """Runs the step's C++ part on the statistics (one call) and records the attributes it
+        writes."""
+        data = self.ensure_data()
+        bar = tqdm(desc=f"calibrate {self.step}", disable=not self.progress)
+
+        def report(done: int, total: int, unit: str) -> None:
+            bar.total, bar.unit = total, f" {unit}"
+            bar.n = done
+            bar.refresh()
+
+        try:
+            written = _core.run_calibration_step(
+                self.model._engine,
+                self.step,
+                data.stats,
+                windows,
+                rows,
+                self.options,
+                report if self.progress else (lambda *a: None),
+            )
+        finally:
+            bar.close()
+        data.provenance.update(written)
 
 
 @dataclass(frozen=True)
 class CalibrationStep:
+    """A registered step (``cpp/calibrate/steps.h``) and its Python run function."""
+
     name: str
+    description: str
     needs: tuple[str, ...]  # schema array names, or "attr:NAME" for root attributes
     writes: tuple[str, ...]
     options: dict  # option -> default
-    description: str
+    help: dict  # option -> help text
+    choices: dict  # option -> allowed values (name options that have a fixed set)
     run: Callable[[StepContext], None]
 
 
+_RUN: dict[str, Callable[[StepContext], None]] = {}
+
+
+def step_run(name: str):
+    """Registers the Python run function of the C++-registered step ``name``."""
+
+    def register(fn):
+        _RUN[name] = fn
+        return fn
+
+    return register
+
+
+@step_run("act-scales")
 def _act_scales(ctx: StepContext) -> None:
     o = ctx.options
-    ctx.data = calibrate_act_scales(
-        ctx.model,
-        corpus=o["corpus"],
-        samples=o["samples"],
-        seqlen=o["seqlen"],
-        seed=o["seed"],
-        progress=ctx.progress,
+    windows = ctx.windows(o["samples"], o["seqlen"])
+    old, ctx.data = ctx.data, None  # fresh statistics: observing adds to running maxima
+    data = ctx.ensure_data()
+    if old is not None:  # what steps independent of act-scales wrote is kept
+        _keep_independent(old, data)
+    data.provenance.update(
+        corpus=o["corpus"], samples=o["samples"], seqlen=o["seqlen"], seed=o["seed"]
     )
+    ctx.run_cpp(windows)
 
 
+def _keep_independent(old: CalibrationData, new: CalibrationData) -> None:
+    """Copies into ``new`` the arrays, attributes and step names of the steps that do not
+    depend (through their needs) on act-scales: re-running act-scales invalidates the others."""
+    stale = {"act-scales"}
+    changed = True
+    while changed:
+        writes = {w for n in stale for w in STEPS[n].writes}
+        grown = stale | {s.name for s in STEPS.values() if writes & set(s.needs)}
+        changed, stale = grown != stale, grown
+    for a in _core.Calibration.schema():
+        if a["step"] in stale:
+            continue
+        for site in _core.Calibration.sites() if a["per_site"] else [None]:
+            value = old.stats.array(a["name"], site)
+            if value is not None:
+                new.stats.set_array(a["name"], site, value)
+    dropped = {w[5:] for n in stale for w in STEPS[n].writes if w.startswith("attr:")}
+    new.provenance.update({k: v for k, v in old.provenance.items() if k not in dropped})
+    kept = [n for n in old.provenance.get("steps", "").split(",") if n and n not in stale]
+    new.provenance["steps"] = ",".join(kept)
+
+
+@step_run("outliers")
 def _outliers(ctx: StepContext) -> None:
+    ctx.run_cpp(ctx.act_scales_windows())
+
+
+def _record_windows(ctx: StepContext, prefix: str, samples: int, seqlen: int) -> None:
+    o = ctx.data.provenance
+    o.setdefault("corpus", ctx.options["corpus"])
+    for key, value in (
+        ("samples", samples),
+        ("seqlen", seqlen),
+        ("seed", ctx.options["seed"]),
+        ("corpus", ctx.options["corpus"]),
+    ):
+        o[f"{prefix}_{key}"] = value
+
+
+@step_run("head-importance")
+def _head_importance(ctx: StepContext) -> None:
     o = ctx.options
-    calibrate_outliers(
-        ctx.model,
-        ctx.data,
-        method=o["outlier_threshold"],
-        percentile=o["percentile"],
-        progress=ctx.progress,
-    )
+    windows = ctx.windows(o["importance_samples"], o["importance_seqlen"])
+    ctx.run_cpp(windows)
+    _record_windows(ctx, "head_importance", o["importance_samples"], o["importance_seqlen"])
 
 
-def _perplexity(model, windows: list[list[int]], plan: str) -> float:
-    lps = model.token_logprobs(windows, plan)
-    return float(math.exp(-np.concatenate(lps).astype(np.float64).mean()))
+@step_run("qk-scales")
+def _qk_scales(ctx: StepContext) -> None:
+    o = ctx.options
+    ctx.run_cpp(ctx.windows(o["samples"], o["seqlen"]))
+    _record_windows(ctx, "qk_scales", o["samples"], o["seqlen"])
 
 
+@step_run("smoothing")
+def _smoothing(ctx: StepContext) -> None:
+    ctx.run_cpp(*ctx.sampled_rows())
+
+
+@step_run("bitwidths")
+def _bitwidths(ctx: StepContext) -> None:
+    # global-ttft weighs channel errors by the inputs' statistics; per-tensor needs none
+    samples = ctx.sampled_rows() if ctx.options["bit_scope"] == "global-ttft" else (None, None)
+    ctx.run_cpp(*samples)
+
+
+@step_run("pruning-rate")
 def _pruning_rate(ctx: StepContext) -> None:
+    """The largest share of linear inputs whose CPU part can be pruned while the perplexity on
+    validation text stays within ``budget`` (relative) of pruning nothing under
+    ``pruning_plan``; bisection over the number of pruned inputs (accuracy falls as it grows,
+    in practice). Validation text: the last ``validation_tokens`` tokens of the calibration
+    slice in windows of ``validation_context`` (calibration windows are drawn from the whole
+    slice, so some may overlap; evaluation text is never used). Use the result as
+    ``shadow-outlier:pruning_rate=<auto_pruning_rate>``."""
     o, m, data = ctx.options, ctx.model, ctx.data
-    budget, n_val, context = o["budget"], o["validation_tokens"], o["validation_context"]
-    if not budget >= 0:
-        raise InvalidArgumentError(f"calibrate pruning-rate: budget must be >= 0, got {budget}")
     toks = corpus_tokens(m, data.provenance.get("corpus", "wikitext2"))
     end = calibration_split(len(toks))
-    val_toks = toks[max(0, end - n_val) : end]
+    val_toks = toks[max(0, end - o["validation_tokens"]) : end]
+    context = o["validation_context"]
     val = [val_toks[i : i + context] for i in range(0, len(val_toks) - 1, context)]
     val = [w for w in val if len(w) > 1]
-    base = o["pruning_plan"]
-    if _core.Plan(base).name != "shadow-outlier":  # a bad plan is an error before any evaluation
-        raise InvalidArgumentError(
-            "calibrate pruning-rate: pruning_plan must be shadow-outlier, with options if "
-            f"needed (e.g. 'shadow-outlier:residual=cpu/fp32'), got {base!r}"
-        )
+    base, hot = o["pruning_plan"], o["hot_share"]
+    sep = "," if ":" in base else ":"
     with using_calibration(m, data.stats):  # the plan evaluated is built from these statistics
         n = int(data.stats.outlier_importance().size)
-        hot = o["hot_share"]
-        sep = "," if ":" in base else ":"
 
         def ppl(k: int) -> float:
-            return _perplexity(m, val, f"{base}{sep}pruning_rate={k / n!r},hot_share={hot!r}")
+            lps = m.token_logprobs(val, f"{base}{sep}pruning_rate={k / n!r},hot_share={hot!r}")
+            return float(math.exp(-np.concatenate(lps).astype(np.float64).mean()))
 
         tried = {0: ppl(0)}
-        limit = tried[0] * (1 + budget)
+        limit = tried[0] * (1 + o["budget"])
         lo, hi = 0, n  # invariant: lo within the budget; hi over it (or untested)
         tried[n] = ppl(n)
         if tried[n] <= limit:
@@ -149,139 +256,42 @@ def _pruning_rate(ctx: StepContext) -> None:
             mid = (lo + hi) // 2
             tried[mid] = ppl(mid)
             lo, hi = (mid, hi) if tried[mid] <= limit else (lo, mid)
-    p = data.provenance
-    p["auto_pruning_rate"] = lo / n
-    p["auto_pruning_budget"] = budget
-    p["auto_pruning_validation"] = json.dumps(
-        {
-            "tokens": sum(len(w) for w in val),
-            "context": context,
-            "hot_share": hot,
-            "plan": base,
-            "tried": [
-                {"pruned_inputs": k, "rate": k / n, "perplexity": v}
-                for k, v in sorted(tried.items())
-            ],
-        }
+    validation = {
+        "tokens": sum(len(w) for w in val),
+        "context": context,
+        "hot_share": hot,
+        "plan": base,
+        "tried": [
+            {"pruned_inputs": k, "rate": k / n, "perplexity": v} for k, v in sorted(tried.items())
+        ],
+    }
+    data.provenance.update(
+        auto_pruning_rate=lo / n,
+        auto_pruning_budget=o["budget"],
+        auto_pruning_validation=json.dumps(validation),
     )
 
 
-def _head_importance(ctx: StepContext) -> None:
-    o = ctx.options
-    ctx.data = calibrate_head_importance(
-        ctx.model,
-        ctx.data,
-        corpus=o["corpus"],
-        samples=o["importance_samples"],
-        seqlen=o["importance_seqlen"],
-        seed=o["seed"],
-        progress=ctx.progress,
-    )
+def _registered() -> dict[str, CalibrationStep]:
+    steps = {}
+    for s in _core.calibration_steps():
+        if s["name"] not in _RUN:
+            raise RuntimeError(f"calibration step {s['name']!r} has no Python run function")
+        opts = s["options"]
+        steps[s["name"]] = CalibrationStep(
+            s["name"],
+            s["description"],
+            tuple(s["needs"]),
+            tuple(s["writes"]),
+            {o["name"]: o["default"] for o in opts},
+            {o["name"]: o["help"] for o in opts},
+            {o["name"]: tuple(o["choices"]) for o in opts if o["choices"]},
+            _RUN[s["name"]],
+        )
+    return steps
 
 
-def _smoothing(ctx: StepContext) -> None:
-    calibrate_smoothing(
-        ctx.model, ctx.data, progress=ctx.progress, **{k: ctx.options[k] for k in SMOOTHING_OPTIONS}
-    )
-
-
-def _bitwidths(ctx: StepContext) -> None:
-    calibrate_bitwidths(
-        ctx.model, ctx.data, progress=ctx.progress, **{k: ctx.options[k] for k in BITWIDTH_OPTIONS}
-    )
-
-
-def _qk_scales(ctx: StepContext) -> None:
-    o = ctx.options
-    ctx.data = calibrate_qk_scales(
-        ctx.model,
-        ctx.data,
-        corpus=o["corpus"],
-        samples=o["samples"],
-        seqlen=o["seqlen"],
-        seed=o["seed"],
-        progress=ctx.progress,
-    )
-
-
-_BASE = {"corpus": "wikitext2", "samples": 128, "seqlen": 512, "seed": 0}
-
-STEPS: dict[str, CalibrationStep] = {
-    s.name: s
-    for s in (
-        CalibrationStep(
-            "act-scales",
-            (),
-            ("act_absmax", "abs_hist", "out_absmax"),
-            dict(_BASE),
-            "per-channel max |x| and |x| histograms of every linear input (static scales), and "
-            "max |y| of every linear output channel (EdgeFlow's output smoothing)",
-            _act_scales,
-        ),
-        CalibrationStep(
-            "outliers",
-            ("act_absmax", "abs_hist"),
-            ("outlier_threshold", "outlier_count", "outlier_seq_channels", "outlier_seqs"),
-            {"outlier_threshold": "percentile", "percentile": 99.99},
-            "llm.npu's outlier thresholds and per-channel outlier counts (seed 001 §3.3)",
-            _outliers,
-        ),
-        CalibrationStep(
-            "pruning-rate",
-            ("outlier_threshold", "outlier_count"),
-            ("attr:auto_pruning_rate", "attr:auto_pruning_budget", "attr:auto_pruning_validation"),
-            {
-                "budget": 0.01,
-                "validation_tokens": 8192,
-                "validation_context": 512,
-                "hot_share": 0.8,
-                "pruning_plan": "shadow-outlier",
-            },
-            "automatic shadow-outlier pruning rate within a validation perplexity budget",
-            _pruning_rate,
-        ),
-        CalibrationStep(
-            "head-importance",
-            (),
-            ("head_importance", "layer_importance"),
-            {
-                **_BASE,
-                "importance_samples": DEFAULT_IMPORTANCE_SAMPLES,
-                "importance_seqlen": DEFAULT_IMPORTANCE_SEQLEN,
-            },
-            "shadowAttn's head and layer importance: loss increase when a head's / a layer's "
-            "attention output is zeroed (seed 000 Eq. 1, 2), for per-head keep ratios (Eq. 3)",
-            _head_importance,
-        ),
-        CalibrationStep(
-            "qk-scales",
-            (),
-            ("q_absmax", "k_absmax", "v_absmax"),
-            dict(_BASE),
-            "per-window max |Q|, |K|, |V| of every head (shadowAttn's scale buckets, §3.3; "
-            "npu-int8's static scales)",
-            _qk_scales,
-        ),
-        CalibrationStep(
-            "smoothing",
-            ("act_absmax", "out_absmax"),
-            ("smooth_alpha", "smooth_alpha_error"),
-            dict(SMOOTHING_OPTIONS),
-            "EdgeFlow's NPU-aware smoothing: the input exponent alpha of every linear input by "
-            "grid search over [0, 1] minimising the quantized output error (seed 004 §4.1)",
-            _smoothing,
-        ),
-        CalibrationStep(
-            "bitwidths",
-            ("act_absmax", "out_absmax", "smooth_alpha"),
-            ("channel_bits", "attr:bitwidth_report"),
-            dict(BITWIDTH_OPTIONS),
-            "EdgeFlow's per-output-channel bit-widths (Algorithm 1 per tensor at --bits), with "
-            "a report: closed-form vs exact metric ranking, heap vs water-filling (seed 004 §4.1)",
-            _bitwidths,
-        ),
-    )
-}
+STEPS: dict[str, CalibrationStep] = _registered()
 
 
 def step_options() -> dict:
@@ -290,6 +300,59 @@ def step_options() -> dict:
     for s in STEPS.values():
         out.update(s.options)
     return out
+
+
+def check_options(names: list[str], options: dict) -> dict:
+    """{step: its options}, checked by the core with the defaults filled in: an unknown step or
+    option, an option none of ``names`` takes or a bad value is an InvalidArgumentError naming
+    it."""
+    for n in names:
+        if n not in STEPS:
+            raise InvalidArgumentError(f"calibrate: unknown step {n!r} (known: {', '.join(STEPS)})")
+    known = step_options()
+    for k in options:
+        if k not in known:
+            raise InvalidArgumentError(
+                f"calibrate: unknown option {k!r} (known: {', '.join(sorted(known))})"
+            )
+        if not any(k in STEPS[n].options for n in names):
+            takers = [s.name for s in STEPS.values() if k in s.options]
+            raise InvalidArgumentError(
+                f"calibrate: option {k!r} does not apply to steps {','.join(names)} (it is an "
+                f"option of {', '.join(takers)})"
+            )
+    return {
+        n: _core.calibration_step_options(
+            n, {k: v for k, v in options.items() if k in STEPS[n].options}
+        )
+        for n in names
+    }
+
+
+def check_steps(names: list[str], data: CalibrationData | None, options: dict) -> dict:
+    """:func:`check_options`, and every step's needs met by ``data`` or an earlier step (else an
+    InvalidArgumentError naming the step to run first): everything a pipeline can get wrong
+    before its first step starts."""
+    per_step = check_options(names, options)
+    have = set()
+    if data is not None:
+        for need in {x for n in names for x in STEPS[n].needs}:
+            if need.startswith("attr:"):
+                present = need[5:] in data.provenance
+            else:
+                present = data.stats.array(need, "attn_in") is not None
+            if present:
+                have.add(need)
+    writer = {w: s.name for s in STEPS.values() for w in s.writes}
+    for n in names:
+        for need in STEPS[n].needs:
+            if need not in have:
+                raise InvalidArgumentError(
+                    f"calibrate: step {n!r} needs {need!r}, which step {writer.get(need)!r} "
+                    f"writes: run it first (e.g. --steps {writer.get(need)},{n})"
+                )
+        have.update(STEPS[n].writes)
+    return per_step
 
 
 def run_steps(
@@ -302,56 +365,64 @@ def run_steps(
     **options,
 ) -> CalibrationData:
     """Runs ``steps`` in order on ``model`` (continuing ``data`` if given) and returns the
-    statistics; an unknown step or option, or a step whose needs no earlier step wrote, is an
-    InvalidArgumentError naming it. ``after_step(data)`` is called after each step (the CLI
-    saves there, so a failing later step keeps the earlier ones); if a step fails, the error
-    says which steps finished."""
+    statistics. Everything is checked before the first step starts (:func:`check_steps`).
+    ``after_step(data)`` is called after each step (the CLI saves there, so a failing later step
+    keeps the earlier ones); if a step fails, the error says which steps finished."""
     names = [s.strip() for s in steps.split(",")] if isinstance(steps, str) else list(steps)
-    for n in names:
-        if n not in STEPS:
-            raise InvalidArgumentError(f"calibrate: unknown step {n!r} (known: {', '.join(STEPS)})")
-    known = step_options()
-    for k in options:
-        if k not in known:
-            raise InvalidArgumentError(
-                f"calibrate: unknown option {k!r} (known: {', '.join(sorted(known))})"
-            )
-    ctx = StepContext(model, data, {**known, **options}, progress)
-    writer = {w: s.name for s in STEPS.values() for w in s.writes}
-    for n in names:
-        step = STEPS[n]
-        for need in step.needs:
-            if not ctx.has(need):
-                raise InvalidArgumentError(
-                    f"calibrate: step {n!r} needs {need!r}, which step {writer.get(need)!r} "
-                    "writes: run it first (e.g. --steps "
-                    f"{writer.get(need)},{n})"
-                )
+    per_step = check_steps(names, data, options)
+    for i, n in enumerate(names):
+        ctx = StepContext(model, n, data, per_step[n], progress)
         try:
-            step.run(ctx)
+            STEPS[n].run(ctx)
         except Exception as e:
-            finished = names[: names.index(n)]
+            finished = names[:i]
             e.add_note(
                 f"calibrate: step {n!r} failed"
                 + (f" after {','.join(finished)} finished" if finished else "")
             )
             raise
-        done = ctx.data.provenance.get("steps", "")
+        data = ctx.data
+        done = data.provenance.get("steps", "")
         if n not in done.split(","):
-            ctx.data.provenance["steps"] = ",".join(x for x in (done, n) if x)
+            data.provenance["steps"] = ",".join(x for x in (done, n) if x)
         if after_step is not None:
-            after_step(ctx.data)
-    return ctx.data
+            after_step(data)
+    return data
 
 
-def check_schema() -> None:
-    """Every array a step writes is in the C++ artifact schema, with that step as its writer."""
-    schema = {a["name"]: a for a in _core.Calibration.schema()}
-    for s in STEPS.values():
-        for w in s.writes:
-            if w.startswith("attr:"):
-                continue
-            if w not in schema or schema[w]["step"] != s.name:
-                raise AssertionError(
-                    f"step {s.name!r} writes {w!r}, which the schema does not give it"
-                )
+def _step_function(name: str):
+    """``calibrate_<step>(model, data=None, *, progress=True, **options)``, its signature and
+    documentation from the registry."""
+    step = STEPS[name]
+
+    def fn(model, data: CalibrationData | None = None, *, progress: bool = True, **options):
+        return run_steps(model, [name], data=data, progress=progress, **options)
+
+    params = [
+        inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=True),
+    ] + [
+        inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+        for k, v in step.options.items()
+    ]
+    fn.__signature__ = inspect.Signature(params)
+    fn.__name__ = fn.__qualname__ = "calibrate_" + name.replace("-", "_")
+    lines = [f"Step {name}: {step.description}.", ""]
+    if step.needs:
+        lines.append(f"Needs {', '.join(step.needs)} in ``data``. ")
+    lines.append(f"Writes {', '.join(step.writes)}; returns ``data`` (created if None).")
+    lines += ["", "Options:"] + [
+        f"    {k} ({v!r}): {step.help[k]}" for k, v in step.options.items()
+    ]
+    fn.__doc__ = "\n".join(lines)
+    return fn
+
+
+calibrate_act_scales = _step_function("act-scales")
+calibrate_outliers = _step_function("outliers")
+calibrate_pruning_rate = _step_function("pruning-rate")
+calibrate_head_importance = _step_function("head-importance")
+calibrate_qk_scales = _step_function("qk-scales")
+calibrate_smoothing = _step_function("smoothing")
+calibrate_bitwidths = _step_function("bitwidths")

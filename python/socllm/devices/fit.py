@@ -26,18 +26,11 @@ COLUMNS = {  # Table 3 column: (processor, dtype)
 
 def fit_roofline(flops: np.ndarray, wbytes: np.ndarray, t_us: np.ndarray, gops: float):
     """(overhead_us, weight_gbps) minimizing the squared relative error of
-    t = overhead + max(flops / compute, weight bytes / weight rate) for a fixed compute rate,
-    by a log-spaced search over the weight rate (the overhead then has a closed form)."""
-    best = None
-    for gbps in np.logspace(-3, 3, 6001):
-        roof = np.maximum(flops / (gops * 1e3), wbytes / (gbps * 1e3))
-        # overhead minimizing sum(((a + roof) / t - 1)^2), a >= 0
-        w = 1.0 / t_us**2
-        a = max(0.0, float(np.sum(w * (t_us - roof)) / np.sum(w)))
-        err = float(np.sum(((a + roof) / t_us - 1.0) ** 2))
-        if best is None or err < best[0]:
-            best = (err, a, float(gbps))
-    return best[1], best[2]
+    t = overhead + max(flops / compute, weight bytes / weight rate) for a fixed compute rate
+    (the C++ fit on Eigen, cpp/soc/fit.h: a log-spaced search over the weight rate, the overhead
+    then in closed form)."""
+    r = _core.sim.fit_roofline(flops, wbytes, t_us, gops)
+    return r["overhead_us"], r["weight_gbps"]
 
 
 def num(value: float, unit: str, source: str, **extra) -> dict:
@@ -252,7 +245,7 @@ HETEROLLM_SHAPE_FIT_TARGET = "Hetero-tensor Llama-8B 1024: 247.9 tok/s"
 # --write` to Qwen1.5-1.8B's end-to-end numbers only (seed 001 §4.4 Fig. 16's pruning curve and
 # llama.cpp's speed from §1): whole-model NPU and CPU time over the micro-benchmarks' and the
 # fixed cost of one shadow part.
-LLMNPU_E2E = {"npu_time_scale": 2.3773, "cpu_time_scale": 1.4546, "shadow_fixed_us": 11611.0909}
+LLMNPU_E2E = {"npu_time_scale": 1.6610, "cpu_time_scale": 1.5844, "shadow_fixed_us": 11222.8740}
 
 
 def llmnpu_e2e_patch(cm: dict, params: dict) -> dict:
@@ -451,7 +444,7 @@ def attention_cost_model(profile: dict) -> tuple[dict, dict]:
     pts = npu["qxk_graph_latency_ms"]["value"]
     heads = np.array([1.0, 2.0, 4.0])
     ms = np.array([pts["1_head"], pts["2_heads"], pts["4_heads"]], dtype=float)
-    slope, intercept = np.polyfit(heads, ms, 1)
+    slope, intercept = _core.sim.polyfit(heads, ms, 1)
     shape = npu["qxk_graph_shape"]["value"]
     ops = 2.0 * shape["q_rows"] * shape["keys"] * shape["head_dim"]
     sync = profile["sync"]["cpu_npu_sync_us"]["value"]
@@ -482,7 +475,7 @@ def attention_cost_model(profile: dict) -> tuple[dict, dict]:
     red = mid["attention_fig4a_latency_reduction"]["value"]
     keep = np.array([float(k) for k in red])
     lat = np.array([1.0 - v / 100.0 for v in red.values()])
-    b, a = np.polyfit(keep, lat, 1)  # C/G-Sparse latency = a + b·keep, in C/G-Full units
+    b, a = _core.sim.polyfit(keep, lat, 1)  # C/G-Sparse latency = a + b·keep, in C/G-Full units
     d = mid["attention_fig4a_head_dim"]["value"]
     topk_ns = mid["topk_ns_per_score"]["value"]
     pair_ns = 4.0 * d / dense  # a causal pair of dense attention: QK and PV, d dims

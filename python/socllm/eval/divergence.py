@@ -54,7 +54,7 @@ def parse_metrics(spec: str | Sequence[str]) -> list[str]:
 def heldout_windows(model, context: int = DEFAULT_CONTEXT, windows: int | None = None):
     """The first ``windows`` (None: all) non-overlapping ``context``-token windows of the
     held-out WikiText-2 tokens of ``model``'s tokenizer."""
-    from ..calibration.calibrate import corpus_tokens, held_out_tokens
+    from ..calibration import corpus_tokens, held_out_tokens
 
     if context < 2 or context > model.config["context_length"]:
         raise InvalidArgumentError(
@@ -160,30 +160,61 @@ def compare_plans(
     context: int = DEFAULT_CONTEXT,
     windows: int | None = DEFAULT_WINDOWS,
     progress: bool = False,
+    device=None,
+    decode_tokens: int = 0,
+    policy: str = "npu-stall-first",
 ) -> dict[str, dict]:
     """Every plan against ``reference`` on the same held-out windows: ``{plan name: summary}``
     (see :func:`summarize`), each with its per-window sums (``"windows"``, for pairing across
-    runs) and the seconds spent. The reference's logits are computed once per window."""
+    runs) and the seconds spent. The reference's logits are computed once per window.
+
+    With ``device`` (a profile name, path or DeviceProfile), every plan is planned for that
+    device (its partitions solved there) and the first window's engine run also returns the
+    task graph it executed, prompt then ``decode_tokens`` greedy decoding steps, which is
+    simulated (``"simulated"``: prefill and decode times, energy): accuracy and time of the same
+    numerics from one call per plan."""
     from .. import _core
+    from ..sim.timeline import Timeline, _profile
 
     names = [p if isinstance(p, str) else _core.Plan(p).name for p in plans]
     if not names:
         raise InvalidArgumentError("metrics: no plans given")
+    if decode_tokens and device is None:
+        raise InvalidArgumentError("metrics: decode_tokens times a session: give a device")
+    profile = _profile(device) if device is not None else None
+    planned = [
+        (_core.Plan(p) if not isinstance(p, _core.Plan) else p).on_device(profile)
+        if profile is not None
+        else p
+        for p in plans
+    ]
     spans = heldout_windows(model, context, windows)
     rows: dict[str, list[dict]] = {n: [] for n in names}
     seconds = dict.fromkeys(names, 0.0)
+    simulated: dict[str, dict] = {}
     bar = tqdm(total=len(spans) * len(plans), desc="metrics", unit="win", disable=not progress)
-    for ids in spans:
+    for w, ids in enumerate(spans):
         targets = np.asarray(ids[1:], dtype=np.int64)
         ref = model.logits(ids, reference)[:-1]
-        for name, plan in zip(names, plans, strict=True):
+        for name, plan, given in zip(names, planned, plans, strict=True):
             t0 = time.perf_counter()
-            logits = ref if plan == reference else model.logits(ids, plan)[:-1]
+            if profile is not None and w == 0:  # the numerics scored and the graph timed
+                r = model.prefill(
+                    ids, plan, all_positions=True, return_graph=True, decode_tokens=decode_tokens
+                )
+                logits = r["logits"][:-1] if isinstance(r, dict) else r[0][:-1]
+                graph = r["graph"] if isinstance(r, dict) else r[1]
+                res = _core.sim.simulate_graph(graph, profile, policy, 24)
+                simulated[name] = _timing(Timeline(res, profile, 24, {}).summary())
+            elif given == reference:
+                logits = ref
+            else:
+                logits = model.logits(ids, plan)[:-1]
             rows[name].append(window_stats(ref, logits, targets))
             seconds[name] += time.perf_counter() - t0
             bar.update(1)
     bar.close()
-    return {
+    out = {
         n: {
             **summarize(rows[n]),
             "plan": n,
@@ -194,6 +225,19 @@ def compare_plans(
         }
         for n in names
     }
+    for n, t in simulated.items():
+        out[n]["simulated"] = t
+    return out
+
+
+def _timing(s: dict) -> dict:
+    """The simulated request's headline numbers."""
+    keys = ("device", "prompt_len", "prefill_ms", "prefill_tokens_per_s", "energy_mj")
+    out = {k: s[k] for k in keys if k in s}
+    for k in ("decode_tokens", "tpot_ms", "decode_tokens_per_s", "total_ms"):
+        if s.get(k) is not None:
+            out[k] = s[k]
+    return out
 
 
 def format_summary(name: str, s: dict, metrics: Sequence[str]) -> str:
@@ -209,4 +253,10 @@ def format_summary(name: str, s: dict, metrics: Sequence[str]) -> str:
             f"ppl {s['ppl']:.3f} = {r['value']:.4f}x ref (95% CI {r['ci95'][0]:.4f}-"
             f"{r['ci95'][1]:.4f})"
         )
-    return f"plan={name}: " + ", ".join(parts) + f" ({s['n_scored']} tokens, {s['n_windows']} win)"
+    line = f"plan={name}: " + ", ".join(parts) + f" ({s['n_scored']} tokens, {s['n_windows']} win)"
+    if "simulated" in s:
+        t = s["simulated"]
+        line += f"; {t['device']}: prefill {t['prompt_len']} tokens {t['prefill_ms']:.1f} ms"
+        if "tpot_ms" in t:
+            line += f", {t['decode_tokens']} decode steps at {t['tpot_ms']:.2f} ms/token"
+    return line

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..calibration.calibrate import corpus_tokens, held_out_tokens
+from ..calibration import corpus_tokens, held_out_tokens
 from ..data import wikitext2_test_path
 
 DEFAULT_CONTEXT = 2048  # tokens per window: Hugging Face's perplexity recipe (README, protocol)
@@ -46,7 +46,8 @@ def eval_wikitext2(
     heldout: bool = False,
 ):
     """WikiText-2 test perplexity: (JSON-ready summary, PerplexityResult with per-token NLL).
-    ``heldout``: only the tokens after the calibration slice (socllm.calibration.calibrate)."""
+    ``heldout``: only the tokens after the calibration slice
+    (:func:`socllm.calibration.held_out_tokens`)."""
     path = wikitext2_test_path()
     t0 = time.perf_counter()
     ids = corpus_tokens(model)  # the whole file tokenized once (cached)

@@ -122,8 +122,7 @@ def run_main_job(
     # Static-scale plans need calibration (shadow-outlier also the outlier profile, edgeflow
     # its smoothing exponents): windows from the calibration slice of WikiText-2, evaluation on
     # the held-out rest only.
-    from ..calibration.calibrate import save_calibration
-    from ..calibration.steps import run_steps
+    from ..calibration import run_steps, save_calibration
 
     t0 = time.perf_counter()
     cal = run_steps(
@@ -211,7 +210,7 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..calibration.calibrate import corpus_tokens, held_out_tokens
+    from ..calibration import corpus_tokens, held_out_tokens
     from ..sim.timeline import simulate_model
 
     ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]

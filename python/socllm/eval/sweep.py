@@ -135,9 +135,9 @@ def slug(text: str) -> str:
 
 def parse_calibration(spec: str) -> tuple[list[str], dict]:
     """``"none"`` -> ([], {}); ``"act-scales+outliers:samples=64,seed=1"`` -> (steps, options)
-    for :func:`socllm.calibration.steps.run_steps`, checked (unknown step or option, bad
+    for :func:`socllm.calibration.run_steps`, checked (unknown step or option, bad
     value)."""
-    from ..calibration.steps import STEPS, step_options
+    from ..calibration import STEPS, check_steps, step_options
 
     spec = spec.strip()
     if spec == NO_CALIBRATION:
@@ -168,6 +168,10 @@ def parse_calibration(spec: str) -> tuple[list[str], dict]:
             raise InvalidArgumentError(
                 f"sweep: calibration option {k}={v!r} in {spec!r} is not a {type(default).__name__}"
             ) from None
+    try:
+        check_steps(steps, None, opts)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"sweep: calibration setting {spec!r}: {e}") from None
     return steps, opts
 
 
@@ -257,8 +261,7 @@ def _worker_model(name: str, calib_bytes: bytes | None, threads: int):
 
 def calibrate_task(model: str, spec: str, threads: int) -> bytes:
     """Ray task: the calibration file of ``spec`` for ``model``, as bytes."""
-    from ..calibration.calibrate import save_calibration
-    from ..calibration.steps import run_steps
+    from ..calibration import run_steps, save_calibration
 
     steps, opts = parse_calibration(spec)
     m = _worker_model(model, None, threads)

@@ -5,12 +5,15 @@ simulator on a device profile, and the parts the studies of the four systems use
 - Requests: :func:`simulate` (a config under a plan), :func:`simulate_model` (the graph a loaded
   model's engine executed), :func:`simulate_graph` (any recorded graph), :func:`task_graph`,
   :class:`Timeline`, :class:`TaskGraph`, :func:`policies`; HeteroLLM's engines
-  (:func:`simulate_hetero`, :func:`hetero_engines`), cold starts (:func:`simulate_cold_start`).
+  (:func:`simulate_hetero`, :func:`hetero_engines`), cold starts (:func:`simulate_cold_start`,
+  :func:`channel_cold_start_cost`).
 - Devices: :class:`DeviceProfile`, :class:`CostModel`, :func:`load_device`,
   :func:`known_devices`.
 - HeteroLLM's partitions (seed 002 §4.1, §4.3): :func:`make_partition`, :func:`row_partition`,
   :func:`validate_partition`, :func:`npu_graph_cover`, :func:`partition_rules`,
   :func:`solve_partition`, :func:`partition_time`; the profiler in :mod:`socllm.sim.hetero`.
+- Fits of device numbers (Eigen, ``cpp/soc/fit.h``): :func:`linear_least_squares`,
+  :func:`polyfit`, :func:`fit_roofline`, :func:`least_squares_bounded`.
 - The scheduler on given graphs: :func:`schedule` (a graph on a cost model),
   :func:`simulate_durations` (given task durations), :func:`task_durations_us`,
   :func:`to_trace_json`; shadowAttn's head pipeline in :mod:`socllm.sim.head_pipeline`.
@@ -46,6 +49,11 @@ schedule = _core.sim.simulate
 simulate_durations = _core.sim.simulate_durations
 task_durations_us = _core.sim.task_durations_us
 to_trace_json = _core.sim.to_trace_json
+channel_cold_start_cost = _core.sim.channel_cold_start_cost
+linear_least_squares = _core.sim.linear_least_squares
+polyfit = _core.sim.polyfit
+fit_roofline = _core.sim.fit_roofline
+least_squares_bounded = _core.sim.least_squares_bounded
 policy_name = _core.sim.policy_name
 prefill_graph_rows = _core.prefill_graph_rows
 graph_census = _core.graph_census
@@ -58,6 +66,11 @@ __all__ = [
     "policies",
     "simulate",
     "simulate_cold_start",
+    "channel_cold_start_cost",
+    "linear_least_squares",
+    "polyfit",
+    "fit_roofline",
+    "least_squares_bounded",
     "simulate_graph",
     "simulate_hetero",
     "simulate_model",

@@ -1,0 +1,37 @@
+// Step qk-scales (shadowAttn, seed 000 §3.3): per calibration window the max |x| of every head's
+// post-RoPE Q, K and V at every layer; a head's scale is max / 127 (per-head INT8, Fig. 7). The
+// bucket grid is derived at plan time (attention/shadow_attn.cpp), so bucket count and step are
+// plan options, not calibration output; npu-int8 takes its static Q/K/V scales from here too.
+#include "calibrate/steps.h"
+
+namespace socllm::calibrate {
+
+namespace {
+
+void run(StepContext& ctx) {
+  // the windows' maxima are appended: a step run again starts over
+  ctx.stats.q_absmax.clear();
+  ctx.stats.k_absmax.clear();
+  ctx.stats.v_absmax.clear();
+  const auto n = static_cast<int64_t>(ctx.windows.size());
+  for (int64_t i = 0; i < n; ++i) {
+    ctx.engine.observe_attention_scales({ctx.windows[static_cast<size_t>(i)]}, ctx.stats);
+    ctx.progress(i + 1, n, "windows");
+  }
+}
+
+const bool kRegistered = register_step({
+    "qk-scales",
+    "per-window max |Q|, |K|, |V| of every head (shadowAttn's scale buckets, §3.3; npu-int8's "
+    "static scales)",
+    50,
+    {},
+    {},
+    window_options(),
+    run,
+    check_window_options,
+});
+
+}  // namespace
+
+}  // namespace socllm::calibrate

@@ -41,6 +41,16 @@ def load(args):
     return model, (load_calibration(args.calib, model) if args.calib else None)
 
 
+def run(args, calibrate, report) -> int:
+    """A script's body: the model (and the --calib statistics), ``calibrate(model, data) ->
+    data``, its report printed, the file saved."""
+    model, data = load(args)
+    data = calibrate(model, data)
+    report(data)
+    save(args, data, model)
+    return 0
+
+
 def save(args, data, model) -> None:
     save_calibration(args.out, data, model)
     print(f"wrote {args.out} (steps {data.provenance.get('steps', '')})")

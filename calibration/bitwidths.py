@@ -61,18 +61,18 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", type=float, default=5.0, help="average bits per weight")
     ap.add_argument("--bit-scope", choices=("per-tensor", "global-ttft"), default="per-tensor")
     args = ap.parse_args(argv)
-    model, data = _common.load(args)
-    data = bitwidths(
-        model,
-        data,
-        bits=args.bits,
-        bit_scope=args.bit_scope,
-        progress=not args.quiet,
-        **_common.windows(args),
+    return _common.run(
+        args,
+        lambda model, data: bitwidths(
+            model,
+            data,
+            bits=args.bits,
+            bit_scope=args.bit_scope,
+            progress=not args.quiet,
+            **_common.windows(args),
+        ),
+        report,
     )
-    report(data)
-    _common.save(args, data, model)
-    return 0
 
 
 if __name__ == "__main__":

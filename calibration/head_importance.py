@@ -50,19 +50,19 @@ def main(argv=None) -> int:
     ap = _common.parser(__doc__)
     ap.set_defaults(samples=8, seqlen=256)
     args = ap.parse_args(argv)
-    model, data = _common.load(args)
-    data = head_importance(
-        model,
-        data,
-        samples=args.samples,
-        seqlen=args.seqlen,
-        seed=args.seed,
-        corpus=args.corpus,
-        progress=not args.quiet,
+    return _common.run(
+        args,
+        lambda model, data: head_importance(
+            model,
+            data,
+            samples=args.samples,
+            seqlen=args.seqlen,
+            seed=args.seed,
+            corpus=args.corpus,
+            progress=not args.quiet,
+        ),
+        report,
     )
-    report(data)
-    _common.save(args, data, model)
-    return 0
 
 
 if __name__ == "__main__":

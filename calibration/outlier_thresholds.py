@@ -38,13 +38,17 @@ def main(argv=None) -> int:
     ap = _common.parser(__doc__)
     ap.add_argument("--percentile", type=float, default=99.99, help="of |x|, in %%")
     args = ap.parse_args(argv)
-    model, data = _common.load(args)
-    data = outlier_thresholds(
-        model, data, percentile=args.percentile, progress=not args.quiet, **_common.windows(args)
+    return _common.run(
+        args,
+        lambda model, data: outlier_thresholds(
+            model,
+            data,
+            percentile=args.percentile,
+            progress=not args.quiet,
+            **_common.windows(args),
+        ),
+        report,
     )
-    report(data)
-    _common.save(args, data, model)
-    return 0
 
 
 if __name__ == "__main__":

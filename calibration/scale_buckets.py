@@ -61,11 +61,13 @@ def main(argv=None) -> int:
     ap.add_argument("--buckets", type=int, default=9)
     ap.add_argument("--step", type=float, default=0.5)
     args = ap.parse_args(argv)
-    model, data = _common.load(args)
-    data = scale_buckets(model, data, progress=not args.quiet, **_common.windows(args))
-    report(data, args.buckets, args.step)
-    _common.save(args, data, model)
-    return 0
+    return _common.run(
+        args,
+        lambda model, data: scale_buckets(
+            model, data, progress=not args.quiet, **_common.windows(args)
+        ),
+        lambda d: report(d, args.buckets, args.step),
+    )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +31,7 @@ WORKER = r"""
 import json, sys, time
 # the checkout's package, not the one an editable install's import hook redirects to
 sys.meta_path = [f for f in sys.meta_path if "socllm" not in type(f).__module__.lower()]
-sys.path.insert(0, sys.argv[1] + "/python")
+sys.path.insert(0, sys.argv[1])
 import socllm
 assert socllm.__file__.startswith(sys.argv[1]), socllm.__file__
 socllm.set_log_level("warn"); socllm.set_num_threads(2)
@@ -54,13 +56,35 @@ print(json.dumps(res))
 """
 
 
-def run(checkout: Path, repeats: int) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(checkout.resolve()), str(repeats)],
-        capture_output=True,
-        text=True,
-        check=True,
+def package_root(checkout: Path, scratch: Path) -> Path:
+    """The folder holding the checkout's ``socllm`` package with a built module: its
+    ``python/`` when the module was copied there, else a folder of links to the package's files
+    and to the newest module in the checkout's build directories (an editable install)."""
+    pkg = checkout.resolve() / "python" / "socllm"
+    if list(pkg.glob("_core*.so")):
+        return pkg.parent
+    built = sorted(
+        checkout.resolve().glob("build/*/cpp/_core*.so"), key=lambda p: p.stat().st_mtime
     )
+    if not built:
+        raise SystemExit(
+            f"bench_engine_ab: {checkout} has no built module (python/socllm or build/)"
+        )
+    root = scratch / checkout.resolve().name
+    (root / "socllm").mkdir(parents=True, exist_ok=True)
+    for entry in [*pkg.iterdir(), built[-1]]:
+        link = root / "socllm" / entry.name
+        if not link.exists():
+            link.symlink_to(entry)
+    return root
+
+
+def run(root: Path, repeats: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER, str(root), str(repeats)], capture_output=True, text=True
+    )
+    if out.returncode:
+        raise SystemExit(f"bench_engine_ab: the worker for {root} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -73,7 +97,10 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     t0 = time.time()
-    rounds = [(run(args.a, args.repeats), run(args.b, args.repeats)) for _ in range(args.rounds)]
+    scratch = Path(tempfile.mkdtemp(prefix="bench_engine_ab-"))
+    a, b = package_root(args.a, scratch / "a"), package_root(args.b, scratch / "b")
+    rounds = [(run(a, args.repeats), run(b, args.repeats)) for _ in range(args.rounds)]
+    shutil.rmtree(scratch)
     keys = list(rounds[0][0])
     rows = {}
     print(f"{'workload':<22} {'A s':>8} {'B s':>8} {'B/A':>6}  (B/A per round)")

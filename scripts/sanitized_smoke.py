@@ -9,7 +9,7 @@ dequantization of every tensor type in the file), convert of the real GGUF and t
 on its output. (The fuzz corpus and campaigns, tests/python/test_fuzz.py, run after it.)
 
 A sanitizer finding aborts the process (ASAN_OPTIONS=abort_on_error=1, UBSan
-halt_on_error=1); a Python error fails with a traceback. ``--expect-core PATH`` checks that the
+halt_on_error=1); a Python error fails with a traceback. ``--expect-module PATH`` checks that the
 module imported is that file, not the installed one.
 """
 
@@ -42,8 +42,6 @@ def step(name: str):
 
 
 def check_module(expect: str | None) -> None:
-    import socllm
-
     got = Path(socllm.build_info()["module"]).resolve()
     print(f"[smoke] socllm's C++ module from {got}", flush=True)
     if expect and got != Path(expect).resolve():
@@ -126,7 +124,6 @@ def main() -> None:
     args = ap.parse_args()
 
     check_module(args.expect_module)
-    import socllm
     from socllm.calibration import corpus_tokens
     from socllm.io.convert import convert
     from socllm.registry import BUILTIN_MODELS

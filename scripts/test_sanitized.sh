@@ -76,7 +76,7 @@ run_py() {
 }
 
 echo "[sanitized] Python smoke run"
-run_py scripts/sanitized_smoke.py --expect-core "$overlay/socllm/$(basename "$core_so")" "$@"
+run_py scripts/sanitized_smoke.py --expect-module "$overlay/socllm/$(basename "$core_so")" "$@"
 echo "[sanitized] smoke passed after $(elapsed)"
 
 echo "[sanitized] fuzz tests (corpus and short campaigns) and the hardening and loader tests"

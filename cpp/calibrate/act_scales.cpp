@@ -8,11 +8,7 @@ namespace socllm::calibrate {
 namespace {
 
 void run(StepContext& ctx) {
-  const auto n = static_cast<int64_t>(ctx.windows.size());
-  for (int64_t i = 0; i < n; ++i) {
-    ctx.engine.observe_activations({ctx.windows[static_cast<size_t>(i)]}, ctx.stats);
-    ctx.progress(i + 1, n, "windows");
-  }
+  ctx.for_each_window([&](const auto& w) { ctx.engine.observe_activations({w}, ctx.stats); });
 }
 
 const bool kRegistered = register_step({

@@ -38,11 +38,7 @@ void run(StepContext& ctx) {
     }
     counted.set_outlier_thresholds(site, t);
   }
-  const auto n = static_cast<int64_t>(ctx.windows.size());
-  for (int64_t i = 0; i < n; ++i) {
-    ctx.engine.observe_activations({ctx.windows[static_cast<size_t>(i)]}, counted);
-    ctx.progress(i + 1, n, "windows");
-  }
+  ctx.for_each_window([&](const auto& w) { ctx.engine.observe_activations({w}, counted); });
   for (int s = 0; s < kNumLinearSites; ++s)
     for (const auto& spec : Calibration::schema())
       if (std::string(spec.step) == "outliers") {

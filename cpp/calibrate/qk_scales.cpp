@@ -13,11 +13,7 @@ void run(StepContext& ctx) {
   ctx.stats.q_absmax.clear();
   ctx.stats.k_absmax.clear();
   ctx.stats.v_absmax.clear();
-  const auto n = static_cast<int64_t>(ctx.windows.size());
-  for (int64_t i = 0; i < n; ++i) {
-    ctx.engine.observe_attention_scales({ctx.windows[static_cast<size_t>(i)]}, ctx.stats);
-    ctx.progress(i + 1, n, "windows");
-  }
+  ctx.for_each_window([&](const auto& w) { ctx.engine.observe_attention_scales({w}, ctx.stats); });
 }
 
 const bool kRegistered = register_step({

@@ -44,6 +44,14 @@ void StepContext::progress(int64_t done, int64_t total, const std::string& unit)
   else spdlog::info("calibrate: {}/{} {}", done, total, unit);
 }
 
+void StepContext::for_each_window(const std::function<void(const std::vector<int32_t>&)>& f) const {
+  const auto n = static_cast<int64_t>(windows.size());
+  for (int64_t i = 0; i < n; ++i) {
+    f(windows[static_cast<size_t>(i)]);
+    progress(i + 1, n, "windows");
+  }
+}
+
 std::vector<StepOption> window_options() {
   return {{"corpus", "wikitext2",
            "calibration text: wikitext2 (WikiText-2 raw test) or the path of a UTF-8 text file; "

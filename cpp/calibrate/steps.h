@@ -43,6 +43,8 @@ struct StepContext {
   nlohmann::json provenance = nlohmann::json::object();  // root attributes the step writes
 
   void progress(int64_t done, int64_t total, const std::string& unit) const;
+  // Calls f on each window in turn, reporting progress in windows.
+  void for_each_window(const std::function<void(const std::vector<int32_t>&)>& f) const;
 };
 
 struct StepInfo {

@@ -50,16 +50,22 @@ struct Problem {
   // processors running at once share; null: none.
   std::vector<double> bytes;
   std::function<double(const std::vector<soc::Processor>&)> shared_bytes_per_us;
+  // Synchronizations into a decoding step's tasks (SimOptions::first_decode_chunk; null: sync).
+  std::function<double(soc::Processor, soc::Processor)> decode_sync = {};
+  int64_t first_decode_chunk = -1;
   // ready time of task t given the end times of its dependencies and where each ran (null:
   // where the graph places it)
   double ready_time(int64_t t, const std::vector<double>& end,
                     const std::vector<soc::Processor>* ran_on = nullptr) const {
     double r = 0;
     const auto& task = g.tasks()[static_cast<size_t>(t)];
+    const bool decoding =
+        decode_sync && first_decode_chunk >= 0 && task.chunk >= first_decode_chunk;
+    const auto& edge = decoding ? decode_sync : sync;
     for (int64_t d : task.deps) {
       const auto from =
           ran_on ? (*ran_on)[static_cast<size_t>(d)] : g.tasks()[static_cast<size_t>(d)].processor;
-      r = std::max(r, end[static_cast<size_t>(d)] + sync(from, task.processor));
+      r = std::max(r, end[static_cast<size_t>(d)] + edge(from, task.processor));
     }
     return r;
   }
@@ -420,7 +426,9 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
                          exec.successors(),
                          pb.cpu_dur,
                          pb.bytes,
-                         pb.shared_bytes_per_us};
+                         pb.shared_bytes_per_us,
+                         pb.decode_sync,
+                         pb.first_decode_chunk};
     SimOptions fifo = opts;
     fifo.policy = Policy::Fifo;
     Timeline tl = run(locked, fifo);
@@ -542,6 +550,16 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
              {},
              {},
              {}};
+  // decoding steps keep the GPU's queue filled under fast sync (seed 002 §4.2)
+  const soc::CostModel decode_cost =
+      soc::CostModel(cost.profile(), {cost.sync_options().fast, cost.sync_options().fast})
+          .with_co_runner(cost.co_runner());
+  if (opts.first_decode_chunk >= 0) {
+    pb.decode_sync = [&decode_cost](soc::Processor a, soc::Processor b) {
+      return decode_cost.sync_us(a, b);
+    };
+    pb.first_decode_chunk = opts.first_decode_chunk;
+  }
   const bool steal = opts.policy == Policy::PositionSteal;
   if (steal)  // what each task would take on the CPU, should it be stolen
     for (const auto& t : g.tasks())

@@ -75,6 +75,10 @@ struct SimOptions {
   bool memory_contention = true;
   // mllm-executor: chunks in flight at once (the released executor's ThreadPool(4)).
   int64_t executor_threads = 4;
+  // A session's graph (prompt, then decoding steps): tasks of chunks from this one on are
+  // decoding steps, whose GPU-NPU synchronizations are charged as decoding's (with fast sync the
+  // GPU's queue stays filled: no resubmission, seed 002 §4.2); -1: none.
+  int64_t first_decode_chunk = -1;
 };
 
 // The released llm.npu executor's order as dependencies (policy mllm-executor): the i-th task of

@@ -23,6 +23,12 @@ PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile&
   sched::SimOptions o;
   o.policy = sched::policy_from_name(policy);
   o.optimal_max_tasks = optimal_max_tasks;
+  if (graph.meta.value("phase", std::string()) == "session") {
+    // the prompt's chunks, then the decoding steps (block.h: one chunk per step)
+    const int64_t prompt = graph.meta.at("prompt_len").get<int64_t>();
+    const int64_t chunk = graph.meta.value("chunk_len", int64_t{0});
+    o.first_decode_chunk = chunk > 0 ? (prompt + chunk - 1) / chunk : 1;
+  }
   const sched::HeadPolicy hp = sched::head_policy_from_name(head_policy);
   const auto& m = graph.meta;
   const soc::CostModel cost = soc::timing_cost_model(

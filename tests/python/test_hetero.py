@@ -357,3 +357,15 @@ def test_mllm_executor_policy_and_llmnpu_e2e_characterization(gen3):
         for r in (0.0, 1.0)
     }
     assert speed[1.0] > 2 * speed[0.0]
+
+
+@pytest.mark.parametrize("plan", ["hetero-tensor", "w8a8:partition=hybrid"])
+def test_a_sessions_decoding_step_costs_what_the_decode_phase_costs(plan):
+    """In a session's graph (prompt, then decoding steps) a decoding step is charged decoding's
+    synchronizations (fast sync keeps the GPU's queue filled, seed 002 §4.2): the one step's
+    time equals the decode phase's at the same position, for GPU-NPU and CPU-NPU cuts."""
+    d = socllm.simulate("llama-3-8b", "snapdragon-8gen3", plan, 256, phase="decode", chunk=None)
+    s = socllm.simulate(
+        "llama-3-8b", "snapdragon-8gen3", plan, 256, phase="session", decode_tokens=1, chunk=None
+    )
+    assert s.summary()["tpot_ms"] == pytest.approx(1e3 / d.summary()["decode_tokens_per_s"])

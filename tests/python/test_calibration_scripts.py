@@ -70,7 +70,7 @@ def test_driver_writes_every_output_into_one_file(smollm, tmp_path):
     assert data.provenance["steps"] == steps
     smollm.load_calibration(out)
     try:
-        for plan in ("shadow-outlier", "shadow-attn", "edgeflow"):
+        for plan in ("shadow-outlier", "w8a8:attention=shadow-attn", "edgeflow"):
             assert np.isfinite(smollm.logits([1, 2, 3, 4], plan)).all()
     finally:
         smollm.set_calibration(None)

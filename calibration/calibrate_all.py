@@ -3,7 +3,7 @@
 Runs the scripts beside this one in order, each adding its arrays to the same statistics, and
 saves the file (atomically) after each, so an interrupted run keeps what finished: outlier
 thresholds (llm.npu), head importance and scale buckets (shadowAttn), smoothing factors and
-bit-widths (EdgeFlow). Every plan in ``socllm.plans()`` then runs from the one file.
+bit-widths (EdgeFlow). Every plan in ``socllm.Plan.known()`` then runs from the one file.
 
     python calibration/calibrate_all.py --out calib.h5             # the paper-sized settings
     python calibration/calibrate_all.py --out calib.h5 --corpus my_text.txt --samples 32

@@ -98,9 +98,11 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.time()
     scratch = Path(tempfile.mkdtemp(prefix="bench_engine_ab-"))
-    a, b = package_root(args.a, scratch / "a"), package_root(args.b, scratch / "b")
-    rounds = [(run(a, args.repeats), run(b, args.repeats)) for _ in range(args.rounds)]
-    shutil.rmtree(scratch)
+    try:
+        a, b = package_root(args.a, scratch / "a"), package_root(args.b, scratch / "b")
+        rounds = [(run(a, args.repeats), run(b, args.repeats)) for _ in range(args.rounds)]
+    finally:
+        shutil.rmtree(scratch)
     keys = list(rounds[0][0])
     rows = {}
     print(f"{'workload':<22} {'A s':>8} {'B s':>8} {'B/A':>6}  (B/A per round)")

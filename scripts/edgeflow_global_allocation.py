@@ -6,9 +6,9 @@ For every --bits B: plan ``edgeflow:bits=B`` (Algorithm 1 per tensor, the paper)
 ``edgeflow:bits=B,bitwidths=stored`` with the bit-widths of step bitwidths at
 ``bit_scope=global-ttft`` (one heap over every output channel; error: the closed form weighted
 by the channel's share of its tensor's output; cost: flash bytes / bandwidth + unpacking time on
---device; budget: the per-tensor allocation's modelled time; ``calibrate_edgeflow`` module
-doc). Both run on the same held-out WikiText-2 windows; reported per B: modelled load time of
-each (flash + unpack, the part of the TTFT the allocation changes: prefill runs the same INT8
+--device; budget: the per-tensor allocation's modelled time; cpp/calibrate/bitwidths.cpp).
+Both run on the same held-out WikiText-2 windows; reported per B: modelled load time of each
+(flash + unpack, the part of the TTFT the allocation changes: prefill runs the same INT8
 GEMMs), mean bits, ΔNLL vs fp32 and the paired difference global - per-tensor with its SE
 over 128-token blocks, KL and top-1 agreement with fp32.
 

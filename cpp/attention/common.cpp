@@ -67,7 +67,7 @@ std::vector<LayerConsts> keep_ratio_consts(const AttentionScheme& s, const Calib
     throw InvalidArgument(who +
                           " takes per-head keep ratios from head and layer importance, and the "
                           "loaded calibration has none (socllm calibrate --steps head-importance "
-                          "[--calib FILE] -o FILE, then --calib FILE; or ratios=uniform)");
+                          "[--calib FILE] --out FILE, then --calib FILE; or ratios=uniform)");
   const auto r = head_keep_ratios(calib->head_importance, calib->layer_importance, c.n_heads,
                                   s.number("keep"), s.number("clamp_quantile"));
   for (int64_t l = 0; l < c.n_layers; ++l)

@@ -32,10 +32,11 @@ class NpuInt8 final : public SchemeKind {
   std::vector<LayerConsts> prepare(const AttentionScheme&, const Calibration* calib,
                                    const ModelConfig& c, const std::string& who) const override {
     if (!calib || !calib->has_qk_scales())
-      throw InvalidArgument(who +
-                            " fixes its Q/K scales from calibration, and the loaded calibration "
-                            "has none (socllm calibrate --steps qk-scales [--calib FILE] -o FILE, "
-                            "then --calib FILE)");
+      throw InvalidArgument(
+          who +
+          " fixes its Q/K scales from calibration, and the loaded calibration "
+          "has none (socllm calibrate --steps qk-scales [--calib FILE] --out FILE, "
+          "then --calib FILE)");
     std::vector<LayerConsts> out(static_cast<size_t>(c.n_layers));
     for (int64_t l = 0; l < c.n_layers; ++l) {
       auto& lc = out[static_cast<size_t>(l)];

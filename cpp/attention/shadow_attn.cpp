@@ -111,10 +111,11 @@ class ShadowAttn final : public SchemeKind {
     auto out = detail::keep_ratio_consts(s, calib, c, who);
     if (!needs_qk_scales(s)) return out;
     if (!calib || !calib->has_qk_scales())
-      throw InvalidArgument(who +
-                            " fixes its Q/K scales from calibration, and the loaded calibration "
-                            "has none (socllm calibrate --steps qk-scales [--calib FILE] -o FILE, "
-                            "then --calib FILE)");
+      throw InvalidArgument(
+          who +
+          " fixes its Q/K scales from calibration, and the loaded calibration "
+          "has none (socllm calibrate --steps qk-scales [--calib FILE] --out FILE, "
+          "then --calib FILE)");
     // <λ̄Q·σ^a, λ̄K·σ^b> per head (§3.3); a query head's λ̄K is its KV head's
     const auto mq = calib->mean_scale('q'), mk = calib->mean_scale('k');
     const int64_t n = s.integer("buckets");

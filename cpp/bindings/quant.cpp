@@ -56,10 +56,11 @@ void init_quant(py::module_& m) {
         return quant::stored_weight_bytes(quant::LinearScheme::from_json(py_to_json(scheme)), out,
                                           in, tensor_rows, bias);
       },
-      py::arg("scheme"), py::arg("out"), py::arg("in"),
+      py::arg("scheme"), py::arg("out_features"), py::arg("in_features"),
       py::arg("tensor_rows") = std::vector<int64_t>{}, py::arg("bias") = false,
       "Bytes a linear of the scheme (LinearScheme JSON, e.g. Plan(...).to_json()['ops']['linear'] "
-      "without processor/format) stores for a weight [out, in] (linear_scheme.h).");
+      "without processor/format) stores for a weight [out_features, in_features] "
+      "(linear_scheme.h).");
   q.def(
       "quantize",
       [](const py::handle& W_obj, int bits, const std::string& granularity, int64_t group_size) {

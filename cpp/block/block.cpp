@@ -454,6 +454,11 @@ int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len) {
   return std::min(rows, chunk_len);
 }
 
+int64_t prefill_chunks(int64_t prompt_len, int64_t chunk_len) {
+  const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
+  return (prompt_len + rows - 1) / rows;
+}
+
 double cold_fetch_bytes(const ModelConfig& c, LinearSite site, double channels, double hot_share) {
   return channels * (1.0 - hot_share) * static_cast<double>(linear_out_width(c, site)) *
          sizeof(float);
@@ -553,6 +558,7 @@ nlohmann::json graph_meta(const ModelConfig& c, const Plan& plan, int64_t prompt
       {"characterization", plan.characterization},
       {"fast_sync", plan.fast_sync}};
   if (decode_tokens > 0) m["decode_tokens"] = decode_tokens;
+  if (!decode) m["prompt_chunks"] = prefill_chunks(prompt_len, chunk_len);
   const nlohmann::json parts = partitions_meta(
       c, plan, decode ? 0 : prefill_graph_rows(prompt_len, chunk_len), phase != "prefill");
   if (!parts.empty()) m["partitions"] = parts;
@@ -605,7 +611,7 @@ sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int6
                                     int64_t decode_tokens) {
   const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
   check_request(c, prompt_len, chunk_len, decode_tokens, "prefill_task_graph");
-  const int64_t chunks = (prompt_len + rows - 1) / rows;
+  const int64_t chunks = prefill_chunks(prompt_len, chunk_len);
   GraphRecorder rec(c, plan, opts.attention);
   if (opts.build_ms > 0 || opts.optimize_ms > 0)
     rec.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
@@ -672,7 +678,7 @@ npu::GraphCacheStats graph_census(const ModelConfig& c, const Plan& plan, int64_
     throw InvalidArgument("[graph_census] chunk_len must be > 0, got " + std::to_string(chunk_len));
   const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
   npu::GraphCache cache(sharing);
-  const int64_t chunks = (prompt_len + rows - 1) / rows;
+  const int64_t chunks = prefill_chunks(prompt_len, chunk_len);
   for (int64_t ch = 0; ch < chunks; ++ch)
     for (int64_t l = 0; l < c.n_layers; ++l)
       for (int k = 0; k < kSubgraphsPerLayer; ++k)

@@ -277,6 +277,9 @@ bool run_layer(std::span<const BlockOpInfo> ops, LayerRun* run, GraphRecorder* r
 // chunk_len. InvalidArgument for a non-positive prompt or negative chunk.
 constexpr int64_t kMinGraphRows = 32;
 int64_t prefill_graph_rows(int64_t prompt_len, int64_t chunk_len);
+// The chunks a prompt is prefilled in (ceil(prompt_len / prefill_graph_rows)); a session's
+// decoding steps are the chunks after them.
+int64_t prefill_chunks(int64_t prompt_len, int64_t chunk_len);
 
 // Expected loads of every input ([layer * kNumLinearSites + site]) when no calibration of the
 // model exists (shape-only configs): `channels` outlier channels per input per chunk ("around

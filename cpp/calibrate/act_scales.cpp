@@ -7,6 +7,8 @@ namespace socllm::calibrate {
 
 namespace {
 
+// Observing adds to running maxima and histograms: a caller re-running the step starts from
+// fresh statistics (socllm.calibration keeps only what steps independent of act-scales wrote).
 void run(StepContext& ctx) {
   ctx.for_each_window([&](const auto& w) { ctx.engine.observe_activations({w}, ctx.stats); });
 }

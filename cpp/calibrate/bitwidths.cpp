@@ -180,7 +180,7 @@ void run(StepContext& ctx) {
     // the sampled linear inputs of every layer and site, all windows stacked
     std::vector<std::array<TensorF32, kNumLinearSites>> X(static_cast<size_t>(c.n_layers));
     for (size_t w = 0; w < ctx.windows.size(); ++w) {
-      const auto inputs = ctx.engine.linear_inputs(ctx.windows[w], ctx.rows.at(w));
+      const auto inputs = ctx.engine.linear_inputs(ctx.windows[w], ctx.rows_of(w));
       for (int64_t l = 0; l < c.n_layers; ++l)
         for (int s = 0; s < kNumLinearSites; ++s) {
           auto& dst = X[static_cast<size_t>(l)][static_cast<size_t>(s)];
@@ -309,7 +309,8 @@ const bool kRegistered = register_step({
       "per-tensor allocation's modelled cold-start time",
       {"per-tensor", "global-ttft"}},
      {"cost_device", "snapdragon-8elite",
-      "global-ttft: the device profile whose flash and unpack costs price a bit"},
+      "global-ttft: the device profile whose flash and unpack costs price a bit (default: "
+      "EdgeFlow's testbed, Snapdragon 8 Elite, seed 004 §5.1)"},
      {"bit_importance",
       "output-share",
       "global-ttft: what weights a channel's error",
@@ -317,8 +318,8 @@ const bool kRegistered = register_step({
      sample_options()[0],
      sample_options()[1]},
     run,
-    [](const nlohmann::json& o) {
-      check_sample_options(o);
+    [](const std::string& step, const nlohmann::json& o) {
+      check_sample_options(step, o);
       if (o["bit_scope"] == "global-ttft") soc::load_device(o["cost_device"].get<std::string>());
     },
 });

@@ -31,9 +31,11 @@ void run(StepContext& ctx) {
   std::fill(masks.back().begin(), masks.back().end(), 0.0f);
   std::vector<double> heads(static_cast<size_t>(L * H), 0.0), layers(static_cast<size_t>(L), 0.0);
   int64_t done = 0;
-  for (const auto& w : ctx.windows) {
+  for (size_t i = 0; i < ctx.windows.size(); ++i) {
+    const auto& w = ctx.windows[i];
     if (w.size() < 2)
-      throw InvalidArgument("[calibrate] head-importance: a window needs at least 2 tokens");
+      throw InvalidArgument("[calibrate] head-importance: window " + std::to_string(i) + " has " +
+                            std::to_string(w.size()) + " tokens (needs at least 2)");
     const auto xs = ctx.engine.layer_inputs(w);
     const double base = mean_nll(ctx.engine.token_logprobs({w}, Plan())[0]);
     for (int64_t l = 0; l < L; ++l) {
@@ -65,12 +67,13 @@ const bool kRegistered = register_step({
      {"importance_samples", int64_t{8}, "windows ablated (the paper: 128, slower)"},
      {"importance_seqlen", int64_t{256}, "tokens per ablated window"}},
     run,
-    [](const nlohmann::json& o) {
-      check_corpus(o);
-      require_option(o["importance_samples"].get<int64_t>() >= 1, "head-importance", o,
-                     "importance_samples", ">= 1");
-      require_option(o["importance_seqlen"].get<int64_t>() >= 2, "head-importance", o,
-                     "importance_seqlen", ">= 2");
+    [](const std::string& step, const nlohmann::json& o) {
+      check_corpus(step, o);
+      require_option(o["seed"].get<int64_t>() >= 0, step, o, "seed", ">= 0");
+      require_option(o["importance_samples"].get<int64_t>() >= 1, step, o, "importance_samples",
+                     ">= 1");
+      require_option(o["importance_seqlen"].get<int64_t>() >= 2, step, o, "importance_seqlen",
+                     ">= 2");
     },
 });
 

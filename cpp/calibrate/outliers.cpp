@@ -15,9 +15,9 @@ namespace socllm::calibrate {
 
 namespace {
 
-void check(const nlohmann::json& o) {
+void check(const std::string& step, const nlohmann::json& o) {
   const double p = o["percentile"].get<double>();
-  require_option(p > 0.0 && p <= 100.0, "outliers", o, "percentile", "in (0, 100]");
+  require_option(p > 0.0 && p <= 100.0, step, o, "percentile", "in (0, 100]");
 }
 
 void run(StepContext& ctx) {

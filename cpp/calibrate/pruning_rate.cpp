@@ -25,16 +25,16 @@ const bool kRegistered = register_step({
       "the plan whose pruning rate is chosen (shadow-outlier, with options, e.g. "
       "shadow-outlier:residual=cpu/fp32 for Gemma 3)"}},
     nullptr,
-    [](const nlohmann::json& o) {
-      require_option(o["budget"].get<double>() >= 0, "pruning-rate", o, "budget", ">= 0");
-      require_option(o["validation_tokens"].get<int64_t>() >= 2, "pruning-rate", o,
-                     "validation_tokens", ">= 2");
-      require_option(o["validation_context"].get<int64_t>() >= 2, "pruning-rate", o,
-                     "validation_context", ">= 2");
+    [](const std::string& step, const nlohmann::json& o) {
+      require_option(o["budget"].get<double>() >= 0, step, o, "budget", ">= 0");
+      require_option(o["validation_tokens"].get<int64_t>() >= 2, step, o, "validation_tokens",
+                     ">= 2");
+      require_option(o["validation_context"].get<int64_t>() >= 2, step, o, "validation_context",
+                     ">= 2");
       const double hot = o["hot_share"].get<double>();
-      require_option(hot > 0 && hot <= 1, "pruning-rate", o, "hot_share", "in (0, 1]");
+      require_option(hot > 0 && hot <= 1, step, o, "hot_share", "in (0, 1]");
       const std::string plan = o["pruning_plan"].get<std::string>();
-      require_option(Plan::parse(plan).name == "shadow-outlier", "pruning-rate", o, "pruning_plan",
+      require_option(Plan::parse(plan).name == "shadow-outlier", step, o, "pruning_plan",
                      "shadow-outlier, with options if needed (e.g. "
                      "'shadow-outlier:residual=cpu/fp32')");
     },

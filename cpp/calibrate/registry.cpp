@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 
 #include <spdlog/spdlog.h>
 
@@ -52,6 +53,13 @@ void StepContext::for_each_window(const std::function<void(const std::vector<int
   }
 }
 
+std::vector<int64_t> StepContext::rows_of(size_t w) const {
+  if (!rows.empty()) return rows.at(w);
+  std::vector<int64_t> all(windows.at(w).size());
+  std::iota(all.begin(), all.end(), int64_t{0});
+  return all;
+}
+
 std::vector<StepOption> window_options() {
   return {{"corpus", "wikitext2",
            "calibration text: wikitext2 (WikiText-2 raw test) or the path of a UTF-8 text file; "
@@ -70,12 +78,11 @@ std::vector<StepOption> sample_options() {
           {"smoothing_rows", int64_t{128}, "rows sampled per window"}};
 }
 
-void check_sample_options(const nlohmann::json& o) {
+void check_sample_options(const std::string& step, const nlohmann::json& o) {
   const double bits = o["bits"].get<double>();
-  require_option(bits >= 1.0 && bits <= 8.0, "edgeflow", o, "bits", "in [1, 8]");
-  require_option(o["smoothing_windows"].get<int64_t>() >= 1, "edgeflow", o, "smoothing_windows",
-                 ">= 1");
-  require_option(o["smoothing_rows"].get<int64_t>() >= 1, "edgeflow", o, "smoothing_rows", ">= 1");
+  require_option(bits >= 1.0 && bits <= 8.0, step, o, "bits", "in [1, 8]");
+  require_option(o["smoothing_windows"].get<int64_t>() >= 1, step, o, "smoothing_windows", ">= 1");
+  require_option(o["smoothing_rows"].get<int64_t>() >= 1, step, o, "smoothing_rows", ">= 1");
 }
 
 void require_option(bool ok, const std::string& step, const nlohmann::json& options,
@@ -85,17 +92,17 @@ void require_option(bool ok, const std::string& step, const nlohmann::json& opti
                           ", got " + json_text(options.at(name)));
 }
 
-void check_corpus(const nlohmann::json& o) {
+void check_corpus(const std::string& step, const nlohmann::json& o) {
   const std::string corpus = o["corpus"].get<std::string>();
-  require_option(corpus == "wikitext2" || std::filesystem::is_regular_file(corpus), "windows", o,
+  require_option(corpus == "wikitext2" || std::filesystem::is_regular_file(corpus), step, o,
                  "corpus", "wikitext2 or the path of a text file");
 }
 
-void check_window_options(const nlohmann::json& o) {
-  check_corpus(o);
-  require_option(o["samples"].get<int64_t>() >= 1, "windows", o, "samples", ">= 1");
-  require_option(o["seqlen"].get<int64_t>() >= 2, "windows", o, "seqlen", ">= 2");
-  require_option(o["seed"].get<int64_t>() >= 0, "windows", o, "seed", ">= 0");
+void check_window_options(const std::string& step, const nlohmann::json& o) {
+  check_corpus(step, o);
+  require_option(o["samples"].get<int64_t>() >= 1, step, o, "samples", ">= 1");
+  require_option(o["seqlen"].get<int64_t>() >= 2, step, o, "seqlen", ">= 2");
+  require_option(o["seed"].get<int64_t>() >= 0, step, o, "seed", ">= 0");
 }
 
 bool register_step(StepInfo info) {
@@ -175,7 +182,7 @@ nlohmann::json options_with_defaults(const StepInfo& s, const nlohmann::json& gi
     }
     out[k] = d.is_number_float() ? nlohmann::json(v.get<double>()) : v;
   }
-  if (s.check) s.check(out);
+  if (s.check) s.check(s.name, out);
   return out;
 }
 

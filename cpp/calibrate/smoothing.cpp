@@ -34,7 +34,7 @@ void run(StepContext& ctx) {
   // the linear inputs at the sampled rows, per layer and site, all windows stacked
   std::vector<std::array<std::vector<float>, kNumLinearSites>> X(static_cast<size_t>(c.n_layers));
   for (size_t w = 0; w < ctx.windows.size(); ++w) {
-    const auto inputs = ctx.engine.linear_inputs(ctx.windows[w], ctx.rows.at(w));
+    const auto inputs = ctx.engine.linear_inputs(ctx.windows[w], ctx.rows_of(w));
     for (int64_t l = 0; l < c.n_layers; ++l)
       for (int s = 0; s < kNumLinearSites; ++s) {
         const auto& t = inputs[static_cast<size_t>(l)][static_cast<size_t>(s)];
@@ -43,6 +43,10 @@ void run(StepContext& ctx) {
       }
   }
   const int64_t G = Calibration::kSmoothAlphaGrid;
+  // α_i = i / (G - 1), rounded to 6 digits so that the grid prints as 0, 0.1, ..., 1
+  auto grid_alpha = [G](int64_t i) {
+    return std::round(static_cast<double>(i) / static_cast<double>(G - 1) * 1e6) / 1e6;
+  };
   for (int s = 0; s < kNumLinearSites; ++s) {
     const auto site = static_cast<LinearSite>(s);
     const int64_t in = linear_site_width(c, site);
@@ -58,8 +62,7 @@ void run(StepContext& ctx) {
       if (den == 0) den = 1;
       int64_t best = 0;
       for (int64_t i = 0; i < G; ++i) {
-        const double a = std::round(static_cast<double>(i) / (G - 1) * 1e6) / 1e6;
-        const auto yq = forward(ctx.engine, plan, l, site, x, a, ctx.stats);
+        const auto yq = forward(ctx.engine, plan, l, site, x, grid_alpha(i), ctx.stats);
         double num = 0;
         for (size_t j = 0; j < y.size(); ++j) {
           const double d = static_cast<double>(yq[j]) - y[j];
@@ -69,16 +72,14 @@ void run(StepContext& ctx) {
         if (error[static_cast<size_t>(l * G + i)] < error[static_cast<size_t>(l * G + best)])
           best = i;
       }
-      alpha[static_cast<size_t>(l)] =
-          static_cast<float>(std::round(static_cast<double>(best) / (G - 1) * 1e6) / 1e6);
+      alpha[static_cast<size_t>(l)] = static_cast<float>(grid_alpha(best));
     }
     ctx.stats.smooth_alpha[static_cast<size_t>(s)] = alpha;
     ctx.stats.smooth_alpha_error[static_cast<size_t>(s)] = error;
     ctx.progress(s + 1, kNumLinearSites, "linear sites");
   }
   nlohmann::json grid = nlohmann::json::array();
-  for (int64_t i = 0; i < G; ++i)
-    grid.push_back(std::round(static_cast<double>(i) / (G - 1) * 1e6) / 1e6);
+  for (int64_t i = 0; i < G; ++i) grid.push_back(grid_alpha(i));
   ctx.provenance["smoothing_bits"] = bits;
   ctx.provenance["smoothing_output_quant"] = oq;
   ctx.provenance["smoothing_grid"] = grid.dump();

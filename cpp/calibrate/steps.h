@@ -43,6 +43,8 @@ struct StepContext {
   nlohmann::json provenance = nlohmann::json::object();  // root attributes the step writes
 
   void progress(int64_t done, int64_t total, const std::string& unit) const;
+  // The rows sampled from window w: rows[w], or every row of the window when rows is empty.
+  std::vector<int64_t> rows_of(size_t w) const;
   // Calls f on each window in turn, reporting progress in windows.
   void for_each_window(const std::function<void(const std::vector<int32_t>&)>& f) const;
 };
@@ -57,7 +59,7 @@ struct StepInfo {
   std::function<void(StepContext&)> run;  // the heavy part (null: composed in Python)
   // Checks option values beyond their type and choices (ranges), InvalidArgument naming the
   // value: run before any step of a pipeline starts.
-  std::function<void(const nlohmann::json& options)> check = {};
+  std::function<void(const std::string& step, const nlohmann::json& options)> check = {};
 };
 
 // Registers a step (InvalidArgument for a name registered twice, or an option whose default
@@ -83,13 +85,13 @@ nlohmann::json run_step(const std::string& name, const Engine& engine, Calibrati
 // Shared by the steps: the options of the calibration windows' draw (corpus, samples, seqlen,
 // seed), and InvalidArgument unless the calibration has the arrays `s` needs.
 std::vector<StepOption> window_options();
-void check_window_options(const nlohmann::json& options);
-void check_corpus(const nlohmann::json& options);
+void check_window_options(const std::string& step, const nlohmann::json& options);
+void check_corpus(const std::string& step, const nlohmann::json& options);
 // EdgeFlow's steps (smoothing, bitwidths): the average bits, and the linear-input samples (rows
 // of the first act-scales windows); the check covers bits too.
 StepOption bits_option();
 std::vector<StepOption> sample_options();
-void check_sample_options(const nlohmann::json& options);
+void check_sample_options(const std::string& step, const nlohmann::json& options);
 void check_needs(const StepInfo& s, const Calibration& stats);
 // InvalidArgument "[calibrate] <step>: option '<name>' must be <rule>, got <value>" unless ok.
 void require_option(bool ok, const std::string& step, const nlohmann::json& options,

@@ -360,6 +360,7 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
         if (shape == "[n_layers]") return std::vector<int64_t>{n_layers};
         if (shape == "[n_layers, width]") return std::vector<int64_t>{n_layers, width[s]};
         if (shape == "[n_layers, out_width]") return std::vector<int64_t>{n_layers, out_width[s]};
+        static_assert(kSmoothAlphaGrid == 11, "the schema's smooth_alpha_error shape");
         if (shape == "[n_layers, 11]") return std::vector<int64_t>{n_layers, kSmoothAlphaGrid};
         return std::vector<int64_t>{n_layers, kAbsHistBins};
       }

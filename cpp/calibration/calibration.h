@@ -1,4 +1,4 @@
-// Engine layer: activation statistics of a model's linear inputs, gathered offline on a
+// Calibration layer: activation statistics of a model's linear inputs, gathered offline on a
 // calibration corpus (calibration/, `socllm calibrate --steps act-scales,...`) and read by the
 // plans that fix static scales or smoothing factors when their graphs are built
 // (seed 001 §2.3, §3.3: per-tensor scales from max-min on calibration data).

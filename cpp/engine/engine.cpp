@@ -88,14 +88,6 @@ struct Engine::Batch {
   std::vector<quant::RowSegment> segments;  // real rows of each sequence
 };
 
-namespace {
-
-const float* site_bias(const LayerWeights& L, LinearSite s) {
-  return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
-}
-
-}  // namespace
-
 int64_t PreparedLinears::weight_bytes() const {
   int64_t b = 0;
   for (const auto& l : layers)
@@ -171,6 +163,39 @@ void Engine::check_linears_available(const Plan& plan) const {
                         " cannot run on it; run that plan, or load the model it was converted "
                         "from");
 }
+
+namespace {
+// What `plan`'s linears read from the calibration, checked before any is built; the message
+// names the step that writes what is missing. `alpha_given`: an explicit smoothing exponent
+// stands in for the calibrated ones.
+void check_calibration_for(const Plan& plan, const Calibration* calib, bool alpha_given,
+                           const std::string& where) {
+  const auto& ls = plan.linear;
+  if (ls.needs_calibration() && (!calib || !calib->has_act_scales()))
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' fixes static activation scales or smoothing factors from "
+                          "calibration, and none is loaded (socllm calibrate --steps act-scales, "
+                          "then --calib PATH / calib=PATH)");
+  if (!calib) return;
+  if (ls.needs_output_absmax() && !calib->has_output_absmax())
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' smooths or quantizes linear outputs from their calibrated channel "
+                          "maxima, and the loaded calibration has none (socllm calibrate --steps "
+                          "act-scales again: older files predate them)");
+  if (ls.needs_smoothing_calibration() && !alpha_given && !calib->has_smoothing())
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' uses the calibrated smoothing exponents, and the loaded calibration "
+                          "has none (socllm calibrate --steps act-scales,smoothing)");
+  if (ls.channel_bits && ls.channel_bits->stored && !calib->has_channel_bits())
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' uses stored bit-widths, and the loaded calibration has none "
+                          "(socllm calibrate --steps ...,bitwidths)");
+  if (ls.needs_outlier_calibration() && !calib->has_outlier_stats())
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' needs outlier thresholds and statistics, and the loaded calibration "
+                          "has none (socllm calibrate --steps act-scales,outliers)");
+}
+}  // namespace
 
 Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& plan, int64_t layer,
                                          LinearSite site, bool fold,
@@ -249,28 +274,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
     prepared_.emplace(key, PreparedEntry{prep, ++use_clock_});
     return prep;
   }
-  if (plan.linear.needs_calibration() && (!calib_ || !calib_->has_act_scales()))
-    throw InvalidArgument("[Engine] plan '" + plan.name +
-                          "' fixes static activation scales or smoothing factors from "
-                          "calibration, and none is loaded (socllm calibrate --steps act-scales, "
-                          "then --calib PATH / calib=PATH)");
-  if (plan.linear.needs_output_absmax() && !calib_->has_output_absmax())
-    throw InvalidArgument("[Engine] plan '" + plan.name +
-                          "' smooths or quantizes linear outputs from their calibrated channel "
-                          "maxima, and the loaded calibration has none (socllm calibrate --steps "
-                          "act-scales again: older files predate them)");
-  if (plan.linear.needs_smoothing_calibration() && !calib_->has_smoothing())
-    throw InvalidArgument("[Engine] plan '" + plan.name +
-                          "' uses the calibrated smoothing exponents, and the loaded calibration "
-                          "has none (socllm calibrate --steps act-scales,smoothing)");
-  if (plan.linear.channel_bits && plan.linear.channel_bits->stored && !calib_->has_channel_bits())
-    throw InvalidArgument("[Engine] plan '" + plan.name +
-                          "' uses stored bit-widths, and the loaded calibration has none "
-                          "(socllm calibrate --steps ...,bitwidths)");
-  if (plan.linear.needs_outlier_calibration() && !calib_->has_outlier_stats())
-    throw InvalidArgument("[Engine] plan '" + plan.name +
-                          "' needs outlier thresholds and statistics, and the loaded calibration "
-                          "has none (socllm calibrate --steps act-scales,outliers)");
+  check_calibration_for(plan, calib_.get(), /*alpha_given=*/false, "[Engine]");
   std::vector<quant::ShadowLinearConfig> shadow;
   if (plan.linear.shadow) shadow = calib_->shadow_configs(*plan.linear.shadow);
   const auto& c = model_->config();
@@ -353,15 +357,7 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
   }
   const Calibration* calib = given ? given : loaded.get();
   if (given) given->check_matches(c);
-  if (plan.linear.needs_calibration() && (!calib || !calib->has_act_scales()))
-    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
-                          "' needs calibration, and none is loaded");
-  if (plan.linear.needs_smoothing_calibration() && !alpha && !calib->has_smoothing())
-    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
-                          "' uses the calibrated smoothing exponents: none loaded, give alpha");
-  if (plan.linear.needs_output_absmax() && !calib->has_output_absmax())
-    throw InvalidArgument("[Engine.prepare_linear] plan '" + plan.name +
-                          "' needs the outputs' channel maxima (step act-scales)");
+  check_calibration_for(plan, calib, alpha.has_value(), "[Engine.prepare_linear]");
   if (plan.linear.shadow)
     throw InvalidArgument(
         "[Engine.prepare_linear] shadow-outlier linears are built with the "
@@ -589,7 +585,10 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, bool decode,
   r.segments = b.segments;
   r.x = x, r.h = h.data(), r.qkv = qkv.data(), r.att = att.data(), r.gu = gu.data();
   r.act = act.data(), r.o = o.data(), r.attention_scratch = S.data();
-  if (prep && plan.at(OpClass::Linear).processor != soc::Processor::Cpu) {
+  // Only float linears off the CPU compute tile by tile (ops/linear.cpp), so only they read the
+  // NPU's tile from the plan's device.
+  if (prep && !prep->layers.empty() && prep->at(0, LinearSite::AttnIn).float_path() &&
+      plan.at(OpClass::Linear).processor != soc::Processor::Cpu) {
     const auto tile = plan.partition_rules(false, N);  // the NPU's tile on the plan's device
     r.tile_m = tile.npu_row_align, r.tile_n = tile.npu_col_align;
   }
@@ -840,9 +839,7 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
                              : logits_from_hidden(h.ptr() + (T - 1) * d, 1, plan);
   if (graph) graph->add_lm_head(1);
   // Greedy decoding steps, each one chunk after the prompt's (block.h).
-  const int64_t chunks = plan.chunk_len > 0 ? (T + prefill_graph_rows(T, plan.chunk_len) - 1) /
-                                                  prefill_graph_rows(T, plan.chunk_len)
-                                            : 1;
+  const int64_t chunks = prefill_chunks(T, plan.chunk_len);
   const Plan decode_plan = decode_tokens > 0 ? plan.for_decode() : Plan();
   if (recording && decode_tokens > 0) rec.expected = expected_shadow_loads(decode_plan);
   const float* last = out.logits.ptr() + (out.logits.dim(0) - 1) * c.vocab_size;

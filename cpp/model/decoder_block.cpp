@@ -102,6 +102,10 @@ const TensorF32& site_weights(const LayerWeights& L, LinearSite s) {
                         std::to_string(static_cast<int>(s)));
 }
 
+const float* site_bias(const LayerWeights& L, LinearSite s) {
+  return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
+}
+
 std::vector<FusedTensor> fused_tensors(const ModelConfig& c, LinearSite s) {
   switch (s) {
     case LinearSite::AttnIn: return {{"wq", c.q_dim()}, {"wk", c.kv_dim()}, {"wv", c.kv_dim()}};

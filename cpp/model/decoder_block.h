@@ -64,6 +64,8 @@ struct FusedTensor {
 std::vector<FusedTensor> fused_tensors(const ModelConfig& c, LinearSite s);
 // A block's fused weight of a site ([out, in]: the tensors above stacked).
 const TensorF32& site_weights(const LayerWeights& L, LinearSite s);
+// Its bias (Qwen-style q/k/v biases on attn_in only), null when it has none.
+const float* site_bias(const LayerWeights& L, LinearSite s);
 
 // What one NPU graph executes (seed 001 §3.2): six subgraphs per layer.
 enum class SubgraphKind : int { AttnIn = 0, Attention, OProj, MlpIn, MlpAct, Down };

@@ -99,7 +99,8 @@ bool LinearScheme::is_fp32() const {
 
 bool LinearScheme::needs_calibration() const {
   return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value() ||
-         shadow.has_value() || npu_smoothing.has_value() || output_quant != OutputQuant::None;
+         shadow.has_value() || npu_smoothing.has_value() || output_quant != OutputQuant::None ||
+         (channel_bits && channel_bits->stored);
 }
 
 void LinearScheme::validate() const {
@@ -631,10 +632,10 @@ void PreparedLinear::forward_integer(const float* xs, int64_t N, float* y, int64
 #pragma omp parallel for schedule(static) if (N * cols >= (int64_t{1} << 15))
   for (int64_t m = 0; m < N; ++m) {
     float* yr = y + m * ldy;
-    const int32_t* cr = C.get() + m * cols - col_begin;
+    const int32_t* cr = C.get() + m * cols;  // columns [col_begin, col_end)
     const float sx = row_scale[static_cast<size_t>(m)];
     for (int64_t n = col_begin; n < col_end; ++n) {
-      float v = static_cast<float>(cr[n]) * (sx * w_scales_[static_cast<size_t>(n)]);
+      float v = static_cast<float>(cr[n - col_begin]) * (sx * w_scales_[static_cast<size_t>(n)]);
       if (!out_scale_.empty()) {  // the NPU's static per-tensor output quantization
         const float so = out_scale_[static_cast<size_t>(n)];
         v = std::clamp(std::nearbyint(v / so), -oq_max, oq_max) * so;

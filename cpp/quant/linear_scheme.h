@@ -94,7 +94,7 @@ struct LinearScheme {
   OutputQuant output_quant = OutputQuant::None;
 
   bool is_fp32() const;
-  // Static activation scales or smoothing need calibration statistics.
+  // Static activation scales, smoothing or stored bit-widths need calibration statistics.
   bool needs_calibration() const;
   // Shadow outlier execution needs the outlier statistics (thresholds, counts) as well.
   bool needs_outlier_calibration() const { return shadow.has_value(); }

@@ -127,14 +127,26 @@ MatmulPartition MatmulPartition::from_json(const nlohmann::json& j) {
 PartitionRules PartitionRules::from_profile(const soc::DeviceProfile& p) {
   PartitionRules r;
   const std::string why = "NPU partition alignment";
-  r.npu_col_align = static_cast<int64_t>(p.number("/processors/npu/tile/n", why));
-  r.npu_row_align = static_cast<int64_t>(p.number("/processors/npu/tile/m", why));
+  r.npu_col_align = p.count("/processors/npu/tile/n", why);
+  r.npu_row_align = p.count("/processors/npu/tile/m", why);
   const nlohmann::json::json_pointer ptr("/processors/npu/static_graph_seq_lengths/value");
   if (!p.json().contains(ptr))
     throw soc::MissingData("[DeviceProfile] profile '" + p.name() +
                            "' has no /processors/npu/static_graph_seq_lengths (needed for the "
                            "NPU's pre-built graph shapes)");
-  r.npu_graph_rows = p.json()[ptr].get<std::vector<int64_t>>();
+  const auto& rows = p.json()[ptr];
+  if (!rows.is_array() || rows.empty())
+    throw InvalidArgument("[DeviceProfile] profile '" + p.name() +
+                          "': /processors/npu/static_graph_seq_lengths = " + json_text(rows) +
+                          " (needs a non-empty list of row counts)");
+  r.npu_graph_rows.clear();
+  for (const auto& v : rows) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw InvalidArgument("[DeviceProfile] profile '" + p.name() +
+                            "': /processors/npu/static_graph_seq_lengths = " + json_text(rows) +
+                            " (needs whole row counts >= 1)");
+    r.npu_graph_rows.push_back(v.get<int64_t>());
+  }
   std::sort(r.npu_graph_rows.begin(), r.npu_graph_rows.end());
   return r;
 }
@@ -310,6 +322,7 @@ PartitionCosts PartitionCosts::of(const soc::CostModel& cost, Processor partner)
   c.sync_us = [&cost](Processor a, Processor b) { return cost.sync_us(a, b); };
   c.shared_gbps =
       cost.has_memory_model() ? cost.shared_bandwidth_gbps({partner, Processor::Npu}) : 0;
+  c.partner = partner;
   return c;
 }
 
@@ -318,7 +331,7 @@ PartitionTime partition_time(const soc::OpDesc& linear, const MatmulPartition& p
   PartitionTime t;
   double bytes_gpu = 0, bytes_npu = 0;
   bool npu = false;
-  Processor partner = Processor::Gpu;
+  Processor partner = costs.partner;
   for (const auto& q : p.parts) {
     const soc::OpDesc o = part_op(linear, q);
     const double us = costs.time_us(o, q.processor);

@@ -106,6 +106,8 @@ struct PartitionCosts {
   // Bandwidth the partner and the NPU reach together (GB/s; 0: no contention): parallel parts
   // share it max-min fair by their DRAM bytes per µs, as the simulator does.
   double shared_gbps = 0;
+  // Where the linear's neighbours run: the NPU's sync partner when every part is on the NPU.
+  soc::Processor partner = soc::Processor::Gpu;
   // The cost model's times; `cost` must outlive the result.
   static PartitionCosts of(const soc::CostModel& cost,
                            soc::Processor partner = soc::Processor::Gpu);
@@ -121,7 +123,7 @@ struct PartitionTime {
 // T_total of one partition of `linear` whose neighbours run on the partner: max(T_partner,
 // T_NPU) under contention when both compute, T_NPU alone plus the synchronization into and out
 // of the NPU (T_sync + T_copy; the profile's GPU-NPU sync includes the buffer copy), T_partner
-// alone without. The partner is the processor of the non-NPU parts (the GPU when none).
+// alone without. The partner is the processor of the non-NPU parts (costs.partner when none).
 PartitionTime partition_time(const soc::OpDesc& linear, const MatmulPartition& p,
                              const PartitionCosts& costs);
 

@@ -550,14 +550,13 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
              {},
              {},
              {}};
-  // decoding steps keep the GPU's queue filled under fast sync (seed 002 §4.2)
-  const soc::CostModel decode_cost =
-      soc::CostModel(cost.profile(), {cost.sync_options().fast, cost.sync_options().fast})
-          .with_co_runner(cost.co_runner());
   if (opts.first_decode_chunk >= 0) {
-    pb.decode_sync = [&decode_cost](soc::Processor a, soc::Processor b) {
-      return decode_cost.sync_us(a, b);
-    };
+    if (!opts.decode_cost)
+      throw InvalidArgument("[simulate] first_decode_chunk " +
+                            std::to_string(opts.first_decode_chunk) +
+                            " needs the decoding steps' cost model (SimOptions::decode_cost)");
+    const soc::CostModel* dc = opts.decode_cost;
+    pb.decode_sync = [dc](soc::Processor a, soc::Processor b) { return dc->sync_us(a, b); };
     pb.first_decode_chunk = opts.first_decode_chunk;
   }
   const bool steal = opts.policy == Policy::PositionSteal;

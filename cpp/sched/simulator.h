@@ -76,9 +76,11 @@ struct SimOptions {
   // mllm-executor: chunks in flight at once (the released executor's ThreadPool(4)).
   int64_t executor_threads = 4;
   // A session's graph (prompt, then decoding steps): tasks of chunks from this one on are
-  // decoding steps, whose GPU-NPU synchronizations are charged as decoding's (with fast sync the
-  // GPU's queue stays filled: no resubmission, seed 002 §4.2); -1: none.
+  // decoding steps, whose synchronizations `decode_cost` charges (soc::timing_cost_model with
+  // decode: with fast sync the GPU's queue stays filled, no resubmission, seed 002 §4.2); -1:
+  // none. `decode_cost` must outlive the call.
   int64_t first_decode_chunk = -1;
+  const soc::CostModel* decode_cost = nullptr;
 };
 
 // The released llm.npu executor's order as dependencies (policy mllm-executor): the i-th task of

@@ -1,4 +1,4 @@
-// Engine layer: a cold start as one task graph (seed 004 §3.1, §4, §5.1): the weights read from
+// Sim layer: a cold start as one task graph (seed 004 §3.1, §4, §5.1): the weights read from
 // flash layer by layer (on soc::Processor::Io), unpacked where the stored format needs it (on
 // CpuAux, one thread), graphs prepared where the system builds them at run time, and the prompt
 // prefilled to the first token (the block description's prefill graph, block.h), overlapped as

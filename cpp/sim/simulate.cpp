@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace socllm {
 
@@ -25,15 +26,22 @@ PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile&
   o.optimal_max_tasks = optimal_max_tasks;
   if (graph.meta.value("phase", std::string()) == "session") {
     // the prompt's chunks, then the decoding steps (block.h: one chunk per step)
-    const int64_t prompt = graph.meta.at("prompt_len").get<int64_t>();
-    const int64_t chunk = graph.meta.value("chunk_len", int64_t{0});
-    o.first_decode_chunk = chunk > 0 ? (prompt + chunk - 1) / chunk : 1;
+    if (!graph.meta.contains("prompt_chunks"))
+      throw InvalidArgument(
+          "[simulate] the session graph's meta has no prompt_chunks (a graph from before "
+          "sessions were timed: build it again)");
+    o.first_decode_chunk = graph.meta.at("prompt_chunks").get<int64_t>();
   }
   const sched::HeadPolicy hp = sched::head_policy_from_name(head_policy);
   const auto& m = graph.meta;
-  const soc::CostModel cost = soc::timing_cost_model(
-      device, m.value("characterization", std::string()), m.value("fast_sync", false),
-      m.value("phase", std::string()) == "decode", m.value("co_runner", std::string()));
+  auto cost_model = [&](bool decode) {
+    return soc::timing_cost_model(device, m.value("characterization", std::string()),
+                                  m.value("fast_sync", false), decode,
+                                  m.value("co_runner", std::string()));
+  };
+  const soc::CostModel cost = cost_model(m.value("phase", std::string()) == "decode");
+  std::optional<soc::CostModel> decode_cost;
+  if (o.first_decode_chunk >= 0) o.decode_cost = &decode_cost.emplace(cost_model(true));
   PrefillTimeline t;
   if (!graph.meta.contains("head_policy")) {
     t.head_plans = sched::apply_head_pipeline(graph, cost, hp);
@@ -44,9 +52,12 @@ PrefillTimeline simulate_graph(sched::TaskGraph graph, const soc::DeviceProfile&
   return t;
 }
 
-PrefillTimeline simulate_request(const ModelConfig& c, const Plan& plan,
+PrefillTimeline simulate_request(const ModelConfig& c, const Plan& given,
                                  const soc::DeviceProfile& device, int64_t prompt_len,
                                  int64_t chunk_len, const SimOptions& opts) {
+  // Partitions and static graph shapes come from the plan's device: bound to the one timed
+  // (InvalidArgument when the plan names another), so the two cannot disagree.
+  const Plan plan = given.on_device(std::make_shared<const soc::DeviceProfile>(device));
   const std::string& phase = opts.phase;
   if (phase != "prefill" && phase != "decode" && phase != "session")
     throw InvalidArgument("[simulate] phase must be prefill, decode or session, got '" + phase +

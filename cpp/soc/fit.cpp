@@ -67,13 +67,22 @@ std::vector<double> polyfit(std::span<const double> x, std::span<const double> y
     throw InvalidArgument("[fit] polyfit of degree " + std::to_string(degree) +
                           " needs more than " + std::to_string(degree) + " points, got " +
                           std::to_string(x.size()));
-  const int64_t cols = degree + 1;
-  std::vector<double> V(x.size() * static_cast<size_t>(cols));
+  const auto cols = static_cast<size_t>(degree) + 1;
+  std::vector<double> V(x.size() * cols), norm(cols, 0.0);
   for (size_t i = 0; i < x.size(); ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      V[i * static_cast<size_t>(cols) + static_cast<size_t>(j)] =
-          std::pow(x[i], static_cast<double>(degree - j));
-  return linear_least_squares(V, static_cast<int64_t>(x.size()), cols, y);
+    for (size_t j = 0; j < cols; ++j) {
+      const double v = std::pow(x[i], static_cast<double>(static_cast<size_t>(degree) - j));
+      V[i * cols + j] = v;
+      norm[j] += v * v;
+    }
+  // Columns scaled to unit norm, as numpy.polyfit does: the powers of a large x span many
+  // orders of magnitude, and the QR's rank threshold would otherwise drop the small ones.
+  for (double& n : norm) n = n > 0 ? std::sqrt(n) : 1.0;
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = 0; j < cols; ++j) V[i * cols + j] /= norm[j];
+  auto c = linear_least_squares(V, static_cast<int64_t>(x.size()), static_cast<int64_t>(cols), y);
+  for (size_t j = 0; j < cols; ++j) c[j] /= norm[j];
+  return c;
 }
 
 RooflineFit fit_roofline(std::span<const double> flops, std::span<const double> weight_bytes,

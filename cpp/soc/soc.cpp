@@ -29,7 +29,6 @@ E from_name(const std::array<const char*, N>& names, const std::string& s, const
 }
 
 int64_t round_up(int64_t x, int64_t tile) { return tile > 1 ? (x + tile - 1) / tile * tile : x; }
-double bytes_per(DType d) { return d == DType::Int8 ? 1.0 : d == DType::Fp16 ? 2.0 : 4.0; }
 }  // namespace
 
 const char* processor_name(Processor p) { return kProcNames.at(static_cast<size_t>(p)); }
@@ -133,7 +132,13 @@ namespace {
 struct DeviceRegistry {
   std::mutex mu;
   std::string dir;
-  std::map<std::string, std::shared_ptr<const DeviceProfile>> loaded;  // by path
+  // By canonical path; reloaded when the file's time or size changed (a refit rewrites it).
+  struct Loaded {
+    std::filesystem::file_time_type mtime;
+    std::uintmax_t bytes = 0;
+    std::shared_ptr<const DeviceProfile> profile;
+  };
+  std::map<std::string, Loaded> loaded;
 };
 DeviceRegistry& registry() {
   static DeviceRegistry r;
@@ -182,15 +187,20 @@ std::shared_ptr<const DeviceProfile> load_device(const std::string& name_or_path
     }
   }
   const std::string key = path.string();
-  {
-    std::lock_guard lock(registry().mu);
-    if (auto it = registry().loaded.find(key); it != registry().loaded.end()) return it->second;
-  }
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw MissingFile("[load_device] device profile file not found: " + key);
   if (!fs::is_regular_file(path, ec))
     throw FormatError("[load_device] device profile " + key + " is not a regular file");
+  const std::string canonical = fs::weakly_canonical(path, ec).string();
+  const auto mtime = fs::last_write_time(path, ec);
+  const auto bytes = fs::file_size(path, ec);
+  {
+    std::lock_guard lock(registry().mu);
+    if (auto it = registry().loaded.find(canonical);
+        it != registry().loaded.end() && it->second.mtime == mtime && it->second.bytes == bytes)
+      return it->second.profile;
+  }
   std::ifstream in(path);
   nlohmann::json j;
   try {
@@ -200,7 +210,8 @@ std::shared_ptr<const DeviceProfile> load_device(const std::string& name_or_path
   }
   auto p = std::make_shared<const DeviceProfile>(DeviceProfile::from_json(j, key));
   std::lock_guard lock(registry().mu);
-  return registry().loaded.emplace(key, std::move(p)).first->second;
+  registry().loaded[canonical] = {mtime, bytes, p};
+  return p;
 }
 
 CostModel timing_cost_model(const DeviceProfile& device, const std::string& characterization,
@@ -237,6 +248,15 @@ double DeviceProfile::number(const std::string& pointer, const std::string& need
   return v;
 }
 
+int64_t DeviceProfile::count(const std::string& pointer, const std::string& needed_for) const {
+  const double v = number(pointer, needed_for);
+  if (v < 1 || v != std::floor(v) || v > 1e15)
+    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "': " + pointer + " = " +
+                          std::to_string(v) + " (needs a whole count >= 1, for " + needed_for +
+                          ")");
+  return static_cast<int64_t>(v);
+}
+
 std::string DeviceProfile::source(const std::string& pointer) const {
   const nlohmann::json::json_pointer ptr(pointer);
   if (!j_.contains(ptr) || !j_[ptr].is_object()) return "";
@@ -256,9 +276,9 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   // Stage performance (seed 002 §3.2): an NPU computes whole tiles, padding the rest.
   int64_t tm = 1, tk = 1, tn = 1;
   if (on == Processor::Npu) {
-    tm = static_cast<int64_t>(p_.number("/cost_model/npu/tile_m", why));
-    tk = static_cast<int64_t>(p_.number("/cost_model/npu/tile_k", why));
-    tn = static_cast<int64_t>(p_.number("/cost_model/npu/tile_n", why));
+    tm = p_.count("/cost_model/npu/tile_m", why);
+    tk = p_.count("/cost_model/npu/tile_k", why);
+    tn = p_.count("/cost_model/npu/tile_n", why);
   }
   const double overhead = p_.number(c + "overhead_us", why);
   const double gops = p_.number(c + "compute_gops", why);
@@ -276,9 +296,10 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
   // kernel dequantizes on the fly (a W4A16 kernel reads int4 + scales: <dtype>_weights_as_stored).
   const bool as_stored = p_.has(c + "weights_as_stored") &&
                          p_.number(c + "weights_as_stored", why) > 0 && op.weight_bytes > 0;
-  const double weight_bytes =
-      as_stored ? static_cast<double>(op.weight_bytes) / static_cast<double>(g)
-                : static_cast<double>(kg) * static_cast<double>(op.n) * bytes_per(op.dtype);
+  const double weight_bytes = as_stored
+                                  ? static_cast<double>(op.weight_bytes) / static_cast<double>(g)
+                                  : static_cast<double>(kg) * static_cast<double>(op.n) *
+                                        static_cast<double>(dtype_bytes(op.dtype));
   // Order and shape sensitivity of a weight-stall array (seed 002 §3.2, Fig. 5), when the
   // characterization models them: the weights [n, k] stream through an array holding the
   // activations [k, m] (HeteroLLM's order); efficiency grows with the streamed tensor's
@@ -331,7 +352,7 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
       // NPU: its own (slow, seed 004 Fig. 5b) float element rate; CPU/GPU: DRAM-bound, reading
       // and writing each value once.
       if (on == Processor::Npu) return rate_us(op.flops(), "elementwise_gelems", 1e3);
-      return 2.0 * static_cast<double>(op.elements) * bytes_per(op.dtype) /
+      return 2.0 * static_cast<double>(op.elements) * static_cast<double>(dtype_bytes(op.dtype)) /
              (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
     case OpKind::OutlierMatMul: {
       // Dense [m, channels] x [channels, n] in fp32 on the CPU, with the channels' resident

@@ -104,6 +104,9 @@ class DeviceProfile {
   // The "value" of the number at `pointer` (e.g. "/processors/npu/int8_gops"); MissingData
   // naming the pointer, the profile and `needed_for` if absent.
   double number(const std::string& pointer, const std::string& needed_for) const;
+  // number() that must be a whole count >= 1 (a tile side, a graph's rows); InvalidArgument
+  // naming the pointer and the value otherwise.
+  int64_t count(const std::string& pointer, const std::string& needed_for) const;
   // Its "source" string ("" if absent).
   std::string source(const std::string& pointer) const;
 

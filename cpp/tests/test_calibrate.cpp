@@ -76,6 +76,24 @@ TEST(CalibrationSteps, RunChecksNeedsAndParts) {
                            "2 row lists for 1");
 }
 
+// No row lists: every row of every window is sampled, the same as listing them all.
+TEST(CalibrationSteps, NoRowListsSampleEveryRow) {
+  const Engine e(tiny_model::load_tiny_model("calibrate_all_rows"));
+  const std::vector<std::vector<int32_t>> windows = {{3, 1, 4, 1, 5}, {9, 2, 6}};
+  Calibration all = Calibration::empty_for(e.model().config());
+  run_step("act-scales", e, all, windows, {}, {});
+  Calibration listed = all;
+  run_step("smoothing", e, all, windows, {}, {{"bits", 4.0}});
+  run_step("smoothing", e, listed, windows, {{0, 1, 2, 3, 4}, {0, 1, 2}}, {{"bits", 4.0}});
+  ASSERT_TRUE(all.has_smoothing());
+  for (int s = 0; s < kNumLinearSites; ++s) {
+    EXPECT_EQ(all.smooth_alpha[static_cast<size_t>(s)],
+              listed.smooth_alpha[static_cast<size_t>(s)]);
+    EXPECT_EQ(all.smooth_alpha_error[static_cast<size_t>(s)],
+              listed.smooth_alpha_error[static_cast<size_t>(s)]);
+  }
+}
+
 // Step act-scales: per-channel max |x| of the first linear input (RMSNorm of the embedding times
 // attn_norm at layer 0) over every token of every window, by hand.
 TEST(CalibrationSteps, ActScalesIsTheMaximumOfTheNormedEmbedding) {

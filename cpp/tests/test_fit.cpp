@@ -32,6 +32,20 @@ TEST(Fit, PolyfitLineThroughSeed000Latencies) {
   EXPECT_NEAR(c[1], 1.5, 1e-12);
 }
 
+TEST(Fit, PolyfitRecoversSmallCoefficientsAtLargeX) {
+  // y = 3e-6 x^2 + 0.5 x + 7 at x ~ 1e6 (token counts, bytes): the powers span 12 orders of
+  // magnitude, and the constant must still come back.
+  std::vector<double> x, y;
+  for (double v : {1e6, 1.5e6, 2e6, 3e6, 4e6}) {
+    x.push_back(v);
+    y.push_back(3e-6 * v * v + 0.5 * v + 7.0);
+  }
+  const auto c = fit::polyfit(x, y, 2);
+  EXPECT_NEAR(c[0], 3e-6, 1e-15);
+  EXPECT_NEAR(c[1], 0.5, 1e-8);
+  EXPECT_NEAR(c[2], 7.0, 1e-2);
+}
+
 TEST(Fit, RooflineRecoversAMemoryBoundModel) {
   // times made by t = 50 us + bytes / (20 GB/s) (compute never binds at 1e6 Gop/s): the grid
   // point nearest 20 GB/s (10^(6 * 2168 / 6000 - 3) = 20.04) and an overhead near 50

@@ -263,6 +263,15 @@ TEST(HeadPipelineGraph, SimulatorReplaysThePlannersLatency) {
           << policy << " layer " << layer;
     }
   }
+  // A plan planned for another device is refused, not timed on this one.
+  expect_error<InvalidArgument>(
+      [&] {
+        simulate_request(small(),
+                         Plan::parse("w8a8:attention=shadow-attn,ratios=uniform,"
+                                     "device=snapdragon-8elite"),
+                         dev, 48, 0, {});
+      },
+      "planned for device 'snapdragon-8elite', not 'test'");
   // Policies order as they must on the simulated prefill.
   auto ms = [&](const char* policy) {
     SimOptions o;

@@ -70,6 +70,26 @@ TEST(Partition, CutKindsCoverTheTensor) {
   EXPECT_EQ(op.activation_bytes, 2 * 256 * (1024 + 2048));
 }
 
+TEST(Partition, ProfileTilesAndGraphShapesMustBeWholeCounts) {
+  auto profile = [](double tile_n, nlohmann::json rows) {
+    auto n = [](double v) { return nlohmann::json{{"value", v}, {"source", "test"}}; };
+    nlohmann::json npu = {{"tile", {{"m", n(32)}, {"n", n(tile_n)}}},
+                          {"static_graph_seq_lengths", {{"value", rows}}}};
+    return soc::DeviceProfile::from_json({{"name", "t"}, {"processors", {{"npu", npu}}}}, "t");
+  };
+  EXPECT_EQ(PartitionRules::from_profile(profile(256, {64, 32})).npu_graph_rows,
+            (std::vector<int64_t>{32, 64}));
+  // a tile of 0 would never advance the tile loops; a fraction would silently truncate
+  expect_error<InvalidArgument>([&] { PartitionRules::from_profile(profile(0, {32})); },
+                                "/processors/npu/tile/n = 0");
+  expect_error<InvalidArgument>([&] { PartitionRules::from_profile(profile(25.6, {32})); },
+                                "whole count");
+  expect_error<InvalidArgument>([&] { PartitionRules::from_profile(profile(256, {32, 0})); },
+                                "static_graph_seq_lengths = [32,0]");
+  expect_error<InvalidArgument>(
+      [&] { PartitionRules::from_profile(profile(256, nlohmann::json::array())); }, "non-empty");
+}
+
 TEST(Partition, BadPartitionsAreTypedErrorsNamingTheValue) {
   const PartitionRules r;
   auto base = sched::make_partition(256, 1024, {256}, 512, r);
@@ -152,6 +172,22 @@ TEST(Partition, SolverBalancesRowCutsAndFollowsEquation) {
                 .time.total_us);
 }
 
+TEST(Partition, AllNpuPartitionsSyncWithTheCostsPartner) {
+  // GPU-NPU sync 100 µs each way, CPU-NPU 10: with no partner part in the partition, the sync
+  // is the one with the processor the neighbours run on (an INT8 plan's CPU), not the GPU.
+  auto costs = proportional(0);
+  costs.sync_us = [](Processor a, Processor b) {
+    return a == Processor::Gpu || b == Processor::Gpu ? 100.0 : 10.0;
+  };
+  const PartitionRules r;
+  const auto op = linear(256, 1024, 1024);
+  const auto all_npu = sched::make_partition(256, 1024, {256}, 1024, r);
+  ASSERT_EQ(all_npu.kind(), CutKind::NpuAll);
+  EXPECT_DOUBLE_EQ(sched::partition_time(op, all_npu, costs).sync_us, 200);
+  costs.partner = Processor::Cpu;
+  EXPECT_DOUBLE_EQ(sched::partition_time(op, all_npu, costs).sync_us, 20);
+  EXPECT_DOUBLE_EQ(sched::partition_time(op, all_npu, costs).total_us, 256.0 / 3 + 20);
+}
 TEST(Partition, ParallelPartsShareBandwidthAsTheSimulatorDoes) {
   // Memory-bound parts on a profile whose processors reach 40 GB/s alone and 60 together.
   auto n = [](double v) { return nlohmann::json{{"value", v}, {"unit", "-"}, {"source", "test"}}; };

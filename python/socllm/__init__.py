@@ -6,7 +6,13 @@
 >>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
-from . import _core, calibration, eval, io, ops, quant, sim
+from . import _core
+from . import calibration as calibration
+from . import eval as eval  # noqa: A004 (socllm.eval, not the builtin)
+from . import io as io
+from . import ops as ops
+from . import quant as quant
+from . import sim as sim
 from ._core import (
     Plan,
     blas_info,
@@ -59,13 +65,9 @@ def build_info() -> dict:
     }
 
 
+# Subpackages (ops, quant, sim, io, calibration, eval) are attributes, not star-exports:
+# `from socllm import *` must not shadow the builtin eval or the stdlib io.
 __all__ = [
-    "ops",
-    "quant",
-    "sim",
-    "io",
-    "calibration",
-    "eval",
     "load",
     "LanguageModel",
     "PerplexityResult",

@@ -4,8 +4,8 @@ Every command that produces numbers can print them as JSON (``--json PATH`` or `
 ``--quiet`` silences progress bars and C++ info logs.
 
 Arguments and output paths are checked before any work: counts must be positive, and an output
-must be writable and none of the command's inputs (io_utils.check_output_path). Errors are one
-line on stderr (exit status 2), no traceback.
+must be writable and none of the command's inputs (socllm.io.files.check_output_path). Errors
+are one line on stderr (exit status 2), no traceback.
 """
 
 from __future__ import annotations
@@ -83,6 +83,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_COUNT, default=None, help="compute threads (default 2)")
 
 
+def _add_policy(p: argparse.ArgumentParser, what: str) -> None:
+    """--policy: a scheduling policy of the simulator, by name or alias."""
+    from ._core import sim
+
+    pols = sim.policies()
+    p.add_argument(
+        "--policy",
+        choices=[x["name"] for x in pols] + [x["alias"] for x in pols if x["alias"] != x["name"]],
+        default=None,
+        help="; ".join([what] + [f"{x['name']} ({x['alias']}): {x['description']}" for x in pols]),
+    )
+
+
 def _inputs(model: str | None, *files: str | None) -> list[Path]:
     """What a command reads: the model's files (see registry.model_inputs) and ``files``."""
     from .registry import model_inputs
@@ -151,6 +164,8 @@ def cmd_eval(args) -> int:
         raise InvalidArgumentError("--device times the --metrics windows: give --metrics")
     if args.decode_tokens is not None and args.device is None:
         raise InvalidArgumentError("--decode-tokens needs --device")
+    if args.policy is not None and args.device is None:
+        raise InvalidArgumentError("--policy needs --device")
     if args.device is not None:
         _core.sim.load_device(args.device)  # an unknown device before any work
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
@@ -167,6 +182,7 @@ def cmd_eval(args) -> int:
             progress=not args.quiet,
             device=args.device,
             decode_tokens=args.decode_tokens or 0,
+            policy=args.policy or "npu-stall-first",
         )
         for name, s in compared.items():
             results.append({"task": "metrics", "metrics": metrics, **s})
@@ -258,12 +274,10 @@ def cmd_calibrate(args) -> int:
         saved.append(d.provenance.get("steps", ""))
 
     try:
-        cal = run_steps(
-            model, args.steps, data=data, progress=not args.quiet, after_step=save, **opts
-        )
+        cal = run_steps(model, names, data=data, progress=not args.quiet, after_step=save, **opts)
     except Exception as e:
         if saved:
-            rest = [s.strip() for s in args.steps.split(",")][len(saved) :]
+            rest = names[len(saved) :]
             e.add_note(
                 f"steps {saved[-1]} are saved in {args.out}: continue with "
                 f"--calib {args.out} --steps {','.join(rest)}"
@@ -277,7 +291,7 @@ def cmd_calibrate(args) -> int:
     }
     if args.json != "-":
         seen = f", {cal.tokens} tokens observed for act-scales" if cal.tokens else ""
-        print(f"wrote {args.out}: steps {args.steps}{seen} ({summary['seconds']} s)")
+        print(f"wrote {args.out}: steps {','.join(names)}{seen} ({summary['seconds']} s)")
     _emit_json(summary, args.json)
     return 0
 
@@ -583,6 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--device: greedy decoding steps after the window's prompt, on the same timeline",
     )
+    _add_policy(e, "with --device: the timing's scheduling policy (default npu-stall-first)")
     e.add_argument(
         "--windows",
         type=_number(int, 1, zero=True),
@@ -668,14 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from ._core import sim as _sim
 
-    pols = _sim.policies()
-    m.add_argument(
-        "--policy",
-        choices=[p["name"] for p in pols] + [p["alias"] for p in pols if p["alias"] != p["name"]],
-        default=None,
-        help="default npu-stall-first (first-ready with --engine); "
-        + "; ".join(f"{p['name']} ({p['alias']}): {p['description']}" for p in pols),
-    )
+    _add_policy(m, "default npu-stall-first (first-ready with --engine)")
     m.add_argument("--processor", choices=("auto", "npu", "cpu", "gpu"), default="auto")
     engines = _sim.hetero_engines()
     m.add_argument(

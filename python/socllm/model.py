@@ -173,7 +173,7 @@ class LanguageModel:
     def load_calibration(self, path: str | os.PathLike) -> None:
         """Use the activation statistics in ``path`` (``socllm calibrate``) for the plans that
         fix static scales or smoothing factors from calibration."""
-        from .calibration.calibrate import load_calibration
+        from .calibration.artifact import load_calibration
 
         cal = load_calibration(path, self)
         self._engine.set_calibration(cal.stats)

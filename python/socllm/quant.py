@@ -11,8 +11,8 @@
   (greedy / uniform / int4-int8 / cmpq), ``allocate_bits_greedy``, ``allocate_bits_dp``,
   ``allocate_bits_waterfill``, ``allocate_bits_budgeted``, ``allocation_error``,
   ``allocation_cost``, ``total_bits``.
-- ``stored_weight_bytes(scheme, out, in)``: the bytes a linear of a scheme stores (one formula
-  for the engine, the graph and the profiler).
+- ``stored_weight_bytes(scheme, out_features, in_features)``: the bytes a linear of a scheme
+  stores (one formula for the engine, the graph and the profiler).
 """
 
 from ._core.quant import (  # noqa: F401

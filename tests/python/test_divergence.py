@@ -167,3 +167,13 @@ def test_accuracy_and_simulated_time_of_the_same_run(smollm):
         dv.compare_plans(smollm, plans, context=64, windows=1, decode_tokens=2)
     argv = ["eval", "--model", str(smollm.path), "--device", "snapdragon-8gen3", "--quiet"]
     assert cli_main(argv) == 2  # --device without --metrics
+    argv = ["eval", "--model", str(smollm.path), "--metrics", "kl", "--policy", "in-order"]
+    assert cli_main([*argv, "--quiet"]) == 2  # --policy without --device
+    # the timing's policy is the one asked for
+    in_order = dv.compare_plans(
+        smollm, plans[1:], context=64, windows=1, device="snapdragon-8gen3", policy="in-order"
+    )["w8-group:decode=same"]["simulated"]
+    direct = socllm.sim.simulate_model(
+        smollm, ids, "snapdragon-8gen3", "w8-group:decode=same", chunk=None, policy="in-order"
+    ).summary()
+    assert in_order["prefill_ms"] == pytest.approx(direct["prefill_ms"])

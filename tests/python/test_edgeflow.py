@@ -213,6 +213,12 @@ def test_bad_input(smollm, calib):
         with pytest.raises(socllm.InvalidArgumentError, match="--steps act-scales,smoothing"):
             smollm.logits([1, 2, 3], "edgeflow")
         smollm.logits([1, 2, 3], "edgeflow:alpha=0.5")  # a fixed alpha needs no step
+        # stored bit-widths that were never calibrated: whole plan and one linear alike
+        stored = "edgeflow:alpha=0.5,bitwidths=stored"
+        with pytest.raises(socllm.InvalidArgumentError, match="--steps ...,bitwidths"):
+            smollm.logits([1, 2, 3], stored)
+        with pytest.raises(socllm.InvalidArgumentError, match="prepare_linear.*stored bit-widths"):
+            smollm.linear_info(stored, 0, "attn_in")
     with pytest.raises(socllm.InvalidArgumentError, match="needs 'smooth_alpha'"):
         run_steps(smollm, "bitwidths", data=bare, progress=False)
     # Statistics from before out_absmax existed: the plan says to recalibrate.

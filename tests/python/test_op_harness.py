@@ -13,7 +13,6 @@ processor than the one whose numerics ran, Gemma's norms missing from the graph.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 import pytest
@@ -206,14 +205,19 @@ def test_gemma3_norms_and_window(gemma, wikitext_text):
         check(r["records"], r["graph"], gemma.config)
         ops = {x["op"] for x in r["records"]}
         assert {"qk_norm", "post_attn_norm", "post_ffn_norm"} <= ops
+    # a prompt past the sliding window: local layers attend over the window, global ones over
+    # the whole prompt (Gemma 3: five local layers, then a global one)
+    window = gemma.config["sliding_window"]
+    long_ids = gemma.tokenize(wikitext_text[:20000])[: window + 40]
+    assert len(long_ids) == window + 40
     r = gemma.prefill(
-        ids, "fp32:norm=cpu/fp16,attention=cpu/fp32", return_graph=True, return_records=True
+        long_ids, "fp32:norm=cpu/fp16,attention=cpu/fp32", return_graph=True, return_records=True
     )
+    check(r["records"], r["graph"], gemma.config)
     qk = [x for x in r["records"] if x["op"] == "qk_norm"]
     assert qk and all(x["format"] == "fp16" for x in qk)
-    window = gemma.config["sliding_window"]
     att = {x["layer"]: x["kv_len"] for x in r["records"] if x["op"] == "attention"}
-    assert att[0] == min(len(ids), window) and math.isfinite(att[5])
+    assert att[0] == window and att[5] == len(long_ids)
 
 
 @pytest.mark.parametrize("plan", ["w8a8", "w8a8-perchannel", "smoothquant", "edgeflow:bits=5"])

@@ -31,10 +31,6 @@ SiteIo site_io(const LayerRun& r, LinearSite site) {
   throw InvalidArgument("[linear] unknown site");
 }
 
-const float* site_bias(const LayerWeights& L, LinearSite s) {
-  return s == LinearSite::AttnIn && L.bqkv.numel() ? L.bqkv.ptr() : nullptr;
-}
-
 class Linear final : public BlockOpKind {
  public:
   void run(const BlockOpInfo& op, LayerRun& r) const override {

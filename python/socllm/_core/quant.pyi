@@ -56,9 +56,9 @@ def quantize_static(x: typing.Any, scale: typing.SupportsFloat | typing.Supports
     """
     int8 saturate(round_half_even(x / scale)) with a static (calibrated) scale.
     """
-def stored_weight_bytes(scheme: typing.Any, out: typing.SupportsInt | typing.SupportsIndex, in: typing.SupportsInt | typing.SupportsIndex, tensor_rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], bias: bool = False) -> int:
+def stored_weight_bytes(scheme: typing.Any, out_features: typing.SupportsInt | typing.SupportsIndex, in_features: typing.SupportsInt | typing.SupportsIndex, tensor_rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], bias: bool = False) -> int:
     """
-    Bytes a linear of the scheme (LinearScheme JSON, e.g. Plan(...).to_json()['ops']['linear'] without processor/format) stores for a weight [out, in] (linear_scheme.h).
+    Bytes a linear of the scheme (LinearScheme JSON, e.g. Plan(...).to_json()['ops']['linear'] without processor/format) stores for a weight [out_features, in_features] (linear_scheme.h).
     """
 def total_bits(rows: typing.SupportsInt | typing.SupportsIndex, avg_bits: typing.SupportsFloat | typing.SupportsIndex) -> int:
     """

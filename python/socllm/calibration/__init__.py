@@ -6,11 +6,11 @@ their constants from, written to one HDF5 artifact whose schema the C++ core own
   head-importance, qk-scales, smoothing, bitwidths), registered in the C++ core
   (``cpp/calibrate/``), each with one Python run function; :func:`calibrate` runs a pipeline
   of them, ``calibrate_<step>`` one.
-- :mod:`socllm.calibration.calibrate`: corpus windows, the artifact's data, saving and loading.
+- :mod:`socllm.calibration.artifact`: corpus windows, the artifact's data, saving and loading.
 """
 
 from .. import _core
-from .calibrate import (
+from .artifact import (
     CALIB_SLICE_FRACTION,
     SMOOTHING_GRID,
     CalibrationData,

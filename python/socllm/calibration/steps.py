@@ -11,7 +11,7 @@ Each step has one Python run function here (:func:`step_run`): it draws the cali
 whole-plan perplexity evaluations. A new step is one C++ file and one function here.
 
 Calibration text: WikiText-2 raw test, windows drawn from its first quarter
-(:mod:`socllm.calibration.calibrate`); the seeds' details are in each step's C++ file:
+(:mod:`socllm.calibration.artifact`); the seeds' details are in each step's C++ file:
 
 * ``act-scales`` (``act_scales.cpp``): per-channel max |x| and |x| histograms of every linear
   input (static scales), max |y| of every linear output.
@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from .. import _core
 from ..errors import InvalidArgumentError
-from .calibrate import (
+from .artifact import (
     CALIB_SLICE_FRACTION,
     CalibrationData,
     calibration_split,
@@ -411,7 +411,11 @@ def _step_function(name: str):
     lines = [f"Step {name}: {step.description}.", ""]
     if step.needs:
         lines.append(f"Needs {', '.join(step.needs)} in ``data``. ")
-    lines.append(f"Writes {', '.join(step.writes)}; returns ``data`` (created if None).")
+    if name == "act-scales":  # see _act_scales
+        ret = "returns new statistics (with what steps independent of act-scales wrote in ``data``)"
+    else:
+        ret = "updates ``data`` in place (created if None) and returns it"
+    lines.append(f"Writes {', '.join(step.writes)}; {ret}.")
     lines += ["", "Options:"] + [
         f"    {k} ({v!r}): {step.help[k]}" for k, v in step.options.items()
     ]

@@ -168,7 +168,7 @@ def compare_plans(
     (see :func:`summarize`), each with its per-window sums (``"windows"``, for pairing across
     runs) and the seconds spent. The reference's logits are computed once per window.
 
-    With ``device`` (a profile name, path or DeviceProfile), every plan is planned for that
+    With ``device`` (a profile name, .json path or profile dict), every plan is planned for that
     device (its partitions solved there) and the first window's engine run also returns the
     task graph it executed, prompt then ``decode_tokens`` greedy decoding steps, which is
     simulated (``"simulated"``: prefill and decode times, energy): accuracy and time of the same

@@ -1,12 +1,14 @@
-"""Timelines of a prefill on a modelled phone SoC (DESIGN.md, "one task graph, two
-interpretations"). Everything is computed in C++ (cpp/sim/simulate.h): the block
-description turns (config, plan, prompt length, chunk length) into the operator-level task graph
-(block.h), the discrete-event simulator times it on a device profile (simulator.h). This module
+"""Timelines of a prefill, a decoding step or a session (prompt, then decoding steps) on a
+modelled phone SoC (DESIGN.md, "one task graph, two interpretations"). Everything is
+computed in C++ (cpp/sim/simulate.h): the block description turns (config, plan, prompt
+length, chunk length) into the operator-level task graph (block.h), the discrete-event
+simulator times it on a device profile (simulator.h). This module
 is a view over that result.
 
 * :func:`task_graph` gives the graph of a config (a shape-only config of ``socllm.configs``, a
   config dict, or a loaded model: then with its calibrated shadow-outlier pruning).
-* :func:`simulate` times a config's prefill; shadow-outlier loads are expected ones (for a
+* :func:`simulate` times a config's prefill (``phase``: or a decoding step, or a session);
+  shadow-outlier loads are expected ones (for a
   shape-only config: ``shadow_channels`` per linear input per chunk, seed 001 §3.3 Fig. 10).
 * :func:`simulate_model` runs the prompt in a loaded model's engine and times the graph that
   prefill executed, with the outlier channels and cold fetches each linear input really had.
@@ -92,7 +94,8 @@ def task_graph(config_or_model, plan="fp32", prompt_len: int = 512, chunk_len: i
 
 @dataclass
 class Timeline:
-    """One simulated prefill: a view over the C++ result (graph, schedule, summary)."""
+    """One simulated prefill, decoding step or session: a view over the C++ result (graph,
+    schedule, summary)."""
 
     result: _core.sim.PrefillTimeline
     profile: dict = field(default_factory=dict, repr=False)

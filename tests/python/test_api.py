@@ -153,7 +153,7 @@ def test_cli_eval_json(smollm):
 
 def test_cli_run_writes_report(tmp_path):
     out = tmp_path / "report"
-    r = _cli("run", "--out", str(out), "--limit-tokens", "256", "--calib-samples", "2", "--quiet")
+    r = _cli("run", "--out", str(out), "--limit-tokens", "128", "--calib-samples", "2", "--quiet")
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["generation"]["new_tokens"] > 0 and rep["generation"]["text"]

@@ -11,12 +11,6 @@ import math
 import numpy as np
 import pytest
 import socllm
-from socllm.calibration import (
-    calibrate_act_scales,
-    calibrate_outliers,
-    calibrate_smoothing,
-    save_calibration,
-)
 
 # golden tier: checked against an independent reference (tests/python/conftest.py)
 pytestmark = pytest.mark.golden
@@ -28,11 +22,8 @@ PLANS = socllm.Plan.known() + ["w8a8:attention=gpu,norm=cpu", "shadow-outlier:pr
 
 
 @pytest.fixture(scope="module")
-def calibrated(smollm, tmp_path_factory):
-    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
-    calibrate_outliers(smollm, cal, progress=False)
-    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
-    smollm.load_calibration(save_calibration(tmp_path_factory.mktemp("g") / "c.h5", cal, smollm))
+def calibrated(smollm, small_calibration):
+    smollm.load_calibration(small_calibration)
     yield smollm
     smollm.set_calibration(None)
 

@@ -45,12 +45,8 @@ EXTRA = [
 
 
 @pytest.fixture(scope="module")
-def calibrated(smollm, tmp_path_factory):
-    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
-    calibrate_outliers(smollm, cal, progress=False)
-    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
-    calibrate_qk_scales(smollm, cal, samples=2, seqlen=64, progress=False)
-    smollm.load_calibration(save_calibration(tmp_path_factory.mktemp("h") / "c.h5", cal, smollm))
+def calibrated(smollm, small_calibration):
+    smollm.load_calibration(small_calibration)
     yield smollm
     smollm.set_calibration(None)
 

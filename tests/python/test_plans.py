@@ -12,10 +12,7 @@ import pytest
 import socllm
 from socllm.calibration import (
     calibrate_act_scales,
-    calibrate_outliers,
-    calibrate_smoothing,
     load_calibration,
-    save_calibration,
 )
 from socllm.configs import graph_census
 
@@ -42,13 +39,9 @@ PRESETS = [
 
 
 @pytest.fixture(scope="module")
-def calib_file(smollm, tmp_path_factory):
-    cal = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
-    calibrate_outliers(smollm, cal, progress=False)
-    calibrate_smoothing(smollm, cal, smoothing_windows=2, smoothing_rows=32, progress=False)
-    path = save_calibration(tmp_path_factory.mktemp("cal") / "calib.h5", cal, smollm)
-    smollm.load_calibration(path)
-    yield path
+def calib_file(smollm, small_calibration):
+    smollm.load_calibration(small_calibration)
+    yield small_calibration
     smollm.set_calibration(None)
 
 
@@ -142,9 +135,9 @@ def test_plan_needing_calibration_without_it(smollm):
 # -- calibration file ------------------------------------------------------------------------
 def test_calibration_round_trip_and_provenance(smollm, calib_file):
     cal = load_calibration(calib_file, smollm)
-    assert cal.provenance["corpus"] == "wikitext2" and cal.provenance["seed"] == 1
+    assert cal.provenance["corpus"] == "wikitext2" and cal.provenance["seed"] == 2
     assert cal.provenance["samples"] == 4 and cal.tokens == 4 * 64
-    again = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=1, progress=False)
+    again = calibrate_act_scales(smollm, samples=4, seqlen=64, seed=2, progress=False)
     for site in socllm.calibration.Calibration.sites():
         np.testing.assert_array_equal(cal.absmax(site), again.absmax(site))  # deterministic
     a = cal.absmax("mlp_act")

@@ -8,15 +8,15 @@
 
 namespace socllm::attention {
 
-namespace {
-
-using json = nlohmann::json;
-
 std::string scheme_list() {
   std::string s;
   for (const SchemeKind* k : schemes()) s += (s.empty() ? "" : ", ") + std::string(k->name());
   return s;
 }
+
+namespace {
+
+using json = nlohmann::json;
 
 const OptionSpec* find_option(const SchemeKind& k, const std::string& name,
                               std::vector<OptionSpec>& storage) {

@@ -186,6 +186,8 @@ class SchemeKind {
 std::span<const SchemeKind* const> schemes();
 const SchemeKind& scheme_kind(const std::string& name);
 bool is_scheme_name(const std::string& name);
+// Their names, comma-separated (for messages).
+std::string scheme_list();
 
 // Helpers the schemes share (common.cpp).
 

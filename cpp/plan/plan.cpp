@@ -91,6 +91,10 @@ LinearScheme scheme(WeightFormat w, Granularity g, ActFormat a, int64_t group = 
   return s;
 }
 
+constexpr const char* kEdgeflowOptions =
+    R"({"bits": 5.0, "alpha": "calibrated", "beta": 1.0, "output_quant": "int8",
+        "allocation": "greedy", "metric": "closed-form", "bitwidths": "per-tensor", "fold": 1})";
+
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> kPresets = {
       {"fp32",
@@ -162,9 +166,7 @@ const std::vector<Preset>& presets() {
        "int8 GEMM on the NPU, every other op on the CPU in fp16. allocation: greedy, uniform, "
        "int4-int8, cmpq (the §5.4.1 baselines); bitwidths=stored takes the calibration's; "
        "fold=0 divides each linear's input at run time instead of folding it",
-       R"({"bits": 5.0, "alpha": "calibrated", "beta": 1.0, "output_quant": "int8",
-           "allocation": "greedy", "metric": "closed-form", "bitwidths": "per-tensor",
-           "fold": 1})",
+       kEdgeflowOptions,
        [](const json& o) {
          auto s =
              scheme(WeightFormat::Int8, Granularity::PerChannel, ActFormat::Int8StaticPerTensor);
@@ -177,6 +179,16 @@ const std::vector<Preset>& presets() {
            throw InvalidArgument("[Plan] edgeflow: bitwidths must be per-tensor or stored, got '" +
                                  where + "'");
          cb.stored = where == "stored";
+         if (cb.stored) {  // the calibration's bit-widths decide: an allocation option would
+                           // change nothing, so one off its default is refused, not dropped
+                           // (`bits` still sets the modelled weight bytes of the timing)
+           const json defaults = json::parse(kEdgeflowOptions);
+           for (const char* k : {"allocation", "metric"})
+             if (o[k] != defaults[k])
+               throw InvalidArgument("[Plan] edgeflow: " + std::string(k) + "=" + json_text(o[k]) +
+                                     " does not apply with bitwidths=stored (the calibration's "
+                                     "bit-widths set every channel; step bitwidths chose them)");
+         }
          s.channel_bits = cb;
          s.npu_smoothing = npu_smoothing_option(o);
          s.output_quant = output_quant_option(o);
@@ -298,16 +310,37 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   if (v.is_string()) {
     const auto t = v.get<std::string>();
     const auto slash = t.find('/');
-    bool is_processor = false;
-    for (int i = 0; i < soc::kNumProcessors; ++i)
-      is_processor |= t == soc::processor_name(static_cast<soc::Processor>(i));
-    if (slash != std::string::npos) {
-      proc = soc::processor_from_name(t.substr(0, slash));
-      fmt = soc::dtype_from_name(t.substr(slash + 1));
-    } else if (is_processor) {
-      proc = soc::processor_from_name(t);
-    } else {
-      fmt = soc::dtype_from_name(t);
+    std::string processors, formats;
+    bool is_processor = false, is_format = false;
+    for (int i = 0; i < soc::kNumProcessors; ++i) {
+      const std::string n = soc::processor_name(static_cast<soc::Processor>(i));
+      processors += (processors.empty() ? "" : ", ") + n;
+      is_processor |= t == n;
+    }
+    for (const auto d : {soc::DType::Int8, soc::DType::Fp16, soc::DType::Fp32}) {
+      formats += (formats.empty() ? "" : ", ") + std::string(soc::dtype_name(d));
+      is_format |= t == soc::dtype_name(d);
+    }
+    // A name that is none of them is reported against everything the class accepts, not as
+    // the format it was last tried as.
+    const std::string where = "[Plan] " + std::string(op_class_name(c)) + "=" + t + ": ";
+    try {
+      if (slash != std::string::npos) {
+        proc = soc::processor_from_name(t.substr(0, slash));
+        fmt = soc::dtype_from_name(t.substr(slash + 1));
+      } else if (is_processor) {
+        proc = soc::processor_from_name(t);
+      } else if (is_format) {
+        fmt = soc::dtype_from_name(t);
+      } else {
+        throw InvalidArgument("'" + t + "' is not a processor (" + processors + ") or a format (" +
+                              formats + ")" +
+                              (c == OpClass::Attention
+                                   ? ", nor an attention scheme (" + attention::scheme_list() + ")"
+                                   : std::string()));
+      }
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(where + e.what());
     }
   } else if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {

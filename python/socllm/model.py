@@ -31,6 +31,31 @@ KVCache = _core.KVCache
 PlanLike = str | Mapping | _core.Plan
 
 
+def _int_arg(fn: str, name: str, value, minimum: int | None = None) -> int:
+    """``value`` as a Python int (operator.index: 1.5, "12" and True are refused, not truncated,
+    parsed or counted), at least ``minimum``; else an InvalidArgumentError naming it."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{fn}: {name} must be an integer, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{fn}: {name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
+    if minimum is not None and v < minimum:
+        raise InvalidArgumentError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+def _real_arg(fn: str, name: str, value) -> float:
+    """``value`` as a finite float: a real number (numpy's included), not a string or a bool."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.number)):
+        raise InvalidArgumentError(
+            f"{fn}: {name} must be a number, got {type(value).__name__} {value!r}"
+        )
+    return float(value)
+
+
 def _token_ids(seq: Sequence[int], fn: str) -> list[int]:
     """Python ints from a sequence of integer token ids; like the C++ core, floats, strings and
     other non-integers are an InvalidArgumentError (``int()`` would silently truncate 1.5 or
@@ -39,6 +64,17 @@ def _token_ids(seq: Sequence[int], fn: str) -> list[int]:
         raise InvalidArgumentError(
             f"{fn}: expected a sequence of token ids, got {type(seq).__name__}"
         )
+    if isinstance(seq, np.ndarray) and seq.ndim != 1:
+        raise InvalidArgumentError(
+            f"{fn}: expected a 1-D sequence of token ids, got a {seq.ndim}-D array of shape "
+            f"{seq.shape}"
+        )
+    try:
+        iter(seq)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{fn}: expected a sequence of token ids, got {type(seq).__name__} {seq!r}"
+        ) from None
     out = []
     for i in seq:
         try:
@@ -334,7 +370,7 @@ class LanguageModel:
     # -- numerics -------------------------------------------------------------------------
     def logits(self, ids: Sequence[int], plan: PlanLike = "fp32") -> np.ndarray:
         """Logits for every position of ``ids``: float32 ``[len(ids), vocab]``."""
-        return self._engine.logits([ids], plan)[0]
+        return self._engine.logits([_token_ids(ids, "logits")], plan)[0]
 
     def logits_batch(
         self,
@@ -396,16 +432,16 @@ class LanguageModel:
         ids = self.tokenize(prompt) if isinstance(prompt, str) else _token_ids(prompt, "generate")
         if not ids:
             raise InvalidArgumentError("generate: the prompt is empty")
-        if max_new_tokens < 0:
-            raise InvalidArgumentError(
-                f"generate: max_new_tokens must be >= 0, got {max_new_tokens}"
-            )
+        max_new_tokens = _int_arg("generate", "max_new_tokens", max_new_tokens, 0)
+        temperature = _real_arg("generate", "temperature", temperature)
         if not (temperature >= 0 and math.isfinite(temperature)):
             raise InvalidArgumentError(
                 f"generate: temperature must be finite and >= 0, got {temperature}"
             )
-        if top_k is not None and top_k < 1:
-            raise InvalidArgumentError(f"generate: top_k must be >= 1, got {top_k}")
+        if top_k is not None:
+            top_k = _int_arg("generate", "top_k", top_k, 1)
+        if seed is not None:
+            seed = _int_arg("generate", "seed", seed, 0)
         eos = self.config.get("eos_id", -1)
         stop = [eos] if stop_at_eos and eos >= 0 else []
         if max_new_tokens == 0:
@@ -455,12 +491,13 @@ class LanguageModel:
         """
         if (text is None) == (ids is None):
             raise InvalidArgumentError("perplexity: give exactly one of text or ids")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(
-                f"perplexity: batch_size must be an int >= 1, got {batch_size!r}"
-            )
+        batch_size = _int_arg("perplexity", "batch_size", batch_size, 1)
+        context = _int_arg("perplexity", "context", context)
+        if stride is not None:
+            stride = _int_arg("perplexity", "stride", stride)
         tokens = self.tokenize(text) if text is not None else _token_ids(ids, "perplexity")
         if limit_tokens is not None:
+            limit_tokens = _int_arg("perplexity", "limit_tokens", limit_tokens)
             if limit_tokens < 2:
                 raise InvalidArgumentError(
                     f"perplexity: limit_tokens must be >= 2, got {limit_tokens}"

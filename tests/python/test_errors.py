@@ -364,6 +364,12 @@ def test_string_where_ids_expected(m):
             call()
     with pytest.raises(socllm.InvalidArgumentError, match="got int"):
         m.tokenize(123)
+    # not a sequence at all, or an array of the wrong rank
+    with pytest.raises(socllm.InvalidArgumentError, match="sequence of token ids, got int 5"):
+        m.logits(5)
+    for bad, shape in ((np.array(5), r"0-D array of shape \(\)"), (np.ones((1, 2), int), "2-D")):
+        with pytest.raises(socllm.InvalidArgumentError, match=shape):
+            m.logits(bad)
 
 
 def test_empty_input(m):
@@ -487,6 +493,11 @@ TEXT = "The quick brown fox jumps over the lazy dog. " * 3
         ({"context": 8, "stride": -2}, r"stride -2"),
         ({"context": 8, "limit_tokens": 1}, r"limit_tokens must be >= 2, got 1"),
         ({"context": 8, "limit_tokens": 0}, r"limit_tokens must be >= 2, got 0"),
+        # not truncated, parsed or counted
+        ({"context": 3.5}, r"context must be an integer, got float 3.5"),
+        ({"context": 8, "stride": "4"}, r"stride must be an integer, got str '4'"),
+        ({"context": 8, "limit_tokens": 2.5}, r"limit_tokens must be an integer, got float"),
+        ({"context": 8, "batch_size": True}, r"batch_size must be an integer, got True"),
     ],
 )
 def test_perplexity_arguments(m, kw, pattern):
@@ -516,6 +527,11 @@ def test_perplexity_too_little_text(m):
         ({"temperature": math.inf}, r"got inf"),
         ({"top_k": 0, "temperature": 0.5}, r"top_k must be >= 1, got 0"),
         ({"top_k": -3}, r"top_k must be >= 1, got -3"),
+        # not truncated, parsed or counted
+        ({"top_k": 1.5, "temperature": 0.5}, r"top_k must be an integer, got float 1.5"),
+        ({"seed": "abc", "temperature": 0.5}, r"seed must be an integer, got str 'abc'"),
+        ({"temperature": "0.5"}, r"temperature must be a number, got str '0.5'"),
+        ({"max_new_tokens": 2.0}, r"max_new_tokens must be an integer, got float 2.0"),
     ],
 )
 def test_generate_arguments(m, kw, pattern):

@@ -116,6 +116,18 @@ def test_presets_round_trip_through_json():
         ),
         ({"name": "w8a8", "ops": {"linear": {}}}, "differ from what plan 'w8a8' runs"),
         ("{not json", "invalid plan JSON"),
+        # a name that is no processor, format or scheme is reported as all it could have been
+        (
+            "fp32:attention=bogus",
+            r"attention=bogus: 'bogus' is not a processor \(npu, cpu, gpu.*\) or a format "
+            r"\(int8, fp16, fp32\), nor an attention scheme \(fp32, sparse.*shadow-attn\)",
+        ),
+        ("fp32:norm=tpu", r"norm=tpu: 'tpu' is not a processor .* or a format"),
+        ("fp32:norm=tpu/fp16", r"norm=tpu/fp16: .*unknown processor 'tpu'"),
+        ("fp32:attention=npu/int3", r"attention=npu/int3: .*unknown dtype 'int3'"),
+        # options that would change nothing under stored bit-widths
+        ("edgeflow:bitwidths=stored,allocation=uniform", 'allocation="uniform" does not apply'),
+        ("edgeflow:bitwidths=stored,metric=exact", 'metric="exact" does not apply'),
     ],
 )
 def test_bad_plans_are_clear_errors(plan, match):

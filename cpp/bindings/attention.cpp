@@ -18,19 +18,10 @@ void init_attention(py::module_& m) {
       [] {
         py::list l;
         for (const attention::SchemeKind* k : attention::schemes()) {
-          py::list opts;
-          for (const auto& o : k->options()) {
-            py::dict d;
-            d["name"] = o.name;
-            d["default"] = json_to_py(o.default_value);
-            d["help"] = o.help;
-            d["choices"] = o.choices;
-            opts.append(d);
-          }
           py::dict d;
           d["name"] = k->name();
           d["description"] = k->description();
-          d["options"] = opts;
+          d["options"] = options_to_py(k->options());
           l.append(d);
         }
         return l;

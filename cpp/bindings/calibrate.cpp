@@ -14,16 +14,7 @@ py::dict step_to_py(const calibrate::StepInfo& s) {
   d["description"] = s.description;
   d["needs"] = s.needs;
   d["writes"] = calibrate::writes(s);
-  py::list options;
-  for (const auto& o : s.options) {
-    py::dict od;
-    od["name"] = o.name;
-    od["default"] = json_to_py(o.default_value);
-    od["help"] = o.help;
-    od["choices"] = o.choices;
-    options.append(od);
-  }
-  d["options"] = options;
+  d["options"] = options_to_py(s.options);
   d["runs_in_cpp"] = static_cast<bool>(s.run);
   return d;
 }

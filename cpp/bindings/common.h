@@ -105,6 +105,21 @@ LinearSite site_from_name(const std::string& site, const char* fn);
 
 // The statistics of a static graph cache as a dict. Defined in engine.cpp.
 py::dict graph_stats_to_py(const npu::GraphCacheStats& s);
+// Declared options (attention::OptionSpec, calibrate::StepOption) as a list of dicts: name,
+// default, help, choices.
+template <typename Option>
+py::list options_to_py(const std::vector<Option>& options) {
+  py::list l;
+  for (const auto& o : options) {
+    py::dict d;
+    d["name"] = o.name;
+    d["default"] = json_to_py(o.default_value);
+    d["help"] = o.help;
+    d["choices"] = o.choices;
+    l.append(d);
+  }
+  return l;
+}
 
 // A device profile from a DeviceProfile, a name or .json path (soc::load_device) or a dict (the
 // profile's JSON). Defined in soc.cpp.

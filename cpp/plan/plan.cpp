@@ -310,17 +310,6 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
   if (v.is_string()) {
     const auto t = v.get<std::string>();
     const auto slash = t.find('/');
-    std::string processors, formats;
-    bool is_processor = false, is_format = false;
-    for (int i = 0; i < soc::kNumProcessors; ++i) {
-      const std::string n = soc::processor_name(static_cast<soc::Processor>(i));
-      processors += (processors.empty() ? "" : ", ") + n;
-      is_processor |= t == n;
-    }
-    for (const auto d : {soc::DType::Int8, soc::DType::Fp16, soc::DType::Fp32}) {
-      formats += (formats.empty() ? "" : ", ") + std::string(soc::dtype_name(d));
-      is_format |= t == soc::dtype_name(d);
-    }
     // A name that is none of them is reported against everything the class accepts, not as
     // the format it was last tried as.
     const std::string where = "[Plan] " + std::string(op_class_name(c)) + "=" + t + ": ";
@@ -328,13 +317,13 @@ void apply_placement_entry(Plan& plan, OpClass c, const json& v) {
       if (slash != std::string::npos) {
         proc = soc::processor_from_name(t.substr(0, slash));
         fmt = soc::dtype_from_name(t.substr(slash + 1));
-      } else if (is_processor) {
-        proc = soc::processor_from_name(t);
-      } else if (is_format) {
-        fmt = soc::dtype_from_name(t);
+      } else if (const auto p = soc::find_processor(t)) {
+        proc = *p;
+      } else if (const auto d = soc::find_dtype(t)) {
+        fmt = *d;
       } else {
-        throw InvalidArgument("'" + t + "' is not a processor (" + processors + ") or a format (" +
-                              formats + ")" +
+        throw InvalidArgument("'" + t + "' is not a processor (" + soc::processor_names() +
+                              ") or a format (" + soc::dtype_names() + ")" +
                               (c == OpClass::Attention
                                    ? ", nor an attention scheme (" + attention::scheme_list() + ")"
                                    : std::string()));
@@ -434,8 +423,7 @@ bool is_attention_value(const json& v) {
   if (v.is_object()) return v.contains("kind");
   if (!v.is_string()) return false;
   const auto t = v.get<std::string>();
-  for (const auto d : {soc::DType::Int8, soc::DType::Fp16, soc::DType::Fp32})
-    if (t == soc::dtype_name(d)) return false;
+  if (soc::find_dtype(t)) return false;
   return attention::is_scheme_name(t.substr(0, t.find(':')));
 }
 

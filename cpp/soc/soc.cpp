@@ -19,13 +19,25 @@ constexpr std::array<const char*, 12> kOpNames = {
     "matmul",      "attention", "elementwise",      "outlier_matmul", "fixed",      "memory_copy",
     "attn_matmul", "topk",      "sparse_attention", "npu_launch",     "flash_read", "unpack"};
 
-template <size_t N, typename E>
-E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
-  for (size_t i = 0; i < N; ++i)
-    if (s == names[i]) return static_cast<E>(i);
+template <size_t N>
+std::string name_list(const std::array<const char*, N>& names) {
   std::string known;
   for (size_t i = 0; i < N; ++i) known += (i ? ", " : "") + std::string(names[i]);
-  throw InvalidArgument(std::string("[soc] unknown ") + what + " '" + s + "' (" + known + ")");
+  return known;
+}
+
+template <size_t N, typename E>
+std::optional<E> find_name(const std::array<const char*, N>& names, const std::string& s) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+template <size_t N, typename E>
+E from_name(const std::array<const char*, N>& names, const std::string& s, const char* what) {
+  if (const auto e = find_name<N, E>(names, s)) return *e;
+  throw InvalidArgument(std::string("[soc] unknown ") + what + " '" + s + "' (" + name_list(names) +
+                        ")");
 }
 
 int64_t round_up(int64_t x, int64_t tile) { return tile > 1 ? (x + tile - 1) / tile * tile : x; }
@@ -35,6 +47,15 @@ const char* processor_name(Processor p) { return kProcNames.at(static_cast<size_
 Processor processor_from_name(const std::string& s) {
   return from_name<kNumProcessors, Processor>(kProcNames, s, "processor");
 }
+std::string processor_names() { return name_list(kProcNames); }
+std::string dtype_names() { return name_list(kDTypeNames); }
+std::optional<Processor> find_processor(const std::string& s) {
+  return find_name<kNumProcessors, Processor>(kProcNames, s);
+}
+std::optional<DType> find_dtype(const std::string& s) {
+  return find_name<3, DType>(kDTypeNames, s);
+}
+
 int64_t dtype_bytes(DType d) { return d == DType::Int8 ? 1 : d == DType::Fp16 ? 2 : 4; }
 
 const char* dtype_name(DType d) { return kDTypeNames.at(static_cast<size_t>(d)); }

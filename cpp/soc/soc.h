@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ enum class DType : int { Int8 = 0, Fp16, Fp32 };
 const char* dtype_name(DType d);
 int64_t dtype_bytes(DType d);  // 1, 2, 4
 DType dtype_from_name(const std::string& s);
+// The names those parsers accept, comma-separated (for messages), and a name's value if it is one.
+std::string processor_names();
+std::string dtype_names();
+std::optional<Processor> find_processor(const std::string& s);
+std::optional<DType> find_dtype(const std::string& s);
 
 enum class OpKind : int {
   MatMul = 0,     // [m, k] x [k, n]

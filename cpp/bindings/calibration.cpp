@@ -98,6 +98,9 @@ void init_calibration(py::module_& m) {
       .def_property_readonly_static("format_version",
                                     [](const py::object&) { return Calibration::kFormatVersion; })
       .def_property_readonly_static(
+          "oldest_format_version",
+          [](const py::object&) { return Calibration::kOldestFormatVersion; })
+      .def_property_readonly_static(
           "smooth_alpha_grid", [](const py::object&) { return Calibration::kSmoothAlphaGrid; },
           "Points of step smoothing's alpha grid (0, 0.1, ..., 1).")
       .def(

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "io/gguf.h"
+#include "io/model_store.h"
 #include "quant/bitwidth.h"
 
 namespace socllm::py_bind {
@@ -135,6 +136,28 @@ void init_io(py::module_& m) {
       py::arg("scales"),
       "K-quant (any dequantizable ggml type) rows to per-row int8 into q [rows, cols] and "
       "scales [rows], single-threaded (the K-quant peer of scripts/bench_unpack.py).");
+  m.attr("H5_ATTRIBUTES_CHECKSUM") = kAttributesChecksum;
+  m.def(
+      "seal_h5_attributes", [](const std::string& path) { seal_attributes(path); }, py::arg("path"),
+      "Adds the attributes' CRC-32 (H5_ATTRIBUTES_CHECKSUM) to every object with attributes of a "
+      "closed HDF5 file (docs/MODEL_FORMAT.md, Integrity).");
+  m.def(
+      "verify_h5_attributes",
+      [](const std::string& path, bool required) {
+        return H5File(path).verify_attributes(required);
+      },
+      py::arg("path"), py::arg("required") = true,
+      "Checks every object's attributes against their CRC-32; FormatError naming the object and "
+      "the file on a mismatch, or (required) on attributes without one. Returns the number of "
+      "objects checked.");
+  m.def(
+      "h5_canonical_attributes",
+      [](const std::string& path, const std::string& object_path) {
+        return py::bytes(H5File(path).canonical_attributes(object_path));
+      },
+      py::arg("path"), py::arg("object_path"),
+      "The bytes an object's attribute CRC-32 covers (for checking against another "
+      "implementation).");
 }
 
 }  // namespace socllm::py_bind

@@ -85,6 +85,9 @@ void init_model(py::module_& m) {
                                     [](const py::object&) { return Model::kOldestFormatVersion; })
       .def_property_readonly_static("checksum_format_version",
                                     [](const py::object&) { return Model::kChecksumFormatVersion; })
+      .def_property_readonly_static(
+          "attribute_checksum_format_version",
+          [](const py::object&) { return Model::kAttributeChecksumFormatVersion; })
       .def_property_readonly("path", &Model::path)
       .def_property_readonly("weight_bytes", &Model::weight_bytes)
       .def_property_readonly(

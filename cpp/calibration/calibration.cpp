@@ -1,5 +1,7 @@
 #include "calibration/calibration.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -459,10 +461,17 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
   if (!version.is_number_integer())
     throw FormatError("[Calibration] '" + path + "': format_version must be an integer, got " +
                       json_text(version));
-  if (version != kFormatVersion)
+  if (version < kOldestFormatVersion || version > kFormatVersion)
     throw InvalidArgument("[Calibration] '" + path + "' has schema version " + json_text(version) +
-                          "; this socllm reads version " + std::to_string(kFormatVersion) +
+                          "; this socllm reads versions " + std::to_string(kOldestFormatVersion) +
+                          " to " + std::to_string(kFormatVersion) +
                           " (recalibrate: socllm calibrate)");
+  if (version < kFormatVersion)
+    spdlog::warn(
+        "'{}' is calibration format version {}: its attributes carry no checksums (calibrate "
+        "again to have them verified)",
+        path, version.get<int>());
+  f.verify_attributes(version >= kFormatVersion);
   const std::string name = f.has_attr("/", "model_name") ? f.attr_str("/", "model_name") : "";
   if (!f.has_attr("/", "model_config"))
     throw FormatError("[Calibration] '" + path + "' lacks the model_config attribute");

@@ -39,7 +39,10 @@ struct CalibrationArraySpec {
 struct Calibration {
   static constexpr const char* kFormat = "socllm-calibration";
   // 3: schema owned by the C++ core, model_config replaces the Python fingerprint
-  static constexpr int kFormatVersion = 3;
+  // 4: every object's attributes carry a CRC-32 (kAttributesChecksum, model_store.h); version 3
+  //    files still load, with a warning
+  static constexpr int kFormatVersion = 4;
+  static constexpr int kOldestFormatVersion = 3;
   static std::span<const CalibrationArraySpec> schema();
 
   // One array of the schema for one site (ignored for arrays that are not per site), by name: a

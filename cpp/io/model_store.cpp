@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +22,11 @@ void silence_hdf5() {
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
 }
+
+// Bounds on what one attribute may claim before it is read (socllm writes scalars and short
+// strings; a tokenizer's JSON is a dataset).
+constexpr size_t kMaxStringAttrBytes = size_t{1} << 20;
+constexpr hssize_t kMaxArrayAttrElements = hssize_t{1} << 20;
 
 // Closes an HDF5 handle at scope exit.
 struct Handle {
@@ -114,32 +121,36 @@ double H5File::attr_float(const std::string& obj, const std::string& name) const
   return v;
 }
 
-std::string H5File::attr_str(const std::string& obj, const std::string& name) const {
-  Handle a{open_attr(id_, path_, obj, name), H5Aclose};
-  Handle t{H5Aget_type(a.id), H5Tclose};
-  if (H5Tget_class(t.id) != H5T_STRING)
-    throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
-                      "' is not a string");
-  if (H5Tis_variable_str(t.id) > 0) {
+namespace {
+// A string attribute's bytes (variable length, or fixed and NUL-padded). `where` names it in
+// errors.
+std::string read_string_attr(hid_t a, hid_t t, const std::string& where) {
+  if (H5Tis_variable_str(t) > 0) {
     Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id, H5T_VARIABLE);
-    H5Tset_cset(mem.id, H5Tget_cset(t.id));
+    H5Tset_cset(mem.id, H5Tget_cset(t));
     char* s = nullptr;
-    if (H5Aread(a.id, mem.id, &s) < 0 || !s)
-      throw FormatError("[H5File] cannot read attribute '" + obj + "@" + name + "'");
+    if (H5Aread(a, mem.id, &s) < 0 || !s) throw FormatError("[H5File] cannot read " + where);
     std::string out(s);
     H5free_memory(s);
     return out;
   }
-  size_t n = H5Tget_size(t.id);
-  if (n > (size_t{1} << 20))
-    throw FormatError("[H5File] attribute '" + obj + "@" + name + "' in '" + path_ +
-                      "' is a string of " + std::to_string(n) + " bytes");
+  const size_t n = H5Tget_size(t);
+  if (n > kMaxStringAttrBytes)
+    throw FormatError("[H5File] " + where + " is a string of " + std::to_string(n) + " bytes");
   std::string out(n, '\0');
-  if (H5Aread(a.id, t.id, out.data()) < 0)
-    throw FormatError("[H5File] cannot read attribute '" + obj + "@" + name + "'");
+  if (H5Aread(a, t, out.data()) < 0) throw FormatError("[H5File] cannot read " + where);
   out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
   return out;
+}
+}  // namespace
+
+std::string H5File::attr_str(const std::string& obj, const std::string& name) const {
+  Handle a{open_attr(id_, path_, obj, name), H5Aclose};
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  const std::string where = "attribute '" + obj + "@" + name + "' in '" + path_ + "'";
+  if (H5Tget_class(t.id) != H5T_STRING) throw FormatError("[H5File] " + where + " is not a string");
+  return read_string_attr(a.id, t.id, where);
 }
 
 std::vector<int64_t> H5File::shape(const std::string& dataset_path) const {
@@ -216,18 +227,184 @@ std::vector<uint8_t> H5File::read_bytes(const std::string& dataset_path,
   return out;
 }
 
-std::vector<std::string> H5File::attr_names(const std::string& obj) const {
+namespace {
+// An object's attribute names, sorted bytewise.
+std::vector<std::string> attribute_names(hid_t obj, const std::string& where) {
   std::vector<std::string> out;
-  Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
-  if (o.id < 0) throw FormatError("[H5File] '" + path_ + "' has no object '" + obj + "'");
   hsize_t idx = 0;
   auto collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
     return 0;
   };
-  if (H5Aiterate2(o.id, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &out) < 0)
-    throw FormatError("[H5File] cannot read the attributes of '" + obj + "' in '" + path_ + "'");
+  if (H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &out) < 0)
+    throw FormatError("[H5File] cannot read the attributes of " + where);
+  std::sort(out.begin(), out.end());
   return out;
+}
+
+// Every object reached by a hard link, "/" first, then sorted by path.
+std::vector<std::string> object_paths(hid_t file, const std::string& file_path) {
+  std::vector<std::string> out;
+  auto collect = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+    if (info->type == H5L_TYPE_HARD)
+      static_cast<std::vector<std::string>*>(data)->push_back("/" + std::string(name));
+    return 0;
+  };
+  if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect, &out) < 0)
+    throw FormatError("[H5File] cannot list the objects of '" + file_path + "'");
+  std::sort(out.begin(), out.end());
+  out.insert(out.begin(), "/");
+  return out;
+}
+
+// One attribute's canonical value (docs/MODEL_FORMAT.md, "Integrity"): "s:" and the string's
+// bytes; "i:" and decimal integers (enums by value); "f:" and the 16 hex digits of each value's
+// IEEE binary64 bits; array elements joined by ','.
+std::string canonical_value(hid_t obj, const std::string& name, const std::string& where) {
+  Handle a{H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose};
+  if (a.id < 0) throw FormatError("[H5File] cannot open " + where);
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  Handle sp{H5Aget_space(a.id), H5Sclose};
+  const hssize_t n = sp.id >= 0 ? H5Sget_simple_extent_npoints(sp.id) : -1;
+  if (t.id < 0 || n < 0 || n > kMaxArrayAttrElements)
+    throw FormatError("[H5File] " + where + " has an unreadable type or " + std::to_string(n) +
+                      " elements");
+  const size_t count = static_cast<size_t>(n);
+  std::string out;
+  const auto join = [&](auto&& values, auto&& format) {
+    for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + format(values[i]);
+  };
+  switch (H5Tget_class(t.id)) {
+    case H5T_STRING:
+      if (n != 1)
+        throw FormatError("[H5File] " + where + " is an array of strings, which socllm writes " +
+                          "nowhere and cannot checksum");
+      return "s:" + read_string_attr(a.id, t.id, where);
+    case H5T_INTEGER:
+    case H5T_ENUM:
+      out = "i:";
+      if (H5Tget_class(t.id) == H5T_INTEGER && H5Tget_sign(t.id) == H5T_SGN_NONE) {
+        std::vector<uint64_t> v(count);
+        if (count && H5Aread(a.id, H5T_NATIVE_UINT64, v.data()) < 0)
+          throw FormatError("[H5File] cannot read " + where);
+        join(v, [](uint64_t x) { return std::to_string(x); });
+      } else {
+        std::vector<int64_t> v(count);
+        if (count && H5Aread(a.id, H5T_NATIVE_INT64, v.data()) < 0)
+          throw FormatError("[H5File] cannot read " + where);
+        join(v, [](int64_t x) { return std::to_string(x); });
+      }
+      return out;
+    case H5T_FLOAT: {
+      out = "f:";
+      std::vector<double> v(count);
+      if (count && H5Aread(a.id, H5T_NATIVE_DOUBLE, v.data()) < 0)
+        throw FormatError("[H5File] cannot read " + where);
+      join(v, [](double x) {
+        uint64_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
+        return std::string(hex);
+      });
+      return out;
+    }
+    default:
+      throw FormatError("[H5File] " + where + " has a type socllm cannot checksum (not a " +
+                        "string, integer or float)");
+  }
+}
+
+// The object's path, then "name\0value\n" per attribute in name order, the checksum left out;
+// empty if the object has no other attribute.
+std::string canonical_text(hid_t obj, const std::string& object_path,
+                           const std::vector<std::string>& names, const std::string& file_path) {
+  std::string text;
+  for (const auto& name : names) {
+    if (name == kAttributesChecksum) continue;
+    text += name + '\0' +
+            canonical_value(obj, name,
+                            "attribute '" + object_path + "@" + name + "' in '" + file_path + "'") +
+            '\n';
+  }
+  return text.empty() ? text : object_path + '\n' + text;
+}
+
+uint32_t crc32_of(const std::string& text) {
+  return static_cast<uint32_t>(
+      ::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
+// Writes kAttributesChecksum on every object of an open, writable file that has attributes.
+void seal_open_file(hid_t file, const std::string& file_path) {
+  for (const auto& p : object_paths(file, file_path)) {
+    Handle o{H5Oopen(file, p.c_str(), H5P_DEFAULT), H5Oclose};
+    const std::string where = "'" + p + "' in '" + file_path + "'";
+    if (o.id < 0) throw InvalidArgument("[seal_attributes] cannot open " + where);
+    const std::string text = canonical_text(o.id, p, attribute_names(o.id, where), file_path);
+    if (text.empty()) continue;
+    if (H5Aexists(o.id, kAttributesChecksum) > 0) H5Adelete(o.id, kAttributesChecksum);
+    const int64_t crc = crc32_of(text);
+    Handle sp{H5Screate(H5S_SCALAR), H5Sclose};
+    Handle a{H5Acreate2(o.id, kAttributesChecksum, H5T_STD_I64LE, sp.id, H5P_DEFAULT, H5P_DEFAULT),
+             H5Aclose};
+    if (a.id < 0 || H5Awrite(a.id, H5T_NATIVE_INT64, &crc) < 0)
+      throw InvalidArgument("[seal_attributes] cannot write the checksum of " + where);
+  }
+}
+}  // namespace
+
+std::vector<std::string> H5File::attr_names(const std::string& obj) const {
+  Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
+  if (o.id < 0) throw FormatError("[H5File] '" + path_ + "' has no object '" + obj + "'");
+  return attribute_names(o.id, "'" + obj + "' in '" + path_ + "'");
+}
+
+std::string H5File::canonical_attributes(const std::string& obj) const {
+  Handle o{H5Oopen(id_, obj.c_str(), H5P_DEFAULT), H5Oclose};
+  if (o.id < 0) throw FormatError("[H5File] '" + path_ + "' has no object '" + obj + "'");
+  return canonical_text(o.id, obj, attribute_names(o.id, "'" + obj + "' in '" + path_ + "'"),
+                        path_);
+}
+
+int64_t H5File::verify_attributes(bool required) const {
+  int64_t checked = 0;
+  for (const auto& p : object_paths(id_, path_)) {
+    Handle o{H5Oopen(id_, p.c_str(), H5P_DEFAULT), H5Oclose};
+    const std::string where = "'" + p + "' in '" + path_ + "'";
+    if (o.id < 0) throw FormatError("[H5File] cannot open " + where);
+    const auto names = attribute_names(o.id, where);
+    const bool sealed = std::binary_search(names.begin(), names.end(), kAttributesChecksum);
+    const std::string text = canonical_text(o.id, p, names, path_);
+    if (!sealed) {
+      if (required && !text.empty())
+        throw FormatError("[H5File] the attributes of " + where + " have no " +
+                          kAttributesChecksum + " (its format version requires one)");
+      continue;
+    }
+    int64_t stored = -1;
+    {
+      Handle a{H5Aopen(o.id, kAttributesChecksum, H5P_DEFAULT), H5Aclose};
+      Handle t{H5Aget_type(a.id), H5Tclose};
+      if (H5Tget_class(t.id) != H5T_INTEGER || H5Aread(a.id, H5T_NATIVE_INT64, &stored) < 0)
+        throw FormatError("[H5File] " + std::string(kAttributesChecksum) + " of " + where +
+                          " is not an integer");
+    }
+    const uint32_t computed = crc32_of(text);
+    if (stored != static_cast<int64_t>(computed))
+      throw FormatError("[H5File] the attributes of " + where + " do not match their CRC-32 " +
+                        "(stored " + std::to_string(stored) + ", computed " +
+                        std::to_string(computed) + "): the file is corrupt");
+    ++checked;
+  }
+  return checked;
+}
+
+void seal_attributes(const std::string& path) {
+  silence_hdf5();
+  Handle f{H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose};
+  if (f.id < 0) throw InvalidArgument("[seal_attributes] cannot open '" + path + "' for writing");
+  seal_open_file(f.id, path);
 }
 
 nlohmann::json H5File::attr_json(const std::string& obj, const std::string& name) const {
@@ -452,6 +629,7 @@ void H5Writer::write_mask(const std::string& p, const std::vector<int64_t>& shap
 }
 
 void H5Writer::commit() {
+  seal_open_file(id_, path_);
   if (H5Fclose(id_) < 0) {
     id_ = -1;
     throw InvalidArgument("[H5Writer] cannot finish writing '" + path_ + "' (disk full?)");

@@ -15,6 +15,12 @@
 
 namespace socllm {
 
+// HDF5's Fletcher-32 covers datasets, not attributes, yet attributes hold values that change
+// results (a model's rope_theta, a packed layer's activation scales). So every object with
+// attributes carries one more, `attributes_crc32`: zlib's CRC-32 of its canonical attribute text
+// (docs/MODEL_FORMAT.md, "Integrity"), written by H5Writer::commit and seal_attributes.
+inline constexpr const char* kAttributesChecksum = "attributes_crc32";
+
 class H5File {
  public:
   // Opens read-only. MissingFile if absent, FormatError if not a readable HDF5 file
@@ -48,6 +54,13 @@ class H5File {
   std::vector<int64_t> shape(const std::string& dataset_path) const;
   // Names of the root group's attributes.
   std::vector<std::string> attr_names(const std::string& object_path) const;
+  // Checks every object's attributes against its kAttributesChecksum (below); FormatError
+  // naming the object and the file on a mismatch, and, if `required`, on an object with
+  // attributes but no checksum. Returns the number of objects checked.
+  int64_t verify_attributes(bool required) const;
+  // The canonical text one object's checksum covers (the checksum itself left out); empty if
+  // the object has no other attribute. FormatError for a type it cannot represent.
+  std::string canonical_attributes(const std::string& object_path) const;
   // An attribute as JSON: string, integer, float (scalars only); FormatError otherwise.
   nlohmann::json attr_json(const std::string& object_path, const std::string& name) const;
 
@@ -56,12 +69,16 @@ class H5File {
   int64_t id_ = -1;
 };
 
+// Adds (or replaces) the checksum attribute on every object with attributes, in a closed file
+// written by another writer (h5py: `socllm convert`).
+void seal_attributes(const std::string& path);
+
 // Writes an HDF5 file atomically: everything goes to a temporary file ".NAME.PID-HEX.tmp" beside
 // `path`, which replaces `path` only at commit() (mode 0666 minus the umask as any new file, or
 // the mode of the file it replaces); destroyed without commit, the temporary file is removed and
 // `path` is untouched. Temporary files of writers that died (their PID is gone) are removed. A
 // symlink is written through; a path that exists and is not a regular file is InvalidArgument.
-// Datasets carry a Fletcher-32 checksum.
+// Datasets carry a Fletcher-32 checksum, and objects with attributes kAttributesChecksum.
 class H5Writer {
  public:
   explicit H5Writer(std::string path);

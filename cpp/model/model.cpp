@@ -215,6 +215,14 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
         "'{}' is model format version {}: its weights carry no checksums (convert it "
         "again to have them verified)",
         path, version);
+  else if (version < kAttributeChecksumFormatVersion)
+    spdlog::warn(
+        "'{}' is model format version {}: its attributes (config, scales) carry no checksums "
+        "(convert it again to have them verified)",
+        path, version);
+  // Before any attribute is used: a flipped bit in rope_theta or a scale loads without
+  // complaint otherwise. Objects that carry a checksum are checked in any version.
+  f.verify_attributes(version >= kAttributeChecksumFormatVersion);
   auto m = std::make_shared<Model>();
   m->path_ = path;
   ModelConfig& c = m->config_;

@@ -122,9 +122,11 @@ class Model {
   // load reads kOldestFormatVersion..kFormatVersion; from kChecksumFormatVersion on, every weight
   // must carry a Fletcher-32 checksum (verified on read).
   // Version 3: version 2 plus prequantized linears (group packed_linears) instead of fp32 ones.
-  static constexpr int64_t kFormatVersion = 3;
+  // Version 4: every object's attributes carry a CRC-32 (kAttributesChecksum, model_store.h).
+  static constexpr int64_t kFormatVersion = 4;
   static constexpr int64_t kOldestFormatVersion = 1;
   static constexpr int64_t kChecksumFormatVersion = 2;
+  static constexpr int64_t kAttributeChecksumFormatVersion = 4;
 
   // Loads a socllm HDF5 model file (docs/MODEL_FORMAT.md). Throws MissingFile,
   // FormatError (missing tensors, wrong shapes, NaN/Inf weights, checksum mismatch),

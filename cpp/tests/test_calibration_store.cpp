@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -132,7 +133,52 @@ TEST(CalibrationStore, WriterIsAtomicAndKeepsTheUmask) {
   H5File f(path);
   EXPECT_EQ(f.read_i64("/x"), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(f.attr_json("/", "k"), "v");
-  EXPECT_EQ(f.attr_names("/"), std::vector<std::string>{"k"});
+  EXPECT_EQ(f.attr_names("/"), (std::vector<std::string>{kAttributesChecksum, "k"}));
+  // The checksum covers the canonical text (docs/MODEL_FORMAT.md): path, then name NUL value.
+  const std::string text = std::string("/\nk") + '\0' + "s:v\n";
+  EXPECT_EQ(f.canonical_attributes("/"), text);
+  EXPECT_EQ(f.attr_int("/", kAttributesChecksum),
+            static_cast<int64_t>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
+                                       static_cast<uInt>(text.size()))));
+  EXPECT_EQ(f.canonical_attributes("/x"), "");  // no attributes: nothing to cover
+  EXPECT_EQ(f.verify_attributes(true), 1);
+  std::remove(path.c_str());
+}
+
+TEST(CalibrationStore, ChangedAttributeFailsItsChecksum) {
+  const std::string path = tmp("socllm_attr_crc.h5");
+  {
+    H5Writer w(path);
+    w.group("/g");
+    w.attr("/g", "scale", 0.125);
+    w.attr("/g", "n", 3);
+    w.commit();
+  }
+  {
+    H5File f(path);
+    std::string want = std::string("/g\nn") + '\0' + "i:3\nscale" + '\0' + "f:3fc0000000000000\n";
+    EXPECT_EQ(f.canonical_attributes("/g"), want);
+    EXPECT_EQ(f.verify_attributes(true), 1);
+  }
+  // Rewrite one value behind the writer's back, as a flipped bit would.
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t g = H5Gopen2(file, "/g", H5P_DEFAULT);
+  ASSERT_GE(H5Adelete(g, "scale"), 0);
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(g, "scale", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+  const double other = 0.125000000001;
+  ASSERT_GE(H5Awrite(a, H5T_NATIVE_DOUBLE, &other), 0);
+  H5Aclose(a);
+  H5Sclose(sp);
+  H5Gclose(g);
+  H5Fclose(file);
+  try {
+    H5File(path).verify_attributes(true);
+    ADD_FAILURE() << "no FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/g' in '" + path + "'"), std::string::npos) << e.what();
+  }
   std::remove(path.c_str());
 }
 

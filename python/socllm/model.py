@@ -101,6 +101,12 @@ def _read_tokenizer_json(path: Path) -> str:
         text = tok[()]
         stored = tok.attrs.get(TOKENIZER_JSON_DIGEST)
         version = f.attrs.get("format_version")
+    # The whole file's attributes (tokenizer ids and flags included), as Model.load checks them.
+    _core.verify_h5_attributes(
+        str(path),
+        required=isinstance(version, (int, np.integer))
+        and version >= _core.Model.attribute_checksum_format_version,
+    )
     if stored is not None and not isinstance(stored, (str, bytes)):
         raise FormatError(f"{path}: the {TOKENIZER_JSON_DIGEST} of tokenizer/json is not a string")
     if isinstance(stored, bytes):

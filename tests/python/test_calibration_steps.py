@@ -41,7 +41,7 @@ def test_schema_is_the_steps_contract():
     }
     # every step's arrays are optional: a file holds what its steps wrote
     assert not any(a["required"] for a in schema.values())
-    assert socllm.calibration.Calibration.format_version == 3
+    assert socllm.calibration.Calibration.format_version == 4
     assert list(STEPS) == [
         "act-scales",
         "outliers",
@@ -58,7 +58,7 @@ def test_schema_is_the_steps_contract():
 def test_file_written_by_cpp_reads_with_h5py(smollm, outliers, tmp_path):
     path = save_calibration(tmp_path / "c.h5", outliers, smollm)
     with h5py.File(path) as f:
-        assert f.attrs["format"] == "socllm-calibration" and f.attrs["format_version"] == 3
+        assert f.attrs["format"] == "socllm-calibration" and f.attrs["format_version"] == 4
         assert json.loads(f.attrs["model_config"])["d_model"] == 576
         assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["samples"] == 4
         for a in socllm.calibration.Calibration.schema():

@@ -16,8 +16,10 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import h5py
@@ -25,14 +27,16 @@ import numpy as np
 import pytest
 import socllm
 from socllm import cli, registry
+from socllm.calibration import CalibrationData, load_calibration, save_calibration
 from socllm.errors import FormatError, InvalidArgumentError
 from socllm.io import convert as convert_mod
 from socllm.io import files as io_utils
 from socllm.io import model_format
 from socllm.io.convert import convert
 from socllm.io.files import atomic_path, atomic_write_text, emit_json
+from socllm.model import FileTokenizer
 from socllm.tokenizer import bytes_to_unicode
-from tiny_model import tiny_weights
+from tiny_model import seal, tiny_weights, write_tiny
 
 gguf = pytest.importorskip("gguf")
 
@@ -515,7 +519,7 @@ def test_recent_files_are_not_memoized(tmp_path, cache):
 
 
 def test_format_version_is_one_constant():
-    assert convert_mod.FORMAT_VERSION == registry.MODEL_FORMAT_VERSION == 3
+    assert convert_mod.FORMAT_VERSION == registry.MODEL_FORMAT_VERSION == 4
 
 
 def test_converted_datasets_have_fletcher32(tiny_gguf, tmp_path):
@@ -570,6 +574,148 @@ def test_tokenizer_json_checksum(tiny_gguf, tmp_path):
         ds.attrs["sha256"] = digest
     with pytest.raises(FormatError, match="tokenizer/json.*checksum"):
         socllm.load(out, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 37: attribute checksums (HDF5's Fletcher-32 covers datasets only)
+
+CRC = socllm._core.H5_ATTRIBUTES_CHECKSUM
+
+
+def _reference_canonical(object_path: str, attrs) -> bytes:
+    """docs/MODEL_FORMAT.md's canonical attribute text, written again from the spec with h5py."""
+    rows = []
+    for name in sorted(attrs, key=str.encode):
+        if name == CRC:
+            continue
+        v = attrs[name]
+        if isinstance(v, (str, bytes)):
+            value = b"s:" + (v.encode() if isinstance(v, str) else v)
+        else:
+            a = np.atleast_1d(np.asarray(v))
+            if a.dtype.kind in "iub":
+                value = b"i:" + b",".join(str(int(x)).encode() for x in a)
+            else:
+                assert a.dtype.kind == "f", (object_path, name, a.dtype)
+                bits = [struct.unpack("<Q", struct.pack("<d", float(x)))[0] for x in a]
+                value = b"f:" + b",".join(f"{b:016x}".encode() for b in bits)
+        rows.append(name.encode() + b"\0" + value + b"\n")
+    return object_path.encode() + b"\n" + b"".join(rows) if rows else b""
+
+
+def _objects(path):
+    with h5py.File(path) as f:
+        out = [("/", dict(f.attrs))]
+        f.visititems(lambda n, o: out.append(("/" + n, dict(o.attrs))))
+    return out
+
+
+@pytest.fixture
+def tiny_calibration(tmp_path):
+    """A calibration file of the tiny model, with provenance of every attribute type."""
+    model = socllm.load(write_tiny(tmp_path / "m.h5"), progress=False)
+    cal = model.new_calibration()
+    model.observe_activations([[1, 5, 9, 3, 7]], cal)
+    prov = {"corpus": "test", "samples": 3, "alpha": 0.5, "steps": "act-scales"}
+    path = save_calibration(tmp_path / "cal.h5", CalibrationData(cal, prov), model)
+    return model, path
+
+
+def test_attribute_checksums_match_an_independent_implementation(tiny_gguf, tmp_path):
+    """Every object with attributes of a converted model (Python writer, sealed by the core) and
+    of a calibration file (the C++ writer) carries the CRC-32 of the canonical text."""
+    model = convert(tiny_gguf, tmp_path / "m.h5", progress=False)
+    loaded = socllm.load(model, progress=False)
+    cal = loaded.new_calibration()
+    loaded.observe_activations([[1, 2, 3]], cal)
+    calib = save_calibration(tmp_path / "c.h5", CalibrationData(cal, {"alpha": 0.25}), loaded)
+    for path in (model, calib):
+        sealed = 0
+        for obj, attrs in _objects(path):
+            ref = _reference_canonical(obj, attrs)
+            assert socllm._core.h5_canonical_attributes(str(path), obj) == ref, obj
+            if ref:
+                assert attrs[CRC] == zlib.crc32(ref), obj
+                sealed += 1
+            else:
+                assert CRC not in attrs, obj
+        assert sealed >= 1
+        assert socllm._core.verify_h5_attributes(str(path)) == sealed
+
+
+def test_flipped_config_bit_is_a_format_error(tiny_gguf, tmp_path):
+    """One flipped bit of /config@rope_theta in the file's bytes used to load and change the
+    logits; now it is a FormatError naming the object and the file."""
+    out = convert(tiny_gguf, tmp_path / "m.h5", progress=False)
+    with h5py.File(out) as f:
+        pattern = struct.pack("<d", float(f["config"].attrs["rope_theta"]))
+    data = bytearray(out.read_bytes())
+    assert data.count(pattern) == 1
+    data[data.index(pattern) + 6] ^= 0x10  # the exponent's lowest bit: rope_theta doubles
+    out.write_bytes(bytes(data))
+    with h5py.File(out) as f:  # the flip reached the attribute, and HDF5 itself cannot tell
+        assert f["config"].attrs["rope_theta"] == 2 * struct.unpack("<d", pattern)[0]
+    with pytest.raises(FormatError, match=f"'/config' in '{out}'.*CRC-32"):
+        socllm.load(out, progress=False)
+    # The tokenizer alone (no weights) is read through the same check.
+    with pytest.raises(FormatError, match="'/config'.*CRC-32"):
+        FileTokenizer(out)
+
+
+@pytest.mark.parametrize(
+    "obj,name,value",
+    [("/tokenizer", "bos_id", 7), ("/weights/layers/0/wq", "note", "x"), ("/", "source", "y")],
+)
+def test_any_changed_or_added_attribute_is_caught(obj, name, value, tmp_path):
+    path = write_tiny(tmp_path / "m.h5")
+    with h5py.File(path, "a") as f:
+        f[obj].attrs[name] = value
+    with pytest.raises(FormatError, match=f"'{obj}' in '{path}'"):
+        socllm.load(path, progress=False)
+
+
+def test_attribute_checksum_required_from_version_4_old_files_warn(tmp_path, capfd):
+    path = write_tiny(tmp_path / "m.h5")
+    with h5py.File(path, "a") as f:
+        del f["config"].attrs[CRC]
+    with pytest.raises(FormatError, match=f"'/config' in '{path}' have no {CRC}"):
+        socllm.load(path, progress=False)
+    capfd.readouterr()
+    old = write_tiny(tmp_path / "v3.h5", version=3)  # format 3: no attribute checksums
+    assert socllm.load(old, progress=False)
+    assert "attributes (config, scales) carry no checksums" in capfd.readouterr().err
+
+
+def test_calibration_attributes_are_checked(tiny_calibration, tmp_path, capfd):
+    model, path = tiny_calibration
+    assert load_calibration(path, model)  # as written
+    bad = tmp_path / "bad.h5"
+    shutil.copy(path, bad)
+    with h5py.File(bad, "a") as f:
+        f.attrs["tokens"] = int(f.attrs["tokens"]) ^ 1
+    with pytest.raises(FormatError, match=f"'/' in '{bad}'.*CRC-32"):
+        load_calibration(bad, model)
+    # A format 3 file (before attribute checksums) loads, with a warning.
+    old = tmp_path / "v3.h5"
+    shutil.copy(path, old)
+    with h5py.File(old, "a") as f:
+        f.attrs["format_version"] = 3
+        f.visititems(lambda n, o: o.attrs.__delitem__(CRC) if CRC in o.attrs else None)
+        del f.attrs[CRC]
+    capfd.readouterr()
+    assert load_calibration(old, model)
+    assert "calibration format version 3" in capfd.readouterr().err
+
+
+def test_seal_recomputes_after_a_deliberate_edit(tmp_path):
+    """What the tests that need a consistent but wrong value use (tiny_model.seal)."""
+    path = write_tiny(tmp_path / "m.h5")
+    with h5py.File(path, "a") as f:
+        f["config"].attrs["n_kv_heads"] = 3
+    with pytest.raises(FormatError, match="CRC-32"):
+        socllm.load(path, progress=False)
+    with pytest.raises((FormatError, InvalidArgumentError), match="n_kv_heads 3"):
+        socllm.load(seal(path), progress=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def test_loaded_file_gives_the_plans_logits_exactly(smollm, packed, tokens, plan
 
 def test_file_layout(packed):
     with h5py.File(packed["edgeflow"]) as f:
-        assert f.attrs["format_version"] == socllm.io.Model.format_version == 3
+        assert f.attrs["format_version"] == socllm.io.Model.format_version == 4
         pk = f["packed_linears"]
         assert pk.attrs["storage"] == "weightlet" and pk.attrs["group"] == 128
         t = pk["layers/0/wq"]
@@ -113,6 +113,22 @@ def test_damaged_files_are_format_errors_naming_the_tensor(packed, tmp_path):
     ]:
         with pytest.raises(socllm.FormatError, match=match):
             socllm.load(_damaged(src, tmp_path, dataset, damage), progress=False)
+
+
+def test_changed_activation_scale_is_a_format_error(smollm, packed, tokens, tmp_path):
+    """Issue 37: a per-layer activation scale is an attribute, which HDF5's Fletcher-32 does not
+    cover; one changed bit used to load and change the logits."""
+    src = packed["edgeflow"]
+    dst = tmp_path / "scale.h5"
+    shutil.copy(src, dst)
+    layer = "packed_linears/layers/9"
+    with h5py.File(dst, "r+") as f:
+        v = np.float64(f[layer].attrs["act_scale_mlp_act"])
+        f[layer].attrs["act_scale_mlp_act"] = (v.view(np.uint64) ^ np.uint64(1 << 40)).view(
+            np.float64
+        )
+    with pytest.raises(socllm.FormatError, match=f"'/{layer}' in '{dst}'.*CRC-32"):
+        socllm.load(dst, progress=False)
 
 
 def test_interrupted_convert_leaves_no_file(smollm, calibrated, tmp_path, monkeypatch):

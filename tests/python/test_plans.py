@@ -15,6 +15,7 @@ from socllm.calibration import (
     load_calibration,
 )
 from socllm.configs import graph_census
+from tiny_model import seal
 
 PRESETS = [
     "fp32",
@@ -175,6 +176,7 @@ def test_calibration_from_another_model_is_rejected(smollm, calib_file, tmp_path
         cfg = json.loads(f.attrs["model_config"])
         f.attrs["model_config"] = json.dumps(dict(cfg, d_model=2048))
         f.attrs["model_name"] = "Qwen1.5-1.8B"
+    seal(other)  # as that model's calibration would be written
     with pytest.raises(
         socllm.InvalidArgumentError, match="calibrated on model 'Qwen1.5-1.8B' \\(d_model 2048\\)"
     ):

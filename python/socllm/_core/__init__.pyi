@@ -17,7 +17,7 @@ import typing
 from . import ops
 from . import quant
 from . import sim
-__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'calibration_step_options', 'calibration_steps', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'log_level', 'max_num_threads', 'measure_handoff', 'num_threads', 'op_classes', 'ops', 'prefill_graph_rows', 'quant', 'run_calibration_step', 'set_log_level', 'set_num_threads', 'sim', 'task_graph', 'wait_methods']
+__all__: list[str] = ['Calibration', 'ContextOverflowError', 'DEFAULT_SHADOW_CHANNELS', 'Engine', 'FormatError', 'GgufFile', 'H5_ATTRIBUTES_CHECKSUM', 'InvalidArgumentError', 'KVCache', 'LinearGraph', 'MissingFileError', 'Model', 'Plan', 'ShapeError', 'SocllmError', 'UnsupportedError', 'blas_info', 'calibration_step_options', 'calibration_steps', 'decoder_block', 'dequantize', 'dequantize_to_int8_rows', 'ggml_supported_types', 'ggml_type_name', 'graph_census', 'h5_canonical_attributes', 'log_level', 'max_num_threads', 'measure_handoff', 'num_threads', 'op_classes', 'ops', 'prefill_graph_rows', 'quant', 'run_calibration_step', 'seal_h5_attributes', 'set_log_level', 'set_num_threads', 'sim', 'task_graph', 'verify_h5_attributes', 'wait_methods']
 class GgufFile:
     """
     A GGUF file: metadata, tensor index, dequantization.
@@ -59,8 +59,9 @@ class Model:
     """
     fp32 weights of a llama-family model.
     """
+    attribute_checksum_format_version: typing.ClassVar[int] = 4
     checksum_format_version: typing.ClassVar[int] = 2
-    format_version: typing.ClassVar[int] = 3
+    format_version: typing.ClassVar[int] = 4
     oldest_format_version: typing.ClassVar[int] = 1
     @staticmethod
     def check_config(config: typing.Any) -> typing.Any:
@@ -183,7 +184,8 @@ class Calibration:
     """
     Per-channel absmax of every linear input, per layer (calibration.h).
     """
-    format_version: typing.ClassVar[int] = 3
+    format_version: typing.ClassVar[int] = 4
+    oldest_format_version: typing.ClassVar[int] = 3
     smooth_alpha_grid: typing.ClassVar[int] = 11
     @staticmethod
     def empty_for(model: Model) -> Calibration:
@@ -404,6 +406,10 @@ def graph_census(config: typing.Any, plan: typing.Any, prompt_len: typing.Suppor
     """
     Static graphs one chunked prefill builds, from a model config alone (seed 001 §3.2).
     """
+def h5_canonical_attributes(path: str, object_path: str) -> bytes:
+    """
+    The bytes an object's attribute CRC-32 covers (for checking against another implementation).
+    """
 def log_level() -> str:
     ...
 def max_num_threads() -> int:
@@ -424,6 +430,10 @@ def run_calibration_step(engine: Engine, step: str, stats: Calibration, windows:
     """
     Runs a step's C++ part on `stats` (its arrays written in place) over calibration windows (token ids; `rows`: per window the rows sampled, for smoothing and bitwidths); returns the root attributes it writes. One call per step: every layer, site and grid point. `progress(done, total, unit)` is called as it goes (None: spdlog).
     """
+def seal_h5_attributes(path: str) -> None:
+    """
+    Adds the attributes' CRC-32 (H5_ATTRIBUTES_CHECKSUM) to every object with attributes of a closed HDF5 file (docs/MODEL_FORMAT.md, Integrity).
+    """
 def set_log_level(level: str) -> None:
     """
     C++ log level: trace, debug, info, warn, error, critical, off.
@@ -436,8 +446,13 @@ def task_graph(config: typing.Any, plan: typing.Any, prompt_len: typing.Supports
     """
     The task graph of a config (block.h): a prefill, one decoding step on a cache of prompt_len (phase decode) or a session of decode_tokens steps after the prompt; shadow loads expected (shadow_channels).
     """
+def verify_h5_attributes(path: str, required: bool = True) -> int:
+    """
+    Checks every object's attributes against their CRC-32; FormatError naming the object and the file on a mismatch, or (required) on attributes without one. Returns the number of objects checked.
+    """
 def wait_methods() -> list[str]:
     """
     The handoff waiting methods (handoff.h).
     """
 DEFAULT_SHADOW_CHANNELS: float = 10.0
+H5_ATTRIBUTES_CHECKSUM: str = 'attributes_crc32'

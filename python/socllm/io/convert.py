@@ -115,6 +115,7 @@ def convert(source: str | Path, out_path: str | Path, *, progress: bool = True) 
     model = _open_source(Path(source))
     with atomic_path(out) as tmp:
         _write(model, tmp, progress)
+        _core.seal_h5_attributes(str(tmp))  # attributes' CRC-32 (MODEL_FORMAT.md, Integrity)
     return out
 
 

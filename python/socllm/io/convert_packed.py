@@ -70,62 +70,66 @@ def convert_packed(
     all8 = all(int(site["bits"].min()) == 8 for layer in state["layers"] for site in layer.values())
     storage = "int8" if all8 else "weightlet"
     src_path = model.path
-    with atomic_path(out) as tmp, h5py.File(src_path, "r") as src, h5py.File(tmp, "w") as f:
-        for k, v in src.attrs.items():
-            f.attrs[k] = v
-        f.attrs["format_version"] = int(_core.Model.format_version)
-        f.attrs["socllm_version"] = __version__
-        f.attrs["source"] = str(src_path)
-        for name in ("config", "tokenizer"):
-            src.copy(src[name], f, name)
-        w = f.create_group("weights")
-        for name in ("embed_tokens", "final_norm", "lm_head"):
-            if name in src["weights"]:
-                src.copy(src["weights"][name], w, name)
-        for i in range(len(src["weights/layers"])):
-            for name in ("attn_norm", "ffn_norm"):
-                src.copy(src[f"weights/layers/{i}/{name}"], w, f"layers/{i}/{name}")
-        pk = f.create_group("packed_linears")
-        pk.attrs["scheme"] = json.dumps(state["scheme"], sort_keys=True)
-        options = {k: v for k, v in state["plan"].items() if k != "ops"}  # name and options
-        pk.attrs["plan"] = json.dumps(options, sort_keys=True)
-        pk.attrs["group"] = group if storage == "weightlet" else 0
-        pk.attrs["storage"] = storage
-        pk.attrs["calibration"] = str(model.calibration_path or "")
-        layers = state["layers"]
-        for i, sites in enumerate(tqdm(layers, desc="convert: pack", disable=not progress)):
-            lg = pk.create_group(f"layers/{i}")
-            if state["norm_gains"] is not None:
-                _dataset(lg, "attn_norm_folded", state["norm_gains"][i][0])
-                _dataset(lg, "ffn_norm_folded", state["norm_gains"][i][1])
-            for site, names in site_tensors(model.config).items():
-                s = sites[site]
-                lg.attrs[f"act_scale_{site}"] = float(s["act_scale"])
-                if s["input_smooth"] is not None:
-                    _dataset(lg, f"input_smooth_{site}", s["input_smooth"])
-                r0 = 0
-                for name in names:
-                    # each tensor's rows as the model file stores them
-                    r1 = r0 + src[f"weights/layers/{i}/{name}"].shape[0]
-                    part = slice(r0, r1)
-                    r0 = r1
-                    codes = np.ascontiguousarray(s["codes"][part])
-                    tg = lg.create_group(name)
-                    tg.attrs["rows"], tg.attrs["cols"] = codes.shape
-                    extras = [
-                        None if s[k] is None else s[k][part]
-                        for k in ("scales", "post", "out_scale", "bias")
-                    ]
-                    if storage == "weightlet":
-                        t = _core.ops.WeightletTensor.pack(codes, s["bits"][part], group)
-                        data, meta = t.data, t.bit_metadata
-                        _dataset(tg, "data", data)
-                        _dataset(tg, "bits", meta)
-                    else:
-                        data, meta = codes, None
-                        _dataset(tg, "codes", codes)
-                    for key, v in zip(("scales", "post", "out_scale", "bias"), extras, strict=True):
-                        if v is not None:
-                            _dataset(tg, key, np.asarray(v, np.float32))
-                    tg.attrs["crc32"] = packed_crc(data, meta, extras)
+    with atomic_path(out) as tmp:
+        with h5py.File(src_path, "r") as src, h5py.File(tmp, "w") as f:
+            for k, v in src.attrs.items():
+                f.attrs[k] = v
+            f.attrs["format_version"] = int(_core.Model.format_version)
+            f.attrs["socllm_version"] = __version__
+            f.attrs["source"] = str(src_path)
+            for name in ("config", "tokenizer"):
+                src.copy(src[name], f, name)
+            w = f.create_group("weights")
+            for name in ("embed_tokens", "final_norm", "lm_head"):
+                if name in src["weights"]:
+                    src.copy(src["weights"][name], w, name)
+            for i in range(len(src["weights/layers"])):
+                for name in ("attn_norm", "ffn_norm"):
+                    src.copy(src[f"weights/layers/{i}/{name}"], w, f"layers/{i}/{name}")
+            pk = f.create_group("packed_linears")
+            pk.attrs["scheme"] = json.dumps(state["scheme"], sort_keys=True)
+            options = {k: v for k, v in state["plan"].items() if k != "ops"}  # name and options
+            pk.attrs["plan"] = json.dumps(options, sort_keys=True)
+            pk.attrs["group"] = group if storage == "weightlet" else 0
+            pk.attrs["storage"] = storage
+            pk.attrs["calibration"] = str(model.calibration_path or "")
+            layers = state["layers"]
+            for i, sites in enumerate(tqdm(layers, desc="convert: pack", disable=not progress)):
+                lg = pk.create_group(f"layers/{i}")
+                if state["norm_gains"] is not None:
+                    _dataset(lg, "attn_norm_folded", state["norm_gains"][i][0])
+                    _dataset(lg, "ffn_norm_folded", state["norm_gains"][i][1])
+                for site, names in site_tensors(model.config).items():
+                    s = sites[site]
+                    lg.attrs[f"act_scale_{site}"] = float(s["act_scale"])
+                    if s["input_smooth"] is not None:
+                        _dataset(lg, f"input_smooth_{site}", s["input_smooth"])
+                    r0 = 0
+                    for name in names:
+                        # each tensor's rows as the model file stores them
+                        r1 = r0 + src[f"weights/layers/{i}/{name}"].shape[0]
+                        part = slice(r0, r1)
+                        r0 = r1
+                        codes = np.ascontiguousarray(s["codes"][part])
+                        tg = lg.create_group(name)
+                        tg.attrs["rows"], tg.attrs["cols"] = codes.shape
+                        extras = [
+                            None if s[k] is None else s[k][part]
+                            for k in ("scales", "post", "out_scale", "bias")
+                        ]
+                        if storage == "weightlet":
+                            t = _core.ops.WeightletTensor.pack(codes, s["bits"][part], group)
+                            data, meta = t.data, t.bit_metadata
+                            _dataset(tg, "data", data)
+                            _dataset(tg, "bits", meta)
+                        else:
+                            data, meta = codes, None
+                            _dataset(tg, "codes", codes)
+                        for key, v in zip(
+                            ("scales", "post", "out_scale", "bias"), extras, strict=True
+                        ):
+                            if v is not None:
+                                _dataset(tg, key, np.asarray(v, np.float32))
+                        tg.attrs["crc32"] = packed_crc(data, meta, extras)
+        _core.seal_h5_attributes(str(tmp))  # attributes' CRC-32 (MODEL_FORMAT.md)
     return out

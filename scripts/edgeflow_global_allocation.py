@@ -3,7 +3,7 @@
 (issue 14 item 6, beyond the paper), at equal modelled cold-start time.
 
 For every --bits B: plan ``edgeflow:bits=B`` (Algorithm 1 per tensor, the paper) against
-``edgeflow:bits=B,bitwidths=stored`` with the bit-widths of step bitwidths at
+``edgeflow:bitwidths=stored`` with the bit-widths of step bitwidths at
 ``bit_scope=global-ttft`` (one heap over every output channel; error: the closed form weighted
 by the channel's share of its tensor's output; cost: flash bytes / bandwidth + unpacking time on
 --device; budget: the per-tensor allocation's modelled time; cpp/calibrate/bitwidths.cpp).
@@ -78,9 +78,7 @@ def main(argv=None) -> int:
             )
             rep = json.loads(data.provenance["bitwidth_report"])["global_ttft"]
             with using_calibration(m, data.stats):
-                glob = evaluate(
-                    m, f"edgeflow:bits={b!r},bitwidths=stored", windows, ref_lp, ref_top1
-                )
+                glob = evaluate(m, "edgeflow:bitwidths=stored", windows, ref_lp, ref_top1)
             row["per_tensor"] = metrics(
                 ref_nll, per_tensor, rep["per_tensor_mean_bits"], rep["budget_s"]
             )

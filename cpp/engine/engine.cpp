@@ -828,7 +828,7 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
   std::optional<GraphRecorder> graph;
   Recording rec;
   Prefill out;
-  if (return_graph) graph.emplace(c, plan, attention_timing(plan));
+  if (return_graph) graph.emplace(c, timing_plan(plan), attention_timing(plan));
   rec.graph = graph ? &*graph : nullptr;
   rec.records = return_records ? &out.records : nullptr;
   const bool recording = return_graph || return_records;
@@ -890,7 +890,28 @@ sched::TaskGraph Engine::task_graph(const Plan& plan, int64_t prompt_len, int64_
   GraphOptions o;
   o.expected = expected_shadow_loads(plan);
   o.attention = attention_timing(plan);
-  return prefill_task_graph(model_->config(), plan, prompt_len, chunk_len, o, decode_tokens);
+  return prefill_task_graph(model_->config(), timing_plan(plan), prompt_len, chunk_len, o,
+                            decode_tokens);
+}
+
+Plan Engine::timing_plan(const Plan& plan) const {
+  const auto& cb = plan.linear.channel_bits;
+  if (!cb || !cb->stored) return plan;
+  const auto calib = calibration();
+  if (!calib || !calib->has_channel_bits()) return plan;  // the run refuses it (prepare)
+  // Each row's codes cost its width times its input width (quant::stored_weight_bytes).
+  const auto& c = model_->config();
+  double code_bits = 0, weights = 0;
+  for (int s = 0; s < kNumLinearSites; ++s) {
+    const double in = static_cast<double>(linear_site_width(c, static_cast<LinearSite>(s)));
+    for (int64_t b : calib->channel_bits[static_cast<size_t>(s)]) {
+      code_bits += static_cast<double>(b) * in;
+      weights += in;
+    }
+  }
+  Plan timed = plan;
+  timed.linear.channel_bits->bits = code_bits / weights;
+  return timed;
 }
 
 void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,

@@ -238,6 +238,9 @@ class Engine {
                             int64_t layer, int64_t rows, int64_t chunk_index) const;
   // The head ratios the engine's attention runs with, for the graph's head-wise tasks.
   AttentionTimingOptions attention_timing(const Plan& plan) const;
+  // The plan its task graph is timed with: under stored bit-widths the modelled weight budget
+  // is the calibration's mean width (what the numerics run), not the plan's default `bits`.
+  Plan timing_plan(const Plan& plan) const;
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // local (sliding-window) layers' RoPE (Gemma 3)

@@ -179,11 +179,11 @@ const std::vector<Preset>& presets() {
            throw InvalidArgument("[Plan] edgeflow: bitwidths must be per-tensor or stored, got '" +
                                  where + "'");
          cb.stored = where == "stored";
-         if (cb.stored) {  // the calibration's bit-widths decide: an allocation option would
-                           // change nothing, so one off its default is refused, not dropped
-                           // (`bits` still sets the modelled weight bytes of the timing)
+         if (cb.stored) {  // the calibration's bit-widths decide (numerics and timing, whose
+                           // budget becomes their mean: Engine::timing_plan), so an allocation
+                           // option would change nothing: one off its default is refused
            const json defaults = json::parse(kEdgeflowOptions);
-           for (const char* k : {"allocation", "metric"})
+           for (const char* k : {"bits", "allocation", "metric"})
              if (o[k] != defaults[k])
                throw InvalidArgument("[Plan] edgeflow: " + std::string(k) + "=" + json_text(o[k]) +
                                      " does not apply with bitwidths=stored (the calibration's "

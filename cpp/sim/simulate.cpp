@@ -76,6 +76,11 @@ PrefillTimeline simulate_request(const ModelConfig& c, const Plan& given,
     throw InvalidArgument(
         "[simulate] run-time graph building applies to a prefill, not a "
         "decoding step");
+  if (plan.linear.channel_bits && plan.linear.channel_bits->stored)
+    throw InvalidArgument(
+        "[simulate] plan '" + plan.name +
+        "' takes its bit-widths from a calibration (bitwidths=stored), which a shape-only "
+        "config has none of: simulate a loaded, calibrated model, or give bits=<average>");
   GraphOptions g;
   g.attention = opts.attention;
   if (opts.runtime_graph_build)

@@ -292,3 +292,30 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
         )
     with pytest.raises(socllm.InvalidArgumentError, match="snapdragon-8gen3.* has no"):
         channel_cold_start_cost("snapdragon-8gen3", [8])
+
+
+def _linear_weight_bytes(model, plan: str) -> int:
+    graph = model.task_graph(plan, 64).to_json()
+    return sum(
+        o["weight_bytes"] for t in graph["tasks"] for o in t["ops"] if o["op_class"] == "linear"
+    )
+
+
+def test_stored_bitwidths_decide_the_timing_and_bits_is_refused(smollm, calib, tmp_path):
+    """Issue 37: under bitwidths=stored, `bits` used to be accepted and ignored by the numerics
+    while the timing modelled the weights at it; now the calibration's widths set both, and a
+    `bits` off its default is refused by name."""
+    four = load_calibration(save_calibration(tmp_path / "c.h5", calib, smollm), smollm).stats
+    layers = smollm.config["n_layers"]
+    for site in SITES:
+        rows = len(smollm.linear_info("edgeflow:alpha=0.5", 0, site)["bits"])
+        four.set_array("channel_bits", site, np.full((layers, rows), 4, np.int64))
+    with using_calibration(smollm, four):
+        stored = _linear_weight_bytes(smollm, "edgeflow:alpha=0.5,bitwidths=stored")
+        at4 = _linear_weight_bytes(smollm, "edgeflow:alpha=0.5,bits=4")
+        at5 = _linear_weight_bytes(smollm, "edgeflow:alpha=0.5,bits=5")
+    assert stored == at4 < at5
+    with pytest.raises(socllm.InvalidArgumentError, match="bits=3 does not apply"):
+        socllm.Plan("edgeflow:bitwidths=stored,bits=3")
+    with pytest.raises(socllm.InvalidArgumentError, match="shape-only config has none"):
+        socllm.simulate("qwen2-0.5b", plan="edgeflow:bitwidths=stored", prompt_len=64)

@@ -28,8 +28,11 @@ std::shared_ptr<const soc::DeviceProfile> device_from_py(const py::handle& profi
       py::isinstance(profile, py::module_::import("os").attr("PathLike")))
     return soc::load_device(py::str(profile).cast<std::string>());
   const auto j = py_to_json(profile, "DeviceProfile");
-  return std::make_shared<const soc::DeviceProfile>(soc::DeviceProfile::from_json(
-      j, j.is_object() ? j.value("name", std::string("profile")) : std::string("profile")));
+  // load_profile records the file a dict came from under "_file" (messages name it).
+  std::string origin = "profile";
+  if (j.is_object() && j.contains("_file") && j["_file"].is_string()) origin = j["_file"];
+  else if (j.is_object() && j.contains("name") && j["name"].is_string()) origin = j["name"];
+  return std::make_shared<const soc::DeviceProfile>(soc::DeviceProfile::from_json(j, origin));
 }
 
 soc::DeviceProfile profile_from_py(const py::handle& profile) { return *device_from_py(profile); }

@@ -500,7 +500,7 @@ double online_prepare_ms(const ModelConfig& c, const soc::DeviceProfile& device,
   const std::string g = "/cost_model/graph/", why = "online graph preparation (partition=online)";
   const double base = device.number(g + "online_prepare_base_ms", why);
   const double per_token = device.number(g + "online_prepare_ms_per_token", why);
-  const double ref = device.number(g + "online_prepare_reference_linear_params", why);
+  const double ref = device.rate(g + "online_prepare_reference_linear_params", why);
   const double scale = static_cast<double>(linear_params_per_block(c) * c.n_layers) / ref;
   return (base + per_token * static_cast<double>(prompt_len)) * scale;
 }
@@ -586,6 +586,27 @@ void check_request(const ModelConfig& c, int64_t prompt_len, int64_t chunk_len,
                           std::to_string(c.context_length));
 }
 
+// Bounds a config-only graph's size before anything is recorded: a config or request from any
+// input (n_layers 10^6, a session of 10^6 decoding steps) must not take the machine's memory.
+// Per layer and chunk, a graph holds at most kTasksPerLayerBound tasks, plus
+// kTasksPerHeadBound per head for a head-wise attention scheme (measured: 6 and 2.3 per head on
+// Qwen2-0.5B); kMaxGraphTasks tasks take a few GB.
+constexpr int64_t kTasksPerLayerBound = 8, kTasksPerHeadBound = 3;
+constexpr int64_t kMaxGraphTasks = int64_t{1} << 22;
+void check_graph_size(const ModelConfig& c, const Plan& plan, int64_t steps, const char* who) {
+  const int64_t per_layer =
+      kTasksPerLayerBound + (plan.attention.kind->head_wise() ? kTasksPerHeadBound : 0) * c.n_heads;
+  // Products in double: each factor may be up to 2^31.
+  const double tasks =
+      static_cast<double>(c.n_layers) * static_cast<double>(steps) * static_cast<double>(per_layer);
+  if (tasks > static_cast<double>(kMaxGraphTasks))
+    throw InvalidArgument(
+        std::string("[") + who + "] the task graph of " + std::to_string(c.n_layers) +
+        " layers x " + std::to_string(steps) + " chunks/decoding steps would hold up to " +
+        std::to_string(static_cast<int64_t>(tasks)) + " tasks, over the limit " + "of " +
+        std::to_string(kMaxGraphTasks) + " (fewer layers, decoding steps, or longer chunks)");
+}
+
 // The shadow loads a config-only chunk records (expected ones).
 std::vector<ShadowLoad> expected_loads(const ModelConfig& c, const Plan& plan,
                                        const GraphOptions& opts) {
@@ -612,6 +633,7 @@ sched::TaskGraph prefill_task_graph(const ModelConfig& c, const Plan& plan, int6
   const int64_t rows = prefill_graph_rows(prompt_len, chunk_len);
   check_request(c, prompt_len, chunk_len, decode_tokens, "prefill_task_graph");
   const int64_t chunks = prefill_chunks(prompt_len, chunk_len);
+  check_graph_size(c, plan, chunks + decode_tokens, "prefill_task_graph");
   GraphRecorder rec(c, plan, opts.attention);
   if (opts.build_ms > 0 || opts.optimize_ms > 0)
     rec.add_graph_builds(rows, opts.build_ms, opts.optimize_ms);
@@ -640,6 +662,7 @@ sched::TaskGraph decode_task_graph(const ModelConfig& c, const Plan& plan, int64
         "position (kv_len >= 2), got " +
         std::to_string(kv_len));
   check_request(c, kv_len - 1, 0, 1, "decode_task_graph");
+  check_graph_size(c, plan.for_decode(), 1, "decode_task_graph");
   GraphRecorder rec(c, plan, opts.attention);
   record_chunk(rec, c, 0, 1, kv_len, true, expected_loads(c, plan.for_decode(), opts));
   rec.add_lm_head(1);

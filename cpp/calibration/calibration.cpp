@@ -548,6 +548,12 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
     if (outliers && (c.outlier_count[s].empty() || c.outlier_seqs[s].empty() ||
                      c.outlier_seq_channels[s].empty()))
       throw FormatError("[Calibration] '" + path + "' has outlier thresholds without their counts");
+  // save() writes act_absmax only once step act-scales observed something, so stored zeros
+  // everywhere are damage; loaded, they would read as "no calibration" and replace a good one.
+  if (f.has("/act_absmax") && !c.has_act_scales())
+    throw FormatError("[Calibration] '" + path +
+                      "': act_absmax holds only zeros (step act-scales writes it only after "
+                      "observing activations: the file is damaged or was edited)");
   c.tokens = f.has_attr("/", "tokens") ? f.attr_int("/", "tokens") : 0;
   c.check_matches(model);
   if (provenance) {

@@ -11,7 +11,7 @@ std::pair<double, double> runtime_graph_build_ms(const ModelConfig& c,
   const std::string why = "run-time graph building";
   const double build = p.number("/cost_model/graph/build_ms", why);
   const double optimize = p.number("/cost_model/graph/optimize_ms", why);
-  const double ref = p.number("/cost_model/graph/reference_linear_params", why);
+  const double ref = p.rate("/cost_model/graph/reference_linear_params", why);
   const double scale = static_cast<double>(linear_params_per_block(c) * c.n_layers) / ref;
   return {build * scale, optimize * scale};
 }

@@ -135,12 +135,12 @@ DeviceProfile DeviceProfile::with_characterization(const std::string& name) cons
   if (std::find(known.begin(), known.end(), name) == known.end()) {
     std::string list = "default";
     for (const auto& k : known) list += ", " + k;
-    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "' has no characterization '" +
+    throw InvalidArgument("[DeviceProfile] profile " + label() + " has no characterization '" +
                           name + "' (known: " + list + ")");
   }
   const auto& c = j_["characterizations"][name];
   if (!c.is_object() || !c.contains("cost_model") || !c["cost_model"].is_object())
-    throw FormatError("[DeviceProfile] profile '" + name_ + "': characterization '" + name +
+    throw FormatError("[DeviceProfile] profile " + label() + ": characterization '" + name +
                       "' needs a 'cost_model' object (a merge patch of /cost_model)");
   DeviceProfile out = *this;
   out.j_["cost_model"].merge_patch(c["cost_model"]);
@@ -247,9 +247,14 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
     throw FormatError("[DeviceProfile] " + origin + ": a profile is a JSON object with a 'name'");
   DeviceProfile p;
   p.name_ = j["name"].get<std::string>();
+  p.origin_ = origin;
   p.j_ = j;
   p.fingerprint_ = std::hash<std::string>{}(j.dump());
   return p;
+}
+
+std::string DeviceProfile::label() const {
+  return "'" + name_ + "'" + (origin_.empty() || origin_ == name_ ? "" : " (" + origin_ + ")");
 }
 
 bool DeviceProfile::has(const std::string& pointer) const {
@@ -260,19 +265,28 @@ bool DeviceProfile::has(const std::string& pointer) const {
 
 double DeviceProfile::number(const std::string& pointer, const std::string& needed_for) const {
   if (!has(pointer))
-    throw MissingData("[DeviceProfile] profile '" + name_ + "' has no number at " + pointer +
+    throw MissingData("[DeviceProfile] profile " + label() + " has no number at " + pointer +
                       " (needed for " + needed_for + ")");
   const double v = j_[nlohmann::json::json_pointer(pointer)]["value"].get<double>();
   if (!std::isfinite(v) || v < 0)
-    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "': " + pointer + " = " +
+    throw InvalidArgument("[DeviceProfile] profile " + label() + ": " + pointer + " = " +
                           std::to_string(v) + " (needs a finite non-negative number)");
+  return v;
+}
+
+double DeviceProfile::rate(const std::string& pointer, const std::string& needed_for) const {
+  const double v = number(pointer, needed_for);
+  if (!(v > 0))
+    throw InvalidArgument("[DeviceProfile] profile " + label() + ": " + pointer + " = " +
+                          std::to_string(v) + " (a rate, needed for " + needed_for +
+                          ": must be > 0)");
   return v;
 }
 
 int64_t DeviceProfile::count(const std::string& pointer, const std::string& needed_for) const {
   const double v = number(pointer, needed_for);
   if (v < 1 || v != std::floor(v) || v > 1e15)
-    throw InvalidArgument("[DeviceProfile] profile '" + name_ + "': " + pointer + " = " +
+    throw InvalidArgument("[DeviceProfile] profile " + label() + ": " + pointer + " = " +
                           std::to_string(v) + " (needs a whole count >= 1, for " + needed_for +
                           ")");
   return static_cast<int64_t>(v);
@@ -302,8 +316,8 @@ double CostModel::matmul_us(const OpDesc& op, Processor on) const {
     tn = p_.count("/cost_model/npu/tile_n", why);
   }
   const double overhead = p_.number(c + "overhead_us", why);
-  const double gops = p_.number(c + "compute_gops", why);
-  const double gbps = p_.number(c + "weight_gbps", why);
+  const double gops = p_.rate(c + "compute_gops", why);
+  const double gbps = p_.rate(c + "weight_gbps", why);
   // Per-group quantization: an NPU graph runs one sub-matmul per group over k / groups, whose
   // partial sums are reduced in float (seed 001 §2.3, Fig. 3b): each sub-matmul is padded to
   // whole tiles, the graph's launch overhead is paid once. CPU and GPU kernels fuse the group
@@ -362,29 +376,28 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
   const std::string what =
       std::string(op_kind_name(op.kind)) + " " + dtype_name(op.dtype) + " on " + pn;
   auto rate_us = [&](double flops, const std::string& key, double scale) {
-    return flops / (p_.number(c + key, what) * scale);
+    return flops / (p_.rate(c + key, what) * scale);
   };
   switch (op.kind) {
     case OpKind::Fixed: return op.fixed_us;
     case OpKind::MemoryCopy:
-      return static_cast<double>(op.bytes) /
-             (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+      return static_cast<double>(op.bytes) / (p_.rate("/cost_model/memory/dram_gbps", what) * 1e3);
     case OpKind::Elementwise:
       // NPU: its own (slow, seed 004 Fig. 5b) float element rate; CPU/GPU: DRAM-bound, reading
       // and writing each value once.
       if (on == Processor::Npu) return rate_us(op.flops(), "elementwise_gelems", 1e3);
       return 2.0 * static_cast<double>(op.elements) * static_cast<double>(dtype_bytes(op.dtype)) /
-             (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+             (p_.rate("/cost_model/memory/dram_gbps", what) * 1e3);
     case OpKind::OutlierMatMul: {
       // Dense [m, channels] x [channels, n] in fp32 on the CPU, with the channels' resident
       // float columns read from DRAM and cold ones from flash (seed 004 flash bandwidth).
       if (op.k == 0) return 0.0;
       double us = rate_us(op.flops(), "fp32_compute_gops", 1e3) +
                   4.0 * static_cast<double>(op.k * op.n) /
-                      (p_.number("/cost_model/memory/dram_gbps", what) * 1e3);
+                      (p_.rate("/cost_model/memory/dram_gbps", what) * 1e3);
       if (op.bytes > 0)
-        us += static_cast<double>(op.bytes) /
-              (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+        us +=
+            static_cast<double>(op.bytes) / (p_.rate("/cost_model/memory/flash_gbps", what) * 1e3);
       // What a shadow part costs beyond its arithmetic when a characterization fits it from
       // end-to-end numbers (gathering, dispatch, merging; scripts/llmnpu_e2e_fit.py).
       if (p_.has(c + "outlier_fixed_us")) us += p_.number(c + "outlier_fixed_us", what);
@@ -396,20 +409,19 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
       if (on == Processor::Cpu && !op.core.empty()) return attention_us(op, on);
       return std::max(rate_us(op.flops(), std::string(dtype_name(op.dtype)) + "_compute_gops", 1e3),
                       static_cast<double>(op.activation_bytes) /
-                          (p_.number("/cost_model/memory/dram_gbps", what) * 1e3));
+                          (p_.rate("/cost_model/memory/dram_gbps", what) * 1e3));
     case OpKind::MatMul: return matmul_us(op, on);
     case OpKind::AttnMatMul:
     case OpKind::TopK:
     case OpKind::SparseAttention:
     case OpKind::NpuLaunch: return attention_us(op, on);
     case OpKind::FlashRead:
-      return static_cast<double>(op.bytes) /
-             (p_.number("/cost_model/memory/flash_gbps", what) * 1e3);
+      return static_cast<double>(op.bytes) / (p_.rate("/cost_model/memory/flash_gbps", what) * 1e3);
     case OpKind::Unpack:
       if (op.name.empty())
         throw InvalidArgument("[soc] an unpack op names its format (weightlet, kquant)");
       return static_cast<double>(op.elements) /
-             (p_.number("/cost_model/cpu/unpack_" + op.name + "_gweights_s", what) * 1e3);
+             (p_.rate("/cost_model/cpu/unpack_" + op.name + "_gweights_s", what) * 1e3);
   }
   return 0.0;
 }
@@ -428,17 +440,17 @@ double CostModel::attention_us(const OpDesc& op, Processor on) const {
   switch (op.kind) {
     case OpKind::NpuLaunch: return p_.number(base + "launch_us", what);
     case OpKind::AttnMatMul:
-      return op.flops() / (p_.number(base + d + "_attn_matmul_gops", what) * 1e3);
+      return op.flops() / (p_.rate(base + d + "_attn_matmul_gops", what) * 1e3);
     case OpKind::TopK:
-      return static_cast<double>(op.elements) * n / (p_.number(base + "topk_gscores", what) * 1e3);
+      return static_cast<double>(op.elements) * n / (p_.rate(base + "topk_gscores", what) * 1e3);
     case OpKind::SparseAttention:
-      return op.flops() / (p_.number(base + d + "_sparse_attention_gops", what) * 1e3);
+      return op.flops() / (p_.rate(base + d + "_sparse_attention_gops", what) * 1e3);
     case OpKind::Attention: {
       // Dense causal attention of m rows ending at key `elements`: a CPU kernel skips masked
       // pairs, so it computes m·kv - m(m-1)/2 of them (QK and PV: 4 ops per pair and dim).
       const double m = static_cast<double>(op.m), kv = static_cast<double>(op.elements);
       const double pairs = op.m <= op.elements ? m * kv - m * (m - 1) / 2 : m * kv;
-      return 4.0 * pairs * k * n / (p_.number(base + d + "_attention_gops", what) * 1e3);
+      return 4.0 * pairs * k * n / (p_.rate(base + d + "_attention_gops", what) * 1e3);
     }
     default: return 0.0;
   }
@@ -484,13 +496,19 @@ double CostModel::shared_bandwidth_gbps(const std::vector<Processor>& processors
       "memory contention of " + std::to_string(processors.size()) + " processors";
   double gbps = 0;
   if (processors.size() == 1)
-    gbps = p_.number(
+    gbps = p_.rate(
         m + processor_name(processors[0] == Processor::CpuAux ? Processor::Cpu : processors[0]) +
             std::string("_gbps"),
         why);
-  else gbps = p_.number(m + (processors.size() == 2 ? "two_processors_gbps" : "peak_gbps"), why);
-  if (dram_taken_gbps_ > 0)  // a co-runner's traffic comes off what the SoC's peak leaves
-    gbps = std::min(gbps, p_.number(m + "peak_gbps", why) - dram_taken_gbps_);
+  else gbps = p_.rate(m + (processors.size() == 2 ? "two_processors_gbps" : "peak_gbps"), why);
+  if (dram_taken_gbps_ > 0) {  // a co-runner's traffic comes off what the SoC's peak leaves
+    const double left = p_.rate(m + "peak_gbps", why) - dram_taken_gbps_;
+    if (!(left > 0))
+      throw InvalidArgument("[CostModel] profile '" + p_.name() + "': the co-runner's dram_gbps " +
+                            std::to_string(dram_taken_gbps_) + " leaves no bandwidth of " + m +
+                            "peak_gbps");
+    gbps = std::min(gbps, left);
+  }
   return gbps;
 }
 

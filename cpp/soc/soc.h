@@ -95,6 +95,8 @@ class DeviceProfile {
   // From the JSON text of a profile; `origin` names it in error messages.
   static DeviceProfile from_json(const nlohmann::json& j, const std::string& origin);
   const std::string& name() const { return name_; }
+  // 'name' (and the file it came from, when that is not its name), for messages.
+  std::string label() const;
   // Named characterizations (/characterizations/<name>): alternative measurements of the same
   // SoC by another software stack or tensor layout (e.g. seed 001's QNN FP16 matmul at 2 GFLOPS
   // vs seed 002's ~10 TFLOPS), each a JSON merge patch of /cost_model with its sources.
@@ -110,6 +112,8 @@ class DeviceProfile {
   // The "value" of the number at `pointer` (e.g. "/processors/npu/int8_gops"); MissingData
   // naming the pointer, the profile and `needed_for` if absent.
   double number(const std::string& pointer, const std::string& needed_for) const;
+  // A number something is divided by (GB/s, GOPS, ...): InvalidArgument naming it unless > 0.
+  double rate(const std::string& pointer, const std::string& needed_for) const;
   // number() that must be a whole count >= 1 (a tile side, a graph's rows); InvalidArgument
   // naming the pointer and the value otherwise.
   int64_t count(const std::string& pointer, const std::string& needed_for) const;
@@ -117,7 +121,7 @@ class DeviceProfile {
   std::string source(const std::string& pointer) const;
 
  private:
-  std::string name_;
+  std::string name_, origin_;
   std::string characterization_ = "default";
   nlohmann::json j_;
   size_t fingerprint_ = 0;

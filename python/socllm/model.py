@@ -19,6 +19,8 @@ from tqdm.auto import tqdm
 
 from . import _core
 from .errors import ContextOverflowError, FormatError, InvalidArgumentError
+from .errors import int_arg as _int_arg
+from .errors import real_arg as _real_arg
 from .eval.perplexity import sliding_windows
 from .io.model_format import CHECKSUM_FORMAT_VERSION, TOKENIZER_JSON_DIGEST, tokenizer_json_digest
 from .registry import resolve_model_file
@@ -29,31 +31,6 @@ Engine = _core.Engine
 KVCache = _core.KVCache
 
 PlanLike = str | Mapping | _core.Plan
-
-
-def _int_arg(fn: str, name: str, value, minimum: int | None = None) -> int:
-    """``value`` as a Python int (operator.index: 1.5, "12" and True are refused, not truncated,
-    parsed or counted), at least ``minimum``; else an InvalidArgumentError naming it."""
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{fn}: {name} must be an integer, got {value!r}")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"{fn}: {name} must be an integer, got {type(value).__name__} {value!r}"
-        ) from None
-    if minimum is not None and v < minimum:
-        raise InvalidArgumentError(f"{fn}: {name} must be >= {minimum}, got {v}")
-    return v
-
-
-def _real_arg(fn: str, name: str, value) -> float:
-    """``value`` as a finite float: a real number (numpy's included), not a string or a bool."""
-    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.number)):
-        raise InvalidArgumentError(
-            f"{fn}: {name} must be a number, got {type(value).__name__} {value!r}"
-        )
-    return float(value)
 
 
 def _token_ids(seq: Sequence[int], fn: str) -> list[int]:

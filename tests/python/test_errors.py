@@ -589,6 +589,120 @@ def test_cli_convert_missing_source(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Issue 37: validate before allocating or blocking; errors that name the field
+
+
+def _device_file(tmp_path, edit=None, text=None) -> Path:
+    import json
+
+    from socllm.devices import _DIR
+
+    path = tmp_path / "dev.json"
+    if text is not None:
+        path.write_bytes(text)
+        return path
+    profile = json.loads((_DIR / "snapdragon-8gen3.json").read_text())
+    if edit:
+        edit(profile)
+    path.write_text(json.dumps(profile))
+    return path
+
+
+def test_device_file_that_is_a_fifo_or_not_utf8(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # read, it blocked forever
+    with pytest.raises(socllm.InvalidArgumentError, match=f"'{fifo}' is not a regular file"):
+        socllm.simulate("qwen2-0.5b", device=str(fifo), prompt_len=64)
+    bad = _device_file(tmp_path, text=b'{"name": "x\xff"}')
+    with pytest.raises(socllm.FormatError, match=f"'{bad}' is not UTF-8.*0xff at offset 11"):
+        socllm.simulate("qwen2-0.5b", device=str(bad), prompt_len=64)
+
+
+@pytest.mark.parametrize(
+    "keys,plan",
+    [
+        (("cost_model", "memory", "dram_gbps"), "fp32"),
+        (("cost_model", "npu", "int8_weight_gbps"), "w8a8"),
+        (("cost_model", "cpu", "fp32_weight_gbps"), "fp32"),
+    ],
+)
+def test_zero_rate_in_device_file_names_the_field(tmp_path, keys, plan):
+    """A zero bandwidth used to surface as "task 0 has duration inf µs"."""
+
+    def zero(profile):
+        o = profile
+        for k in keys[:-1]:
+            o = o[k]
+        o[keys[-1]]["value"] = 0
+
+    path = _device_file(tmp_path, zero)
+    pointer = "/" + "/".join(keys)
+    with pytest.raises(
+        socllm.InvalidArgumentError, match=f"\\({path}\\): {pointer} = 0.*a rate.*must be > 0"
+    ):
+        socllm.simulate("qwen2-0.5b", device=str(path), plan=plan, prompt_len=64)
+
+
+def test_sizes_are_checked_before_allocating():
+    """A config of 10^6 layers allocated until std::bad_alloc; a session of 10^5 decoding
+    steps likewise (within the context). Both are refused at once, naming the sizes."""
+    import time
+
+    cfg = socllm.configs.load_config("qwen2-0.5b") | {"n_layers": 10**6}
+    t = time.perf_counter()
+    with pytest.raises(socllm.InvalidArgumentError, match="1000000 layers x 1 chunks.*limit"):
+        socllm.simulate(cfg, prompt_len=64)
+    with pytest.raises(socllm.InvalidArgumentError, match="24 layers x 100001 chunks"):
+        socllm.simulate("qwen2-0.5b", prompt_len=64, phase="session", decode_tokens=10**5)
+    assert time.perf_counter() - t < 10  # refused, not attempted
+
+
+@pytest.mark.parametrize("name", ["prompt_len", "decode_tokens", "chunk"])
+def test_int64_overflow_is_a_typed_error(name):
+    """`--prompt-len 2**63` used to print pybind's TypeError with the whole config."""
+    kw = {"prompt_len": 64, name: 2**63}
+    if name == "decode_tokens":
+        kw["phase"] = "session"
+    with pytest.raises(socllm.InvalidArgumentError, match=f"{name} must be <= {2**63 - 1}"):
+        socllm.simulate("qwen2-0.5b", **kw)
+
+
+def test_cli_int64_overflow(tmp_path):
+    r = run_cli("simulate", "--config", "qwen2-0.5b", "--prompt-len", str(2**63), cwd=tmp_path)
+    assert r.returncode == 2
+    assert f"--prompt-len: must be >= 1 and <= {2**63 - 1}" in r.stderr, r.stderr
+    assert "Invoked with" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_all_zero_calibration_keeps_the_previous_one(tmp_path):
+    """A file whose act_absmax is all zeros loaded "successfully" and silently replaced the
+    loaded calibration (the next static plan said none was loaded)."""
+    import shutil
+
+    from socllm.calibration import CalibrationData, save_calibration
+    from tiny_model import seal
+
+    model = socllm.load(write_tiny(tmp_path / "m.h5"), progress=False)
+    cal = model.new_calibration()
+    model.observe_activations([[1, 5, 9, 3, 7]], cal)
+    good = save_calibration(tmp_path / "good.h5", CalibrationData(cal, {}), model)
+    model.load_calibration(good)
+    before = model.logits([1, 2, 3], "w8a8")
+    zeros = tmp_path / "zeros.h5"
+    shutil.copy(good, zeros)
+    with h5py.File(zeros, "a") as f:
+        for site in f["act_absmax"]:
+            f["act_absmax"][site][...] = 0
+    seal(zeros)  # consistent checksums: the check is about the values
+    with pytest.raises(socllm.FormatError, match=f"'{zeros}': act_absmax holds only zeros"):
+        model.load_calibration(zeros)
+    assert model.calibration_path == good
+    np.testing.assert_array_equal(model.logits([1, 2, 3], "w8a8"), before)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def test_model_still_works_after_all_errors(m, baseline):

@@ -29,10 +29,14 @@ def load_profile(name_or_path: str | Path) -> dict:
             )
     elif not path.exists():
         raise InvalidArgumentError(f"device profile file not found: {path}")
+    from ..io.files import read_input_text
+
     try:
-        profile = json.loads(path.read_text())
+        profile = json.loads(read_input_text(path, "device profile"))
     except json.JSONDecodeError as e:
         raise FormatError(f"device profile {path} is not valid JSON: {e}") from e
     if not isinstance(profile, dict) or "name" not in profile:
         raise FormatError(f"device profile {path} needs a JSON object with a 'name'")
+    if path.parent != _DIR:  # a user's file: the core's messages name it
+        profile["_file"] = str(path)
     return profile

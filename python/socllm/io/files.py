@@ -1,4 +1,5 @@
-"""Output files: checked before the work, written atomically, where they point.
+"""Output files: checked before the work, written atomically, where they point; input text files
+read only when they are regular files (:func:`read_input_text`).
 
 * :func:`check_output_path` runs before a command's work: it refuses a directory, a path whose
   parent cannot hold a new file, a FIFO or device where a regular file is needed (HDF5 must
@@ -135,6 +136,30 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return os.path.realpath(a) == os.path.realpath(b)
+
+
+def read_input_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of an input file. A FIFO, device or directory is an InvalidArgumentError
+    naming ``what`` and the path before anything is opened (a FIFO would block forever), text
+    that is not UTF-8 a FormatError with the byte's position."""
+    from ..errors import FormatError
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise InvalidArgumentError(f"{what} {str(path)!r}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidArgumentError(f"{what} {str(path)!r} is not a regular file")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+            f"offset {e.start})"
+        ) from None
+    except OSError as e:
+        raise InvalidArgumentError(f"{what} {str(path)!r}: {e.strerror}") from None
 
 
 def check_output_path(

@@ -32,7 +32,7 @@ import numpy as np
 from .. import _core
 from ..configs import load_config
 from ..devices import load_profile
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, int_arg
 from ..io.files import write_output
 
 TaskGraph = _core.sim.TaskGraph
@@ -76,7 +76,7 @@ def _chunk(chunk_len: int | None, prompt_len: int, fn: str) -> int:
         raise InvalidArgumentError(
             f"{fn}: chunk_len must be >= 1, got {chunk_len} (None runs the prompt as one chunk)"
         )
-    return int(chunk_len)
+    return int_arg(fn, "chunk_len", chunk_len)
 
 
 def task_graph(config_or_model, plan="fp32", prompt_len: int = 512, chunk_len: int | None = None):
@@ -86,6 +86,7 @@ def task_graph(config_or_model, plan="fp32", prompt_len: int = 512, chunk_len: i
     equals what ``m.prefill(ids, plan, chunk_len=..., return_graph=True)`` executes, task for task,
     but for the measured loads. ``TaskGraph.to_json()`` is documented in docs/ARCHITECTURE.md."""
     p = _plan(plan)
+    prompt_len = int_arg("task_graph", "prompt_len", prompt_len, 1)
     chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")
     if hasattr(config_or_model, "_engine"):
         return config_or_model.task_graph(p, prompt_len, chunk or None)
@@ -239,6 +240,10 @@ def simulate(
     fast synchronization instead of the plan's ``sync``."""
     p = _plan(plan, processor)
     profile = _profile(device)
+    prompt_len = int_arg("simulate", "prompt_len", prompt_len, 1)
+    decode_tokens = int_arg("simulate", "decode_tokens", decode_tokens, 0)
+    if chunk is not None:
+        chunk = int_arg("simulate", "chunk", chunk, 0)
     if phase == "decode" and chunk:
         raise InvalidArgumentError(
             f"simulate: a decoding step has no prompt chunks (chunk={chunk}); pass chunk=None"

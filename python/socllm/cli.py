@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
+from .errors import INT64_MAX
 from .io.files import check_distinct_outputs, check_output_path
 from .io.files import emit_json as _emit_json
 
@@ -53,7 +54,10 @@ def _number(
     kind: type, low: float, high: float | None = None, *, low_open: bool = False, zero: bool = False
 ) -> Callable[[str], float]:
     """An argparse type: a ``kind`` in [low, high] ((low, high] if ``low_open``); with ``zero``
-    also 0 (a flag's "all" or "whole"). argparse reports a violation as one line, before work."""
+    also 0 (a flag's "all" or "whole"). argparse reports a violation as one line, before work.
+    An int's ``high`` is at most INT64_MAX (the core's counts are int64)."""
+    if kind is int:
+        high = INT64_MAX if high is None else min(high, INT64_MAX)
 
     def parse(text: str):
         try:
@@ -396,10 +400,11 @@ def cmd_sweep(args) -> int:
 
     plots = write_sweep_plots(report.rows, args.out)
     print(report.table_md)
+    restarted = f", {len(report.restarted)} started over" if report.restarted else ""
     print(
         f"\n{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
-        f"{len(report.retried)} retried, {len(report.failed)} failed ({report.seconds} s); "
-        f"table in {Path(args.out) / 'sweep.md'} and sweep.json"
+        f"{len(report.retried)} retried, {len(report.failed)} failed{restarted} "
+        f"({report.seconds} s); table in {Path(args.out) / 'sweep.md'} and sweep.json"
         + "".join(f", plot {p.name}" for p in plots),
         file=sys.stderr,
     )
@@ -407,6 +412,8 @@ def cmd_sweep(args) -> int:
         print(f"retried: {key} ({attempts} attempts)", file=sys.stderr)
     for key, err in report.failed.items():
         print(f"FAILED: {key}: {err}", file=sys.stderr)
+    if report.ray_logs:
+        print(f"Ray's logs of this run: {report.ray_logs}", file=sys.stderr)
     return 1 if report.failed else 0
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -319,7 +320,8 @@ def test_cell_killed_mid_way_resumes_from_its_scored_requests(monkeypatch, tmp_p
     its per-request cache; the next attempt runs only the other inputs and gives the result of
     an uninterrupted run, document for document."""
     threads, level = socllm.num_threads(), socllm.log_level()
-    monkeypatch.setattr(sw, "_MODELS", {(str(smollm.path), ""): smollm})
+    key = (str(smollm.path), sw.model_sha256(str(smollm.path)), "")  # no calibration
+    monkeypatch.setattr(sw, "_MODELS", {key: smollm})
     cell = sw.Cell(str(smollm.path), "none", "w8-group", "arc_easy")
     settings = sw.SweepSettings(limit=5, cpus_per_cell=threads)
     engine_batch = smollm.logits_batch
@@ -509,8 +511,13 @@ def test_worker_dying_on_every_attempt_fails_the_sweep(tmp_path, smollm):
     cmd += ["--out", str(tmp_path), "--quiet", "--inject-crash", "fp32"]
     env = {**os.environ, **RAY_ENV}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+    # the local cluster's folder is kept for its worker logs, and named
+    (logs,) = (x for x in r.stderr.splitlines() if x.startswith("Ray's logs of this run: "))
+    logs = Path(logs.split(": ", 1)[1])
+    assert list(logs.rglob("python-core-worker-*.log"))
+    shutil.rmtree(logs)
     assert r.returncode == 1
-    assert "FAILED: " in r.stderr and "| fp32 | wikitext2-heldout: " in r.stderr
+    assert "FAILED: " in r.stderr and "| fp32 | wikitext2-heldout: WorkerCrashedError" in r.stderr
     assert "(after 1 attempts)" in r.stderr
     assert json.loads((tmp_path / "sweep.json").read_text())["rows"][0]["tasks"] == {
         "wikitext2-heldout": None

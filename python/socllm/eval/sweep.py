@@ -1,9 +1,10 @@
 """``socllm sweep``: a grid of models x calibration settings x plans x tasks, one Ray task per
 cell (issue 16 item 3).
 
-* The grid is checked before anything runs: an unknown model, plan, task or calibration
-  setting, or a plan that needs calibration on the ``none`` setting, is an
-  InvalidArgumentError naming it.
+* The grid is checked before anything runs, Ray included: an unknown model, plan, task or
+  calibration setting, a calibration option out of range or (sequence lengths, defaults
+  included) beyond a model's context, a plan that needs calibration on the ``none`` setting or
+  an output folder that is a file, is an InvalidArgumentError naming it.
 * Plans that use no calibration (``Plan.needs_calibration`` false, e.g. fp32) run once per model
   whatever the calibration axis holds; ``fp32`` is always in the grid, since every other row is
   compared with it.
@@ -15,6 +16,12 @@ cell (issue 16 item 3).
   rerun skips them (a cell file made with other settings is an error, not a silent mix).
   Deterministic socllm errors (e.g. a plan the model cannot run) are results too (``status:
   error``), rerun only with ``retry_errors``.
+* What a cell is made from is keyed on content (:func:`cell_inputs`): the SHA-256 of the model's
+  files, of the task's data (and lm-eval prompt templates) and, for a calibrated cell, of its
+  calibration's making (the setting, the model's and the corpus' digests). A finished cell, a
+  cached calibration or a cell's per-request cache made from other content starts over, and
+  the sweep says which and what changed; a worker checks that the model and data it reads are
+  those the driver hashed. Each file is hashed once per run.
 * A running lm-eval cell commits each request it scores to its own SQLite file under
   ``partial/`` (lm-eval's per-request cache; the name carries the cell and a digest of the
   settings), so a worker or sweep killed mid-cell loses at most the batch in flight: the next
@@ -24,7 +31,9 @@ cell (issue 16 item 3).
   retry on the same node or a ``--out`` shared by the nodes; elsewhere the cell starts afresh.
 * A worker that dies is retried by Ray (``retries`` times; any non-socllm exception as well);
   every attempt is counted by a ledger actor, so retried cells are reported, and a cell that
-  failed every attempt is listed and makes the sweep fail, never silently dropped.
+  failed every attempt is listed with its worker's own error (unwrapped from Ray's
+  RayTaskError; a cell whose calibration failed, as not started, with that error) and makes
+  the sweep fail, never silently dropped.
 * At the end one table (markdown + JSON): lm-eval tasks as score and paired difference from
   the same model's fp32 (standard error and paired bootstrap 95% interval); the
   ``wikitext2-heldout`` task as KL, top-1 agreement and perplexity ratio against fp32; with
@@ -33,17 +42,25 @@ cell (issue 16 item 3).
   draws one forest plot per model of the same numbers (:mod:`socllm.eval.sweep_plot`).
 
 Ray is started locally on demand (``ray.init()``) unless ``address`` names a running cluster.
+A local cluster is started in a temp folder of its own, watched by a reaper process
+(:mod:`socllm.eval.sweep_watchdog`) that kills what is left of it once the driver has gone, by
+``kill -9`` included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import math
 import os
 import re
+import shutil
 import socket
+import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -51,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import _core
-from ..errors import InvalidArgumentError, SocllmError
+from ..errors import InvalidArgumentError, MissingFileError, SocllmError
 from ..io.files import atomic_path, atomic_write_text
 from .bench_utils import run_provenance
 
@@ -175,16 +192,246 @@ def parse_calibration(spec: str) -> tuple[list[str], dict]:
     return steps, opts
 
 
-def check_model(name: str) -> None:
-    """A built-in name or an existing model path, else InvalidArgumentError naming it."""
-    from ..registry import BUILTIN_MODELS
+def check_model(name: str) -> Path:
+    """The file or folder a model name or path refers to: a built-in name or an existing model
+    path, a regular file or a directory (a FIFO would block the hash), else
+    InvalidArgumentError naming it."""
+    from ..registry import BUILTIN_MODELS, source_path
 
-    if name in BUILTIN_MODELS or Path(name).exists():
+    if name not in BUILTIN_MODELS and not Path(name).exists():
+        raise InvalidArgumentError(
+            f"sweep: unknown model {name!r} (built-in: {', '.join(BUILTIN_MODELS)}; or a path to "
+            "a .gguf, HF directory or .h5)"
+        )
+    src = source_path(name)
+    mode = src.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InvalidArgumentError(
+            f"sweep: model {name!r}: {src} is not a regular file or a directory"
+        )
+    return src
+
+
+# -- what a cell is made from: content digests ----------------------------------------------------
+
+# (path, device, inode, size, mtime, ctime) -> SHA-256: a run hashes each file once (run_sweep
+# clears it; a worker keeps it, per process, for the cells it runs)
+_DIGESTS: dict[tuple, str] = {}
+# Calibration options that are the tokens of one sequence: the model's context bounds them
+# (the core's calibration_step_options checks every option's range but knows no model).
+_SEQUENCE_OPTIONS = ("seqlen", "importance_seqlen", "validation_context")
+_SHORT_DIGEST = 12  # hex digits of a digest in messages
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a regular file's bytes (streamed), once per (path, identity, size,
+    timestamps) in this process; anything but a regular file is refused by name."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise MissingFileError(f"sweep: cannot read {p}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidArgumentError(f"sweep: {p} is not a regular file")
+    key = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _DIGESTS:
+        with open(p, "rb") as f:
+            _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _DIGESTS[key]
+
+
+def tree_sha256(folder: str | os.PathLike) -> str:
+    """SHA-256 over a folder's regular files: their paths relative to it and their digests."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise MissingFileError(f"sweep: folder {folder} not found")
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        dirs.sort()
+        for name in sorted(files):
+            f = Path(root, name)
+            if f.is_file():
+                h.update(f"{f.relative_to(folder)}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
+
+
+def model_sha256(name: str) -> str:
+    """SHA-256 of what loading model ``name`` reads (:func:`socllm.registry.content_digest`:
+    the file, or a Hugging Face folder's config, tokenizer and weights; memoized on disk, so a
+    rerun does not read a large model again)."""
+    from ..io.model_format import source_files
+    from ..registry import content_digest
+
+    src = check_model(name)
+    # keyed on every file read (a folder's own timestamps miss a file rewritten in place)
+    key = ("model", str(src))
+    for f in source_files(src):
+        st = f.stat()
+        key += (os.path.realpath(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = content_digest(src)
+    return _DIGESTS[key]
+
+
+def task_data_sha256(task: str) -> str:
+    """SHA-256 of what a task reads besides the model: WikiText-2's test file, or an lm-eval
+    task's data folder and socllm's prompt templates (they make the requests)."""
+    from ..data import data_dir, wikitext2_test_path
+
+    if task == DISTRIBUTION_TASK:
+        return file_sha256(wikitext2_test_path(verify=False))
+    from .lmeval.task_configs import ALIASES, TEMPLATE_DIR
+
+    folder = data_dir() / ALIASES.get(task, task)
+    both = f"{tree_sha256(folder)}\0{tree_sha256(TEMPLATE_DIR)}"
+    return hashlib.sha256(both.encode()).hexdigest()
+
+
+def calibration_source(spec: str, model_digest: str) -> dict:
+    """What the calibration ``spec`` of a model is made from: the setting, the model's digest
+    and the digest of the corpus its steps read."""
+    from ..calibration import step_options
+    from ..data import wikitext2_test_path
+
+    _, opts = parse_calibration(spec)
+    corpus = opts.get("corpus", step_options()["corpus"])
+    corpus_path = wikitext2_test_path(verify=False) if corpus == "wikitext2" else Path(corpus)
+    return {"spec": spec, "model": model_digest, "corpus": file_sha256(corpus_path)}
+
+
+def _digest_of(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def cell_inputs(cells: Sequence[Cell]) -> dict[str, dict]:
+    """{cell key: {"model", "calibration", "data"}}: the content digests a cell's result is
+    made from ("calibration": None without one)."""
+    models = {m: model_sha256(m) for m in dict.fromkeys(c.model for c in cells)}
+    data = {t: task_data_sha256(t) for t in dict.fromkeys(c.task for c in cells)}
+    calibs = {
+        (c.model, c.calib): _digest_of(calibration_source(c.calib, models[c.model]))
+        for c in cells
+        if c.calib != NO_CALIBRATION
+    }
+    return {
+        c.key: {
+            "model": models[c.model],
+            "calibration": calibs.get((c.model, c.calib)),
+            "data": data[c.task],
+        }
+        for c in cells
+    }
+
+
+_INPUT_NAMES = {
+    "model": "the model",
+    "calibration": "the calibration",
+    "data": "the task data",
+    "spec": "the calibration setting",
+    "corpus": "the calibration corpus",
+}
+
+
+def changed_inputs(recorded: dict | None, current: dict) -> str | None:
+    """What differs between the ``recorded`` content digests and the ``current`` ones, as
+    text ("the model changed (sha256 1a2b... -> 3c4d...)"); None if nothing."""
+    if not isinstance(recorded, dict):
+        return "no record of the content it was made from"
+    changes = [
+        f"{_INPUT_NAMES.get(k, k)} changed (sha256 {_short(recorded.get(k))} -> {_short(v)})"
+        for k, v in current.items()
+        if recorded.get(k) != v
+    ]
+    return "; ".join(changes) or None
+
+
+def _short(digest: str | None) -> str:
+    return digest[:_SHORT_DIGEST] if isinstance(digest, str) else str(digest)
+
+
+def _say(message: str) -> None:
+    """A line the user must see (progress bar or not): what the sweep starts over and why."""
+    print(f"sweep: {message}", file=sys.stderr, flush=True)
+
+
+def model_context_length(name: str) -> int:
+    """The context length in the config of model ``name``'s (converted) file: the conversion
+    a worker would make first, made here once."""
+    import h5py
+
+    from ..registry import resolve_model_file
+
+    path = resolve_model_file(name, progress=False)
+    try:
+        with h5py.File(path, "r") as f:
+            return int(f["config"].attrs["context_length"])
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise InvalidArgumentError(
+            f"sweep: model {name!r}: no context length in {path} ({e})"
+        ) from None
+
+
+def check_corpus(spec: str) -> None:
+    """A calibration setting's own corpus (``corpus=PATH``) is UTF-8 text that is not empty, as
+    the steps will need it (the core checks only that the path exists)."""
+    from ..calibration import step_options
+
+    _, opts = parse_calibration(spec)
+    corpus = opts.get("corpus", step_options()["corpus"])
+    if corpus == "wikitext2":
         return
-    raise InvalidArgumentError(
-        f"sweep: unknown model {name!r} (built-in: {', '.join(BUILTIN_MODELS)}; or a path to a "
-        ".gguf, HF directory or .h5)"
-    )
+    try:
+        text = Path(corpus).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgumentError(
+            f"sweep: calibration setting {spec!r}: corpus={corpus} is not readable UTF-8 text ({e})"
+        ) from None
+    if not text.strip():
+        raise InvalidArgumentError(f"sweep: calibration setting {spec!r}: corpus={corpus} is empty")
+
+
+def check_against_models(cells: Sequence[Cell], settings: SweepSettings) -> None:
+    """What only the model can tell, checked before anything runs: the sequence lengths of the
+    calibration settings (defaults included) and the ``wikitext2-heldout`` window fit each
+    model's context; and each setting's own corpus, if any (:func:`check_corpus`)."""
+    from ..calibration import check_options
+
+    for spec in dict.fromkeys(c.calib for c in cells if c.calib != NO_CALIBRATION):
+        check_corpus(spec)
+    for model in dict.fromkeys(c.model for c in cells):
+        ctx = model_context_length(model)
+        mine = [c for c in cells if c.model == model]
+        if any(c.task == DISTRIBUTION_TASK for c in mine) and settings.context > ctx:
+            raise InvalidArgumentError(
+                f"sweep: wikitext2-heldout context {settings.context} exceeds the context "
+                f"length {ctx} of model {model!r}"
+            )
+        for spec in dict.fromkeys(c.calib for c in mine if c.calib != NO_CALIBRATION):
+            steps, opts = parse_calibration(spec)
+            for step, options in check_options(steps, opts).items():
+                for k in _SEQUENCE_OPTIONS:
+                    if k in options and options[k] > ctx:
+                        raise InvalidArgumentError(
+                            f"sweep: calibration setting {spec!r}: step {step!r} has "
+                            f"{k}={options[k]}, more than the context length {ctx} of model "
+                            f"{model!r}"
+                        )
+
+
+def check_out_dir(out: Path) -> None:
+    """``out`` must be a directory or creatable as one (InvalidArgumentError naming it)."""
+    for p in (out, *out.parents):
+        if os.path.lexists(p):
+            if not p.is_dir():
+                what = "it is" if p == out else f"{p} is"
+                raise InvalidArgumentError(
+                    f"sweep: output folder {out} is not a directory ({what} a file)"
+                )
+            if not os.access(p, os.W_OK | os.X_OK) and p != out:
+                raise InvalidArgumentError(
+                    f"sweep: output folder {out} cannot be created in {p} (not writable)"
+                )
+            return
 
 
 def plan_grid(
@@ -233,17 +480,36 @@ def plan_grid(
 
 # -- work done in a Ray worker -----------------------------------------------------------------
 
-_MODELS: dict[tuple[str, str], object] = {}  # (model, calibration digest) -> LanguageModel
+# (model, its content digest, calibration digest) -> LanguageModel: a worker that outlives a
+# sweep (a cluster's) never serves a model file replaced since
+_MODELS: dict[tuple[str, str, str], object] = {}
 _MAX_CACHED_MODELS = 2
 
 
-def _worker_model(name: str, calib_bytes: bytes | None, threads: int):
+def _check_model_digest(name: str, expected: str | None) -> str:
+    """The model's digest here, which must be ``expected`` (the driver's) when given."""
+    here = model_sha256(name)
+    if expected is not None and here != expected:
+        raise InvalidArgumentError(
+            f"sweep: model {name!r} on {socket.gethostname()} is not the one the sweep started "
+            f"with (sha256 {_short(here)}, not {_short(expected)}): replaced meanwhile, or "
+            "another copy on this node"
+        )
+    return here
+
+
+def _worker_model(
+    name: str, calib_bytes: bytes | None, threads: int, model_digest: str | None = None
+):
+    """The model (calibrated with ``calib_bytes``), loaded once per worker; ``model_digest``:
+    what the driver hashed, checked before and after loading (:func:`_check_model_digest`)."""
     from ..model import load
 
     _core.set_num_threads(threads)
     _core.set_log_level("warn")
+    here = _check_model_digest(name, model_digest)
     digest = hashlib.sha256(calib_bytes).hexdigest() if calib_bytes else ""
-    key = (name, digest)
+    key = (name, here, digest)
     if key not in _MODELS:
         while len(_MODELS) >= _MAX_CACHED_MODELS:
             _MODELS.pop(next(iter(_MODELS)))
@@ -255,6 +521,7 @@ def _worker_model(name: str, calib_bytes: bytes | None, threads: int):
                 path.write_bytes(calib_bytes)
                 model.load_calibration(path)
             model.calibration_path = None  # it came through Ray, from the driver's calib/ file
+        _check_model_digest(name, here)  # the file read is the one hashed
         _MODELS[key] = model
     return _MODELS[key]
 
@@ -319,11 +586,13 @@ def run_cell(
     settings: SweepSettings,
     calib_bytes: bytes | None,
     partial: str | os.PathLike | None = None,
+    inputs: dict | None = None,
 ) -> dict:
     """The result of one cell (no attempt bookkeeping): ``status`` ok with ``result``, or
     error with the socllm error's class and message. ``partial``: where an lm-eval cell keeps
     the requests it has scored, so an attempt that dies mid-cell loses none of them
-    (``resumed_requests``: how many this attempt found there)."""
+    (``resumed_requests``: how many this attempt found there). ``inputs``: the content digests
+    the driver recorded (:func:`cell_inputs`); the model and task data read here must match."""
     from .divergence import compare_plans
 
     provenance = run_provenance()  # before the work: the code this process runs it with
@@ -331,7 +600,15 @@ def run_cell(
     t0 = time.perf_counter()
     resumed = None
     try:
-        model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell)
+        model = _worker_model(
+            cell.model, calib_bytes, settings.cpus_per_cell, inputs and inputs["model"]
+        )
+        if inputs is not None and task_data_sha256(cell.task) != inputs["data"]:
+            raise InvalidArgumentError(
+                f"sweep: the data of task {cell.task!r} on {socket.gethostname()} are not those "
+                f"the sweep started with (sha256 {_short(task_data_sha256(cell.task))}, not "
+                f"{_short(inputs['data'])})"
+            )
         if cell.task == DISTRIBUTION_TASK:
             r = compare_plans(
                 model, [cell.plan], context=settings.context, windows=settings.windows
@@ -369,13 +646,13 @@ def run_cell(
     return out
 
 
-def _die_mid_cell(cell: Cell, settings: SweepSettings, calib_bytes) -> None:
+def _die_mid_cell(cell: Cell, settings: SweepSettings, calib_bytes, model_digest=None) -> None:
     """Tests (``crash_pattern``): kill this worker process as an out-of-memory kill would, in
     the middle of an lm-eval cell (on its second engine batch, once the first batch's requests
     are in the per-request cache), at once for any other cell."""
     if cell.task == DISTRIBUTION_TASK:
         os._exit(1)
-    model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell)
+    model = _worker_model(cell.model, calib_bytes, settings.cpus_per_cell, model_digest)
     batches = itertools.count()
     logits_batch = model.logits_batch
 
@@ -388,7 +665,13 @@ def _die_mid_cell(cell: Cell, settings: SweepSettings, calib_bytes) -> None:
 
 
 def cell_task(
-    cell: Cell, settings: SweepSettings, calib_bytes, ledger, crash_pattern, partial=None
+    cell: Cell,
+    settings: SweepSettings,
+    calib_bytes,
+    ledger,
+    crash_pattern,
+    partial=None,
+    inputs: dict | None = None,
 ) -> dict:
     """Ray task: :func:`run_cell` with its attempt number from the ledger. ``crash_pattern``
     (tests only): the first attempt of a cell whose key contains it kills its worker process
@@ -397,8 +680,8 @@ def cell_task(
 
     started = ledger.start.remote(cell.key)
     if crash_pattern and crash_pattern in cell.key and ray.get(started) == 1:
-        _die_mid_cell(cell, settings, calib_bytes)
-    rec = run_cell(cell, settings, calib_bytes, partial)
+        _die_mid_cell(cell, settings, calib_bytes, inputs and inputs["model"])
+    rec = run_cell(cell, settings, calib_bytes, partial, inputs)
     # The attempt number is waited for only now: a task blocked in ray.get lends its CPUs to
     # the next queued cell, and both then run to the end (at the start, each cell would start
     # one more than the cluster has CPUs for).
@@ -429,6 +712,11 @@ class SweepReport:
     skipped: list[str] = field(default_factory=list)
     retried: dict[str, int] = field(default_factory=dict)  # key -> attempts
     failed: dict[str, str] = field(default_factory=dict)  # key -> error after all attempts
+    # key -> what changed since its cell file or per-request cache was made (it ran again)
+    restarted: dict[str, str] = field(default_factory=dict)
+    # finished before content digests were recorded: kept, their content not checked
+    unchecked: list[str] = field(default_factory=list)
+    ray_logs: str | None = None  # the local Ray cluster's folder, kept when a cell failed
     seconds: float = 0.0
     table_md: str = ""
     rows: list[dict] = field(default_factory=list)  # the table's rows (sweep.json "rows")
@@ -455,6 +743,25 @@ def _read_cell(out: Path, cell: Cell, identity: dict) -> dict | None:
     return rec
 
 
+def _finished_cells(
+    out: Path, cells: Sequence[Cell], identity: dict, inputs: dict[str, dict]
+) -> tuple[dict[str, dict | None], dict[str, str], list[str]]:
+    """({key: record or None}, {key: what changed}, [keys unchecked]): the cells finished with
+    the same settings and from the same content. A record made from other content counts as
+    not run; one written before content digests were recorded is kept (unchecked), as older
+    model files keep loading."""
+    done, changed, unchecked = {}, {}, []
+    for c in cells:
+        rec = _read_cell(out, c, identity)
+        if rec is not None and "inputs" not in rec:
+            unchecked.append(c.key)
+        elif rec is not None and (why := changed_inputs(rec["inputs"], inputs[c.key])):
+            changed[c.key] = why
+            rec = None
+        done[c.key] = rec
+    return done, changed, unchecked
+
+
 def _partial_prefix(out: Path, cell: Cell, identity: dict) -> Path:
     """The path prefix of a cell's per-request cache: the cell's own, and its settings', so a
     run with other settings (or another cell) never reads it."""
@@ -462,9 +769,37 @@ def _partial_prefix(out: Path, cell: Cell, identity: dict) -> Path:
     return out.resolve() / "partial" / Path(*cell.relpath().parts[1:-1]) / f"{cell.task}-{digest}"
 
 
+def _partial_inputs_file(prefix: Path) -> Path:
+    """The content digests a per-request cache was scored from (written by the driver)."""
+    return prefix.with_name(f"{prefix.name}.inputs.json")
+
+
 def _remove_partial(prefix: Path) -> None:
     for f in prefix.parent.glob(f"{prefix.name}{LMEVAL_CACHE_SUFFIX}*"):  # with any -journal
         f.unlink(missing_ok=True)
+    _partial_inputs_file(prefix).unlink(missing_ok=True)
+
+
+def _prepare_partial(prefix: Path, key: str, inputs: dict, report: SweepReport) -> None:
+    """Before a cell is submitted: its per-request cache is kept only if it was scored from the
+    same content (else it is deleted, saying so); then the content it is scored from now is
+    recorded beside it."""
+    if Path(f"{prefix}{LMEVAL_CACHE_SUFFIX}").exists():
+        try:
+            recorded = json.loads(_partial_inputs_file(prefix).read_text())
+        except (OSError, ValueError):
+            recorded = None
+        why = changed_inputs(recorded, inputs)
+        if why:
+            try:
+                n = f"{cached_requests(prefix)} cached requests"
+            except Exception:  # a damaged cache is discarded all the same
+                n = "its cached requests (unreadable)"
+            _remove_partial(prefix)
+            report.restarted.setdefault(key, why)
+            _say(f"{key}: {n} discarded, {why}; the cell starts over")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(_partial_inputs_file(prefix), json.dumps(inputs) + "\n")
 
 
 def _remove_empty_partial_folders(out: Path, prefixes: Iterable[Path]) -> None:
@@ -479,6 +814,140 @@ def _remove_empty_partial_folders(out: Path, prefixes: Iterable[Path]) -> None:
 
 def _calib_file(out: Path, model: str, spec: str) -> Path:
     return out / "calib" / slug(model) / f"{slug(spec)}.h5"
+
+
+def _calib_record(path: Path) -> Path:
+    """Beside a calibration file: what it was made from and the digest of its bytes."""
+    return path.with_suffix(".json")
+
+
+def _cached_calibration(
+    out: Path, model: str, spec: str, source: dict
+) -> tuple[bytes | None, str | None]:
+    """(bytes, None) of the calibration in ``calib/`` if it was made from ``source``
+    (:func:`calibration_source`) and is as written; else (None, why not), why None when there
+    is no file."""
+    path = _calib_file(out, model, spec)
+    if not path.exists():
+        return None, None
+    try:
+        rec = json.loads(_calib_record(path).read_text())
+    except (OSError, ValueError):
+        rec = {}
+    why = changed_inputs(rec.get("made_from"), source)
+    if why:
+        return None, why
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+        return None, f"{path} was changed after it was written"
+    return data, None
+
+
+def _save_calibration(out: Path, model: str, spec: str, source: dict, data: bytes) -> None:
+    path = _calib_file(out, model, spec)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    record = {"made_from": source, "sha256": hashlib.sha256(data).hexdigest()}
+    atomic_write_text(_calib_record(path), json.dumps(record) + "\n")
+
+
+def _error_text(ray, e: BaseException) -> str:
+    """A failed task's error as the user needs it: a worker's exception unwrapped from Ray's
+    RayTaskError (its own type, message and notes), else Ray's error and its first line."""
+    while isinstance(e, ray.exceptions.RayTaskError) and getattr(e, "cause", None) is not None:
+        if e.cause is e:
+            break
+        e = e.cause
+    if isinstance(e, ray.exceptions.RayError):
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+    return f"{type(e).__name__}: {e}{notes}"
+
+
+# -- the local Ray cluster ------------------------------------------------------------------------
+
+WATCHDOG = Path(__file__).with_name("sweep_watchdog.py")
+RAY_TEMP_PREFIX = "socllm-ray-"  # short: Ray's socket paths under it have a length limit
+REAPER_EXIT_SECONDS = 90.0  # its give-up time and a margin; it takes well under 1 s
+
+
+@dataclass
+class _LocalRay:
+    """A local Ray cluster's temp folder and the reaper watching it (module doc)."""
+
+    temp_dir: Path
+    reaper: subprocess.Popen | None
+
+    def close(self, keep_logs: bool) -> str | None:
+        """After ``ray.shutdown()``: the reaper kills what is left, deletes the folder unless
+        ``keep_logs`` (a failed cell's worker logs are there; then it is returned) and ends.
+        (A driver killed never gets here: the reaper deletes the folder.)"""
+        from .sweep_watchdog import KEEP
+
+        if self.reaper is None:
+            if not keep_logs:
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
+        else:
+            with contextlib.suppress(BrokenPipeError), self.reaper.stdin:
+                if keep_logs:
+                    self.reaper.stdin.write(KEEP)
+            try:
+                self.reaper.wait(timeout=REAPER_EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.reaper.kill()
+                self.reaper.wait()
+            self.reaper.stdout.close()
+        return str(self.temp_dir) if keep_logs else None
+
+
+def _starts_local_cluster(address: str | None) -> bool:
+    """Whether ``ray.init(address=address)`` would start a local cluster rather than join one
+    (``RAY_ADDRESS``, or a cluster ``ray start`` left running here): Ray's own resolution."""
+    if address is not None and str(address).startswith("ray://"):  # Ray Client
+        return False
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address(address) is None
+    except Exception:  # an address ray.init itself will refuse, or a Ray without this function
+        return False
+
+
+def _start_ray(ray, address: str | None) -> _LocalRay | None:
+    """``ray.init`` as before; a local cluster in a temp folder of its own with a reaper
+    started first (:mod:`socllm.eval.sweep_watchdog`), so that it dies with this process."""
+    from .sweep_watchdog import READY
+
+    # log_to_driver off: worker output would garble the progress bar
+    options = {"include_dashboard": False, "logging_level": "warning", "log_to_driver": False}
+    if not _starts_local_cluster(address):
+        ray.init(address=address, **options)
+        return None
+    session = _LocalRay(Path(tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)), None)
+    try:
+        session.reaper = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WATCHDOG), str(session.temp_dir), str(os.getpid())]
+            + [str(Path(ray.__file__).resolve().parent)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # not in this process group: Ctrl-C or killpg spare it
+        )
+        if session.reaper.stdout.readline() != READY:
+            session.reaper.kill()
+            session.reaper.wait()
+            session.reaper = None
+            _say(
+                "the reaper of the local Ray cluster did not start: if this process is killed, "
+                f"Ray's processes keep running (those with files under {session.temp_dir})"
+            )
+        ray.init(address="local", _temp_dir=str(session.temp_dir), **options)
+    except BaseException:
+        session.close(keep_logs=False)
+        raise
+    return session
+
+
+# -- running the grid ---------------------------------------------------------------------------
 
 
 def run_sweep(
@@ -496,7 +965,9 @@ def run_sweep(
     table_only: bool = False,
 ) -> SweepReport:
     """Runs the grid's unfinished cells on Ray and writes the table (see the module doc);
-    ``table_only``: runs nothing, writes the table of the cells finished so far."""
+    ``table_only``: runs nothing, writes the table of the cells finished so far. Everything
+    that can be checked is checked before Ray starts: the grid, calibration options and
+    settings against each model, ``out``, and the content of every input (hashed)."""
     import ray
     from tqdm.auto import tqdm
 
@@ -508,9 +979,21 @@ def run_sweep(
         )
     out = Path(out)
     cells = plan_grid(models, calibs, plans, tasks)
+    check_out_dir(out)
+    _DIGESTS.clear()  # a run hashes each file once, and no file of an earlier run is trusted
+    check_against_models(cells, settings)
+    inputs = cell_inputs(cells)
     identity = settings.identity()
     report = SweepReport(cells)
-    done = {c.key: _read_cell(out, c, identity) for c in cells}
+    done, report.restarted, report.unchecked = _finished_cells(out, cells, identity, inputs)
+    for key, why in report.restarted.items():
+        _say(f"{key}: {why}; " + ("left out of the table" if table_only else "it runs again"))
+    if report.unchecked:
+        _say(
+            f"{len(report.unchecked)} finished cells were written before content digests were "
+            "recorded: kept, their model, calibration and data not checked (delete their files "
+            f"under {out / 'cells'} to run them again)"
+        )
     todo = [
         c for c in cells if done[c.key] is None or (retry_errors and done[c.key]["status"] != "ok")
     ]
@@ -521,20 +1004,16 @@ def run_sweep(
     if todo:
         out.mkdir(parents=True, exist_ok=True)
         started_here = not ray.is_initialized()
-        if started_here:
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                logging_level="warning",
-                log_to_driver=False,  # worker output would garble the progress bar
-            )
+        session = _start_ray(ray, address) if started_here else None
         try:
-            _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern)
+            _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern, inputs)
         finally:
             if started_here:
                 ray.shutdown()
+                if session is not None:
+                    report.ray_logs = session.close(keep_logs=bool(report.failed))
     report.seconds = round(time.perf_counter() - t0, 1)
-    records = {c.key: _read_cell(out, c, identity) for c in cells}
+    records, _, _ = _finished_cells(out, cells, identity, inputs)
     table = build_table(cells, records, finished_only=table_only)
     report.table_md = table["markdown"]
     summary = {
@@ -549,6 +1028,7 @@ def run_sweep(
         "skipped": report.skipped,
         "retried": report.retried,
         "failed": report.failed,
+        "restarted": report.restarted,
         "seconds": report.seconds,
         # the code and machines the cells came from (cells written before provenance was
         # recorded have none)
@@ -570,7 +1050,9 @@ def run_sweep(
     return report
 
 
-def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) -> None:
+def _run_cells(
+    ray, tqdm, todo, settings, out, report, progress, crash_pattern, inputs: dict[str, dict]
+) -> None:
     identity = settings.identity()
     ledger = ray.remote(num_cpus=0)(AttemptLedger).remote()
     calib_remote = ray.remote(calibrate_task).options(
@@ -583,25 +1065,30 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
         retry_exceptions=True,
     )
     calib_refs = {}
-    pending: dict = {}  # ObjectRef -> ("calib", (model, spec)) | ("cell", Cell)
+    pending: dict = {}  # ObjectRef -> ("calib", (model, spec, source)) | ("cell", Cell)
     for c in todo:
         if c.calib == NO_CALIBRATION or (c.model, c.calib) in calib_refs:
             continue
-        path = _calib_file(out, c.model, c.calib)
-        if path.exists():
-            calib_refs[(c.model, c.calib)] = ray.put(path.read_bytes())
-        else:
-            ref = calib_remote.remote(c.model, c.calib, settings.cpus_per_cell)
-            calib_refs[(c.model, c.calib)] = ref
-            pending[ref] = ("calib", (c.model, c.calib))
+        source = calibration_source(c.calib, inputs[c.key]["model"])
+        cached, why = _cached_calibration(out, c.model, c.calib, source)
+        if cached is not None:
+            calib_refs[(c.model, c.calib)] = ray.put(cached)
+            continue
+        if why:
+            _say(f"calibration {c.calib!r} of {c.model}: {why}; calibrating again")
+        ref = calib_remote.remote(c.model, c.calib, settings.cpus_per_cell)
+        calib_refs[(c.model, c.calib)] = ref
+        pending[ref] = ("calib", (c.model, c.calib, source))
     partials = {c: _partial_prefix(out, c, identity) for c in todo}
     for c in todo:
+        if c.task != DISTRIBUTION_TASK:
+            _prepare_partial(partials[c], c.key, inputs[c.key], report)
         calib = calib_refs.get((c.model, c.calib))
-        partial = str(partials[c])
-        pending[cell_remote.remote(c, settings, calib, ledger, crash_pattern, partial)] = (
-            "cell",
-            c,
+        ref = cell_remote.remote(
+            c, settings, calib, ledger, crash_pattern, str(partials[c]), inputs[c.key]
         )
+        pending[ref] = ("cell", c)
+    failed_calibs: dict[tuple[str, str], str] = {}  # (model, spec) -> its error
     bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -609,15 +1096,16 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
         try:
             value = ray.get(ready[0])
         except ray.exceptions.RayError as e:
-            if kind == "cell":
-                report.failed[what.key] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            if kind == "calib":
+                failed_calibs[what[:2]] = _error_text(ray, e)
+            else:
+                report.failed[what.key] = _error_text(ray, e)
                 bar.update(1)
             continue
         if kind == "calib":
-            with atomic_path(_calib_file(out, *what)) as tmp:
-                tmp.write_bytes(value)
+            _save_calibration(out, *what, value)
             continue
-        rec = {"cell": what.to_dict(), "config": identity, **value}
+        rec = {"cell": what.to_dict(), "config": identity, "inputs": inputs[what.key], **value}
         path = _cell_file(out, what)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(rec) + "\n")
@@ -630,8 +1118,16 @@ def _run_cells(ray, tqdm, todo, settings, out, report, progress, crash_pattern) 
     bar.close()
     _remove_empty_partial_folders(out, partials.values())
     attempts = ray.get(ledger.counts.remote())
+    by_key = {c.key: c for c in todo}
     for key in report.failed:
-        report.failed[key] += f" (after {attempts.get(key, 0)} attempts)"
+        cell, n = by_key[key], attempts.get(key, 0)
+        calib_error = failed_calibs.get((cell.model, cell.calib))
+        if calib_error is not None and n == 0:
+            report.failed[key] = (
+                f"its calibration {cell.calib!r} failed: {calib_error} (the cell did not start)"
+            )
+        else:
+            report.failed[key] += f" (after {n} attempts)"
 
 
 # -- the table ----------------------------------------------------------------------------------

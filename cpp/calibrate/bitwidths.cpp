@@ -294,6 +294,9 @@ void run(StepContext& ctx) {
   ctx.provenance["bitwidth_scope"] = scope;
 }
 
+constexpr const char* kDefaultCostDevice = "snapdragon-8elite";  // EdgeFlow's testbed (§5.1)
+constexpr const char* kDefaultImportance = "output-share";
+
 const bool kRegistered = register_step({
     "bitwidths",
     "EdgeFlow's per-output-channel bit-widths: a report on Algorithm 1 per tensor (closed-form "
@@ -308,11 +311,11 @@ const bool kRegistered = register_step({
       "Algorithm 1 per tensor (the paper; the plan's own) or one heap over every channel at the "
       "per-tensor allocation's modelled cold-start time",
       {"per-tensor", "global-ttft"}},
-     {"cost_device", "snapdragon-8elite",
+     {"cost_device", kDefaultCostDevice,
       "global-ttft: the device profile whose flash and unpack costs price a bit (default: "
       "EdgeFlow's testbed, Snapdragon 8 Elite, seed 004 §5.1)"},
      {"bit_importance",
-      "output-share",
+      kDefaultImportance,
       "global-ttft: what weights a channel's error",
       {"output-share", "output-absolute", "none"}},
      sample_options()[0],
@@ -320,7 +323,18 @@ const bool kRegistered = register_step({
     run,
     [](const std::string& step, const nlohmann::json& o) {
       check_sample_options(step, o);
-      if (o["bit_scope"] == "global-ttft") soc::load_device(o["cost_device"].get<std::string>());
+      if (o["bit_scope"] == "global-ttft") {
+        soc::load_device(o["cost_device"].get<std::string>());
+        return;
+      }
+      // Only the global heap prices or weights a channel: off their defaults they would be
+      // ignored, so they are refused (issue 37).
+      for (const auto& [key, fallback] : {std::pair{"cost_device", kDefaultCostDevice},
+                                          std::pair{"bit_importance", kDefaultImportance}})
+        if (o[key] != fallback)
+          throw InvalidArgument("[calibrate] " + step + ": " + key + "=" + json_text(o[key]) +
+                                " applies with bit_scope=global-ttft, not " +
+                                json_text(o["bit_scope"]));
     },
 });
 

@@ -292,6 +292,11 @@ def test_global_ttft_allocation_spends_the_per_tensor_time(smollm, calib, tmp_pa
         )
     with pytest.raises(socllm.InvalidArgumentError, match="snapdragon-8gen3.* has no"):
         channel_cold_start_cost("snapdragon-8gen3", [8])
+    # Issue 37: options only the global heap reads were silently ignored per tensor.
+    for option in ({"cost_device": "snapdragon-8gen3"}, {"bit_importance": "none"}):
+        (key,) = option
+        with pytest.raises(socllm.InvalidArgumentError, match=f"{key}=.*applies with bit_scope"):
+            run_steps(smollm, "bitwidths", data=data, progress=False, **option)
 
 
 def _linear_weight_bytes(model, plan: str) -> int:

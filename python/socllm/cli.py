@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import _core
-from .errors import INT64_MAX
+from .errors import INT64_MAX, InvalidArgumentError, not_applicable
 from .io.files import check_distinct_outputs, check_output_path
 from .io.files import emit_json as _emit_json
 
@@ -45,6 +45,8 @@ def _plans(specs: list[str] | None) -> list[str]:
     for spec in specs or ["fp32"]:
         out.extend([spec] if ":" in spec or spec.startswith("{") else spec.split(","))
     out = [p.strip() for p in out if p.strip()]
+    if not out:
+        raise InvalidArgumentError(f"--plan {' '.join(specs or [])!r} names no plan")
     for plan in out:
         _core.Plan(plan)  # fail before any work on an unknown plan
     return out
@@ -129,9 +131,22 @@ def cmd_convert(args) -> int:
     from .io.convert import convert
 
     _setup(args)
+    if args.edgeflow_bits is not None and args.edgeflow_plan is not None:
+        raise InvalidArgumentError(
+            f"convert: --edgeflow-bits {args.edgeflow_bits:g} is the plan "
+            f"edgeflow:bits={args.edgeflow_bits:g}; --edgeflow-plan {args.edgeflow_plan} names "
+            "another: give one of them"
+        )
     if args.edgeflow_bits is None and args.edgeflow_plan is None:
         if args.calib:
             raise SystemExit("socllm convert: --calib goes with --edgeflow-bits / --edgeflow-plan")
+        if args.group is not None:
+            raise not_applicable(
+                "convert",
+                f"--group {args.group}",
+                "the weightlets of a prequantized model (--edgeflow-bits / --edgeflow-plan)",
+                "a plain conversion stores fp32 weights",
+            )
         out = convert(args.source, args.output, progress=not args.quiet)
     else:
         from .io.convert_packed import convert_packed
@@ -139,6 +154,10 @@ def cmd_convert(args) -> int:
 
         if not args.calib:
             raise SystemExit("socllm convert: a prequantized model needs --calib FILE")
+        if args.group is not None and args.group % 8:
+            raise InvalidArgumentError(
+                f"convert: --group must be a positive multiple of 8, got {args.group}"
+            )
         plan = args.edgeflow_plan or f"edgeflow:bits={args.edgeflow_bits!r}"
         _check_outputs(
             {"--output": args.output}, _inputs(args.source, args.calib), hdf5=["--output"]
@@ -163,6 +182,12 @@ def cmd_eval(args) -> int:
     for t in tasks:
         if t not in TASKS:
             raise SystemExit(f"socllm eval: unknown task {t!r} (known: {', '.join(TASKS)})")
+    if not tasks and not metrics:
+        raise InvalidArgumentError(
+            f"eval: --task {task_spec!r} names no task and no --metrics are given: nothing to "
+            f"evaluate (tasks: {', '.join(TASKS)})"
+        )
+    _check_eval_flags(args, tasks, metrics)
     plans = _plans(args.plan)
     if args.device is not None and not metrics:
         raise InvalidArgumentError("--device times the --metrics windows: give --metrics")
@@ -173,20 +198,23 @@ def cmd_eval(args) -> int:
     if args.device is not None:
         _core.sim.load_device(args.device)  # an unknown device before any work
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
-    _core.Plan(args.reference)
+    reference = "fp32" if args.reference is None else args.reference
+    _core.Plan(reference)
+    windows = 16 if args.windows is None else args.windows
+    batch_size = 1 if args.batch_size is None else args.batch_size
     model = load(args.model, calib=args.calib, progress=not args.quiet)
     results = []
     if metrics:
         compared = divergence.compare_plans(
             model,
             plans,
-            reference=args.reference,
+            reference=reference,
             context=args.context or divergence.DEFAULT_CONTEXT,
-            windows=args.windows or None,
+            windows=windows or None,
             progress=not args.quiet,
             device=args.device,
             decode_tokens=args.decode_tokens or 0,
-            policy=args.policy or "npu-stall-first",
+            policy=args.policy,
         )
         for name, s in compared.items():
             results.append({"task": "metrics", "metrics": metrics, **s})
@@ -201,7 +229,7 @@ def cmd_eval(args) -> int:
                     context=args.context or perplexity.DEFAULT_CONTEXT,
                     stride=args.stride,
                     limit_tokens=args.limit_tokens,
-                    batch_size=args.batch_size,
+                    batch_size=batch_size,
                     progress=not args.quiet,
                     heldout=t == "wikitext2-heldout",
                 )
@@ -218,7 +246,7 @@ def cmd_eval(args) -> int:
                     tasks=[t],
                     plan=plan,
                     limit=args.limit,
-                    batch_size=max(args.batch_size, 8),
+                    batch_size=max(batch_size, 8),
                     quiet=args.quiet,
                 )
                 r = {**out[t], "task": t, "lm_eval_task": out[t]["task"]}
@@ -238,6 +266,30 @@ def cmd_eval(args) -> int:
         args.json,
     )
     return 0
+
+
+def _check_eval_flags(args, tasks: list[str], metrics: list[str]) -> None:
+    """Each of eval's flags applies to some tasks (or to --metrics): given where none of those
+    runs, it would change nothing, so it is refused (issue 37)."""
+    ppl = [t for t in tasks if t in PERPLEXITY_TASKS]
+    lm = [t for t in tasks if t in LMEVAL_TASKS]
+    none = (f"--task {','.join(tasks)} has none" if tasks else "no --task is given") + (
+        ", only --metrics" if metrics else ""
+    )
+    no_metrics = "no --metrics are given"
+    checks = (
+        ("--limit", args.limit, bool(lm), f"lm-eval tasks ({', '.join(LMEVAL_TASKS)})", none),
+        ("--reference", args.reference, bool(metrics), "--metrics", no_metrics),
+        ("--windows", args.windows, bool(metrics), "--metrics", no_metrics),
+        ("--limit-tokens", args.limit_tokens, bool(ppl), "perplexity tasks", none),
+        ("--stride", args.stride, bool(ppl), "perplexity tasks", none),
+        ("--context", args.context, bool(ppl or metrics), "perplexity tasks and --metrics",
+         f"{none} and {no_metrics}"),
+        ("--batch-size", args.batch_size, bool(ppl or lm), "perplexity and lm-eval tasks", none),
+    )  # fmt: skip
+    for flag, value, applies, to, why in checks:
+        if value is not None and not applies:
+            raise not_applicable("eval", f"{flag} {value}", to, why)
 
 
 def cmd_calibrate(args) -> int:
@@ -335,11 +387,52 @@ def cmd_cold_start(args) -> int:
     return 0
 
 
+def _check_run_flags(args) -> None:
+    """--cold measures cold starts instead of the main job: each mode's flags are refused in
+    the other, where they would change nothing (issue 37)."""
+    cold_only = {
+        "--plan": args.plan,
+        "--calib": args.calib,
+        "--prompt-tokens": args.prompt_tokens,
+        "--repeats": args.repeats,
+    }
+    main_only = {
+        "--out": args.out,
+        "--full": args.full or None,
+        "--limit-tokens": args.limit_tokens,
+        "--calib-samples": args.calib_samples,
+    }
+    flags, applies, mode = (
+        (main_only, "the main job (without --cold)", "--cold times cold starts only")
+        if args.cold
+        else (cold_only, "--cold (cold starts)", "no --cold is given: the main job runs")
+    )
+    for flag, value in flags.items():
+        if value is not None:
+            shown = flag if value is True else f"{flag} {value}"
+            raise not_applicable("run", shown, applies, mode)
+    if args.cold and args.calib is not None and args.plan is None:
+        raise not_applicable(
+            "run", f"--calib {args.calib}", "--plan (a calibrated plan on fp32 files)",
+            "no --plan is given: fp32 files run fp32",
+        )  # fmt: skip
+    if args.full and args.limit_tokens is not None and args.calib_samples is not None:
+        raise not_applicable(
+            "run",
+            "--full",
+            "the sizes not given (--limit-tokens, --calib-samples)",
+            "both are given",
+        )
+
+
 def cmd_run(args) -> int:
     from .eval.report import run_main_job
 
     _setup(args)
+    _check_run_flags(args)
     if args.cold:
+        args.prompt_tokens = 128 if args.prompt_tokens is None else args.prompt_tokens
+        args.repeats = 3 if args.repeats is None else args.repeats
         return cmd_cold_start(args)
     from .eval.report import (
         FULL_CALIB_SAMPLES,
@@ -356,7 +449,7 @@ def cmd_run(args) -> int:
         samples = FULL_CALIB_SAMPLES if args.full else QUICK_CALIB_SAMPLES
     run_main_job(
         args.model,
-        Path(args.out),
+        Path("socllm-out" if args.out is None else args.out),
         limit_tokens=limit,
         calib_samples=samples,
         progress=not args.quiet,
@@ -374,6 +467,12 @@ def cmd_sweep(args) -> int:
     from .eval.sweep import DEFAULT_CALIBRATION, SweepSettings, run_sweep
 
     _core.set_log_level("warn" if args.quiet else "info")
+    if args.table_only and args.retry_errors:  # --address, --cpus-per-cell, --retries: a
+        # rerun of the sweep's own command with --table-only keeps them (they set no result)
+        raise not_applicable(
+            "sweep", "--retry-errors", "cells that run", "--table-only runs none (it writes the "
+            "table of the finished ones)",
+        )  # fmt: skip
     settings = SweepSettings(
         limit=args.limit or None,
         fewshot=args.fewshot,
@@ -427,7 +526,7 @@ def _simulate_plan(args):
             f"simulate: --engine {args.engine} is the plan {args.engine!r} (a HeteroLLM preset); "
             f"give --engine or --plan, not both"
         )
-    plan = args.engine or args.plan or "shadow-outlier"
+    plan = args.engine or (args.plan if args.plan is not None else "shadow-outlier")
     if args.phase == "decode" and args.chunk is not None:
         raise InvalidArgumentError(
             f"simulate: --chunk {args.chunk} applies to a prompt (--phase prefill or session), "
@@ -443,6 +542,25 @@ def _simulate_plan(args):
         raise InvalidArgumentError(
             "simulate: --runtime-graph-build builds a prompt's NPU graphs, not a decoding step's"
         )
+    if args.config is not None:
+        # (--threads, a resource setting every command takes, is not a result option)
+        for flag, value, what in (
+            ("--calib", args.calib, "the static plans of a real model (--model)"),
+        ):
+            if value is not None:
+                raise not_applicable(
+                    "simulate",
+                    f"{flag} {value}",
+                    what,
+                    "a shape-only --config runs no engine",
+                )
+    from .sim.timeline import _plan, check_fast_sync, check_runtime_graph_build
+
+    timed = _plan(plan, args.processor)
+    if args.no_fast_sync:
+        check_fast_sync(timed, args.phase, "--no-fast-sync")
+    if args.runtime_graph_build:
+        check_runtime_graph_build(timed, "--runtime-graph-build")
     return plan
 
 
@@ -451,8 +569,6 @@ def cmd_simulate(args) -> int:
 
     _setup(args)
     if (args.config is None) == (args.model is None):
-        from .errors import InvalidArgumentError
-
         raise InvalidArgumentError("simulate: give exactly one of --config (shape-only) or --model")
     device_file = args.device if Path(args.device).is_file() else None  # a profile .json
     inputs = _inputs(args.model, args.calib, device_file)
@@ -483,8 +599,6 @@ def cmd_simulate(args) -> int:
         from .model import load
 
         if args.runtime_graph_build:
-            from .errors import InvalidArgumentError
-
             raise InvalidArgumentError(
                 "simulate: --runtime-graph-build times a config's naive NPU execution (--config)"
             )
@@ -560,7 +674,11 @@ def build_parser() -> argparse.ArgumentParser:
         "an INT8 model file)",
     )
     c.add_argument(
-        "--group", type=_COUNT, default=128, help="weightlet group R (weights; default 128)"
+        "--group",
+        type=_COUNT,
+        default=None,
+        help="with --edgeflow-bits / --edgeflow-plan: weightlet group R (weights, a multiple of "
+        "8; default 128)",
     )
     _common(c)
     c.set_defaults(fn=cmd_convert)
@@ -591,7 +709,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="kl,top1,ppl: each plan's next-token distribution against --reference on held-out "
         "WikiText-2 windows (socllm.eval.divergence), errors over windows",
     )
-    e.add_argument("--reference", default="fp32", help="--metrics: the plan compared against")
+    e.add_argument(
+        "--reference", default=None, help="--metrics: the plan compared against (default fp32)"
+    )
     e.add_argument(
         "--device",
         default=None,
@@ -608,8 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--windows",
         type=_number(int, 1, zero=True),
-        default=16,
-        help="--metrics: held-out windows of --context tokens (0 = all)",
+        default=None,
+        help="--metrics: held-out windows of --context tokens (0 = all; default 16)",
     )
     e.add_argument("--limit-tokens", type=_WINDOW, default=None, help="use only the first N tokens")
     e.add_argument(
@@ -619,7 +739,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="window in tokens: perplexity tasks (default 2048), --metrics (default 512)",
     )
     e.add_argument("--stride", type=_COUNT, default=None, help="window stride (default = context)")
-    e.add_argument("--batch-size", type=_COUNT, default=1, help="windows per engine call")
+    e.add_argument(
+        "--batch-size",
+        type=_COUNT,
+        default=None,
+        help="perplexity tasks: windows per engine call (default 1); lm-eval tasks: requests "
+        "(at least 8)",
+    )
     e.add_argument("--json", default=None, metavar="PATH|-", help="write results as JSON")
     _common(e)
     e.set_defaults(fn=cmd_eval)
@@ -797,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")
-    r.add_argument("--out", default="socllm-out", help="report directory")
+    r.add_argument("--out", default=None, help="report directory (default socllm-out)")
     r.add_argument(
         "--full",
         action="store_true",
@@ -819,8 +945,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--plan", default=None, help="--cold: plan for fp32 files (default fp32)")
     r.add_argument("--calib", default=None, help="--cold: calibration for --plan on fp32 files")
-    r.add_argument("--prompt-tokens", type=_COUNT, default=128, help="--cold: prompt length")
-    r.add_argument("--repeats", type=_COUNT, default=3, help="--cold: runs per file (fastest)")
+    r.add_argument(
+        "--prompt-tokens", type=_COUNT, default=None, help="--cold: prompt length (default 128)"
+    )
+    r.add_argument(
+        "--repeats",
+        type=_COUNT,
+        default=None,
+        help="--cold: runs per file, fastest kept (default 3)",
+    )
     r.add_argument("--json", default=None, metavar="PATH|-")
     _common(r)
     r.set_defaults(fn=cmd_run)

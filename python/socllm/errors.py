@@ -8,7 +8,9 @@ and one raised in Python are the same class:
   missing, malformed or truncated files.
 - ``UnsupportedError`` (also ``NotImplementedError``): valid input socllm does not implement.
 
-:func:`int_arg` / :func:`real_arg` check a Python API's numeric arguments into these errors.
+:func:`int_arg`, :func:`real_arg`, :func:`bool_arg`, :func:`str_arg`, :func:`ints_arg` and
+:func:`reals_arg` check a Python API's arguments into these errors; :func:`not_applicable` is the
+refusal of an option that would change nothing where it is given (issue 37).
 """
 
 import operator
@@ -54,3 +56,44 @@ def real_arg(fn: str, name: str, value) -> float:
             f"{fn}: {name} must be a number, got {type(value).__name__} {value!r}"
         )
     return float(value)
+
+
+def bool_arg(fn: str, name: str, value) -> bool:
+    """``value`` as a bool: True or False (numpy's included), not a truthy string or number."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise InvalidArgumentError(
+        f"{fn}: {name} must be True or False, got {type(value).__name__} {value!r}"
+    )
+
+
+def str_arg(fn: str, name: str, value) -> str:
+    """``value`` as a str (not None, bytes or a number)."""
+    if isinstance(value, str):
+        return value
+    raise InvalidArgumentError(f"{fn}: {name} must be a str, got {type(value).__name__} {value!r}")
+
+
+def ints_arg(fn: str, name: str, values, minimum: int | None = None) -> list[int]:
+    """A sequence of ints (each as :func:`int_arg`), not a str or a scalar."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{fn}: {name} must be a sequence of integers, got {type(values).__name__} {values!r}"
+        )
+    return [int_arg(fn, f"{name}[{i}]", v, minimum) for i, v in enumerate(values)]
+
+
+def reals_arg(fn: str, name: str, values) -> list[float]:
+    """A sequence of real numbers (each as :func:`real_arg`), not a str or a scalar."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{fn}: {name} must be a sequence of numbers, got {type(values).__name__} {values!r}"
+        )
+    return [real_arg(fn, f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def not_applicable(fn: str, option: str, applies_to: str, here: str) -> InvalidArgumentError:
+    """The refusal of an option that would change nothing where it is given (issue 37: no
+    option is ignored): ``option`` as given (``"name=value"`` or a CLI flag), what it applies
+    to, and why that is not the case ``here``."""
+    return InvalidArgumentError(f"{fn}: {option} applies to {applies_to}; {here}")

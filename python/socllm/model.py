@@ -19,7 +19,10 @@ from tqdm.auto import tqdm
 
 from . import _core
 from .errors import ContextOverflowError, FormatError, InvalidArgumentError
+from .errors import bool_arg as _bool_arg
 from .errors import int_arg as _int_arg
+from .errors import ints_arg as _ints_arg
+from .errors import not_applicable as _not_applicable
 from .errors import real_arg as _real_arg
 from .eval.perplexity import sliding_windows
 from .io.model_format import CHECKSUM_FORMAT_VERSION, TOKENIZER_JSON_DIGEST, tokenizer_json_digest
@@ -234,7 +237,9 @@ class LanguageModel:
         if bad or not names:
             raise InvalidArgumentError(f"capture: what must name q, k and/or v, got {what!r}")
         many = not isinstance(layer, (int, np.integer))
-        layers = [operator.index(x) for x in layer] if many else [operator.index(layer)]
+        layers = (
+            _ints_arg("capture", "layer", layer) if many else [_int_arg("capture", "layer", layer)]
+        )
         got = self._engine.capture(_token_ids(ids, "capture"), layers)
         out = [{w: g[w] for w in names} for g in got]
         return out if many else out[0]
@@ -253,31 +258,56 @@ class LanguageModel:
     ) -> dict:
         """What one linear of the plan holds when built alone: ``bits`` per row, stored
         ``bits_per_weight`` and ``weight_bytes``, ``act_scale``, ``input_smoothing`` (EdgeFlow's
-        S_I^alpha; ``alpha`` overrides the plan's exponent)."""
-        return self._engine.linear_info(plan, layer, site, alpha)
+        S_I^alpha; ``alpha`` overrides the plan's exponent, refused for a plan without input
+        smoothing)."""
+        layer = _int_arg("linear_info", "layer", layer)
+        if alpha is not None:
+            alpha = _real_arg("linear_info", "alpha", alpha)
+        info = self._engine.linear_info(plan, layer, site, alpha)
+        if alpha is not None and not len(info["input_smoothing"]):
+            raise self._no_smoothing("linear_info", plan, alpha)
+        return info
+
+    def _no_smoothing(self, fn: str, plan: PlanLike, alpha: float) -> InvalidArgumentError:
+        name = plan.name if isinstance(plan, _core.Plan) else _core.Plan(plan).name
+        return _not_applicable(
+            fn,
+            f"alpha={alpha!r}",
+            "the exponent of a linear's input smoothing S_I^alpha (e.g. plan edgeflow)",
+            f"plan {name!r} smooths no input",
+        )
 
     def linear_forward(
         self, plan: PlanLike, layer: int, site: str, x: np.ndarray, alpha: float | None = None
     ) -> np.ndarray:
         """``y [rows, out]`` of one linear of the plan built alone on the site's fp32 input ``x``
-        (its input smoothing divided at run time, not folded)."""
+        (its input smoothing divided at run time, not folded; ``alpha`` as in
+        :meth:`linear_info`)."""
+        layer = _int_arg("linear_forward", "layer", layer)
+        if alpha is not None:
+            alpha = _real_arg("linear_forward", "alpha", alpha)
+            if not len(self._engine.linear_info(plan, layer, site, alpha)["input_smoothing"]):
+                raise self._no_smoothing("linear_forward", plan, alpha)
         return self._engine.linear_forward(plan, layer, site, x, alpha)
 
     def linear_inputs(self, ids: Sequence[int], rows: Sequence[int]) -> list[dict]:
         """Per layer ``{site: [len(rows), width]}``: the fp32 inputs of every linear at ``rows``
         of a run of ``ids``."""
-        return self._engine.linear_inputs(_token_ids(ids, "linear_inputs"), list(rows))
+        return self._engine.linear_inputs(
+            _token_ids(ids, "linear_inputs"), _ints_arg("linear_inputs", "rows", rows)
+        )
 
     def linear_graph(self, plan: PlanLike, layer: int, site: str, rows: int) -> _core.LinearGraph:
         """One linear static graph of the plan built for ``rows`` rows: ``.run(x)`` takes exactly
         ``[rows, in_cols]``; ``.scales`` are the static activation scales it bakes in."""
-        return self._engine.linear_graph(plan, layer, site, rows)
+        layer = _int_arg("linear_graph", "layer", layer)
+        return self._engine.linear_graph(plan, layer, site, _int_arg("linear_graph", "rows", rows))
 
     def shadow_stats(self, plan: PlanLike, *, reset: bool = False) -> list[dict]:
         """Per linear input of a shadow-outlier plan: its profiled configuration (threshold,
         pruned, hot channels, resident float bytes) and what its CPU part did since the last
         reset (syncs, outlier values and channels, hot hits, cold fetches and bytes)."""
-        return self._engine.shadow_stats(plan, reset)
+        return self._engine.shadow_stats(plan, _bool_arg("shadow_stats", "reset", reset))
 
     def graph_stats(self) -> dict:
         """Static graphs built by chunked prefill so far (llm.npu's chunk-sharing cache)."""
@@ -313,6 +343,10 @@ class LanguageModel:
         from .sim.timeline import _chunk
 
         ids = _token_ids(ids, "prefill")
+        all_positions = _bool_arg("prefill", "all_positions", all_positions)
+        return_graph = _bool_arg("prefill", "return_graph", return_graph)
+        return_records = _bool_arg("prefill", "return_records", return_records)
+        decode_tokens = _int_arg("prefill", "decode_tokens", decode_tokens, 0)
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
         if chunk_len is not None:
             p = p.with_chunk_len(_chunk(chunk_len, len(ids), "prefill"))
@@ -334,6 +368,8 @@ class LanguageModel:
         from .sim.timeline import _chunk
 
         p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
+        prompt_len = _int_arg("task_graph", "prompt_len", prompt_len, 1)
+        decode_tokens = _int_arg("task_graph", "decode_tokens", decode_tokens, 0)
         chunk = p.chunk_len if chunk_len is None else _chunk(chunk_len, prompt_len, "task_graph")
         return self._engine.task_graph(p, prompt_len, chunk, decode_tokens)
 
@@ -364,7 +400,8 @@ class LanguageModel:
         """Several independent sequences in one engine call (linears batched over all rows):
         ``[T_i, V]`` logits each, or with ``last_rows`` only the last ``last_rows[i]`` rows of
         sequence ``i`` (the vocabulary projection runs for those rows only)."""
-        return self._engine.logits(seqs, plan, None if last_rows is None else list(last_rows))
+        rows = None if last_rows is None else _ints_arg("logits_batch", "last_rows", last_rows)
+        return self._engine.logits(seqs, plan, rows)
 
     def token_logprobs(
         self, seqs: Sequence[Sequence[int]], plan: PlanLike = "fp32"
@@ -373,7 +410,8 @@ class LanguageModel:
         return self._engine.token_logprobs(seqs, plan)
 
     def new_cache(self, capacity: int = 0) -> _core.KVCache:
-        return self._engine.new_cache(capacity)
+        """An empty KV cache of ``capacity`` positions (0: the model's context length)."""
+        return self._engine.new_cache(_int_arg("new_cache", "capacity", capacity))
 
     def step(
         self,
@@ -384,7 +422,9 @@ class LanguageModel:
         plan: PlanLike = "fp32",
     ) -> np.ndarray:
         """Append ``ids`` to ``cache``; logits of the last position ``[1, V]`` (or all)."""
-        return self._engine.step(cache, ids, all_positions, plan)
+        return self._engine.step(
+            cache, ids, _bool_arg("step", "all_positions", all_positions), plan
+        )
 
     def generate(
         self,
@@ -411,7 +451,8 @@ class LanguageModel:
         """New token ids after ``prompt`` (text or ids). Greedy when ``temperature`` is 0;
         otherwise sampled from softmax(logits / temperature), restricted to the ``top_k`` most
         likely tokens if given, with a numpy generator seeded by ``seed``. Stops after the EOS
-        token unless ``stop_at_eos`` is False."""
+        token unless ``stop_at_eos`` is False. ``top_k`` and ``seed`` shape sampling: with
+        ``temperature`` 0 (greedy) they are refused, not ignored."""
         ids = self.tokenize(prompt) if isinstance(prompt, str) else _token_ids(prompt, "generate")
         if not ids:
             raise InvalidArgumentError("generate: the prompt is empty")
@@ -425,6 +466,16 @@ class LanguageModel:
             top_k = _int_arg("generate", "top_k", top_k, 1)
         if seed is not None:
             seed = _int_arg("generate", "seed", seed, 0)
+        stop_at_eos = _bool_arg("generate", "stop_at_eos", stop_at_eos)
+        if temperature == 0.0:
+            given = [f"{k}={v!r}" for k, v in (("top_k", top_k), ("seed", seed)) if v is not None]
+            if given:
+                raise _not_applicable(
+                    "generate",
+                    ", ".join(given),
+                    "sampling (temperature > 0)",
+                    "temperature 0 decodes greedily: give a temperature, or drop them",
+                )
         eos = self.config.get("eos_id", -1)
         stop = [eos] if stop_at_eos and eos >= 0 else []
         if max_new_tokens == 0:

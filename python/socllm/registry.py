@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import MissingFileError
+from .errors import InvalidArgumentError, MissingFileError
 from .io.files import atomic_write_text, remove_stale_temps
 from .io.model_format import MODEL_FORMAT_VERSION, source_files
 
@@ -100,7 +100,17 @@ def cache_dir() -> Path:
 
 def source_path(name_or_path: str | os.PathLike) -> Path:
     """The file or directory a model name or path refers to (not yet converted)."""
-    key = str(name_or_path)
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            "a model is a built-in name or a path, got "
+            f"{type(name_or_path).__name__} {name_or_path!r}"
+        )
+    key = os.fspath(name_or_path)
+    if isinstance(key, bytes) or not key.strip():
+        raise InvalidArgumentError(
+            f"a model is a built-in name or a path, got {key!r} "
+            f"(built-in names: {', '.join(BUILTIN_MODELS)})"
+        )
     if key in BUILTIN_MODELS:
         return BUILTIN_MODELS[key].path()
     p = Path(key).expanduser()

@@ -329,7 +329,7 @@ def test_profile_missing_a_number(tmp_path, capsys):
     path.write_text("{not json")
     with pytest.raises(socllm.FormatError, match="not valid JSON"):
         load_profile(path)
-    with pytest.raises(socllm.InvalidArgumentError, match="prompt length must be positive, got 0"):
+    with pytest.raises(socllm.InvalidArgumentError, match="prompt_len must be >= 1, got 0"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 0)
     with pytest.raises(socllm.InvalidArgumentError, match="policy"):
         simulate("qwen1.5-1.8b", "snapdragon-8gen3", "w8a8", 64, policy="random")

@@ -304,8 +304,9 @@ def step_options() -> dict:
 
 def check_options(names: list[str], options: dict) -> dict:
     """{step: its options}, checked by the core with the defaults filled in: an unknown step or
-    option, an option none of ``names`` takes or a bad value is an InvalidArgumentError naming
-    it."""
+    option, an option none of ``names`` takes or reads with the other options given (e.g.
+    ``percentile`` with ``outlier_threshold=maxmin``) or a bad value is an InvalidArgumentError
+    naming it."""
     for n in names:
         if n not in STEPS:
             raise InvalidArgumentError(f"calibrate: unknown step {n!r} (known: {', '.join(STEPS)})")
@@ -321,12 +322,44 @@ def check_options(names: list[str], options: dict) -> dict:
                 f"calibrate: option {k!r} does not apply to steps {','.join(names)} (it is an "
                 f"option of {', '.join(takers)})"
             )
-    return {
+    per_step = {
         n: _core.calibration_step_options(
             n, {k: v for k, v in options.items() if k in STEPS[n].options}
         )
         for n in names
     }
+    for k, v in options.items():
+        takers = [n for n in names if k in STEPS[n].options]
+        if takers and not any(_uses(n, k, per_step[n]) for n in takers):
+            why = "; ".join(
+                f"step {n} reads it only with option '{o}'={want!r}, not {per_step[n][o]!r}"
+                for n in takers
+                for _, o, want in [_USED_WHEN[n, k]]
+            )
+            raise InvalidArgumentError(f"calibrate: option '{k}'={v!r} changes nothing: {why}")
+    return per_step
+
+
+# Options a step reads only under another of its options (issue 37: refused elsewhere, not
+# ignored): (step, option) -> (does the step read it, given its options; the option that
+# decides; the value under which it does).
+_USED_WHEN: dict[tuple[str, str], tuple[Callable[[dict], bool], str, str]] = {
+    ("outliers", "percentile"): (
+        lambda o: o["outlier_threshold"] == "percentile",
+        "outlier_threshold",
+        "percentile",
+    ),
+    **{
+        ("bitwidths", k): (lambda o: o["bit_scope"] == "global-ttft", "bit_scope", "global-ttft")
+        for k in ("smoothing_windows", "smoothing_rows")
+    },
+}
+
+
+def _uses(step: str, option: str, options: dict) -> bool:
+    """Whether ``step`` reads ``option`` under its (checked, defaults filled) ``options``."""
+    rule = _USED_WHEN.get((step, option))
+    return rule is None or rule[0](options)
 
 
 def check_steps(names: list[str], data: CalibrationData | None, options: dict) -> dict:

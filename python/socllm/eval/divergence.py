@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, int_arg, not_applicable, str_arg
 
 METRICS = ("kl", "top1", "ppl")
 DEFAULT_CONTEXT = 512  # tokens per window: short enough for Gemma's 262k-token vocabulary
@@ -56,6 +56,9 @@ def heldout_windows(model, context: int = DEFAULT_CONTEXT, windows: int | None =
     held-out WikiText-2 tokens of ``model``'s tokenizer."""
     from ..calibration import corpus_tokens, held_out_tokens
 
+    context = int_arg("metrics", "context", context)
+    if windows is not None:
+        windows = int_arg("metrics", "windows", windows)
     if context < 2 or context > model.config["context_length"]:
         raise InvalidArgumentError(
             f"metrics: context {context} must be in [2, {model.config['context_length']}]"
@@ -162,7 +165,7 @@ def compare_plans(
     progress: bool = False,
     device=None,
     decode_tokens: int = 0,
-    policy: str = "npu-stall-first",
+    policy: str | None = None,
 ) -> dict[str, dict]:
     """Every plan against ``reference`` on the same held-out windows: ``{plan name: summary}``
     (see :func:`summarize`), each with its per-window sums (``"windows"``, for pairing across
@@ -172,15 +175,27 @@ def compare_plans(
     device (its partitions solved there) and the first window's engine run also returns the
     task graph it executed, prompt then ``decode_tokens`` greedy decoding steps, which is
     simulated (``"simulated"``: prefill and decode times, energy): accuracy and time of the same
-    numerics from one call per plan."""
+    numerics from one call per plan, under ``policy`` (default npu-stall-first; refused
+    without a device)."""
     from .. import _core
     from ..sim.timeline import Timeline, _profile
 
     names = [p if isinstance(p, str) else _core.Plan(p).name for p in plans]
     if not names:
         raise InvalidArgumentError("metrics: no plans given")
+    decode_tokens = int_arg("metrics", "decode_tokens", decode_tokens, 0)
     if decode_tokens and device is None:
         raise InvalidArgumentError("metrics: decode_tokens times a session: give a device")
+    if policy is not None:
+        str_arg("metrics", "policy", policy)
+        if device is None:
+            raise not_applicable(
+                "metrics",
+                f"policy={policy!r}",
+                "the timing of the first window on a device",
+                "no device is given",
+            )
+    policy = policy or "npu-stall-first"
     profile = _profile(device) if device is not None else None
     planned = [
         (_core.Plan(p) if not isinstance(p, _core.Plan) else p).on_device(profile)

@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import _core
-from ..errors import InvalidArgumentError, MissingFileError, SocllmError
+from ..errors import InvalidArgumentError, MissingFileError, SocllmError, not_applicable
 from ..io.files import atomic_path, atomic_write_text
 from .bench_utils import run_provenance
 
@@ -972,6 +972,15 @@ def run_sweep(
     from tqdm.auto import tqdm
 
     settings = settings or SweepSettings()
+    if table_only:  # options that only act on cells run would change nothing (issue 37)
+        for option, value in (("retry_errors", retry_errors), ("crash_pattern", crash_pattern)):
+            if value:
+                raise not_applicable(
+                    "sweep",
+                    f"{option}={value!r}",
+                    "cells that run",
+                    "table_only runs none (it writes the table of the finished ones)",
+                )
     if settings.cpus_per_cell < 1 or settings.retries < 0:
         raise InvalidArgumentError(
             f"sweep: cpus_per_cell must be >= 1 and retries >= 0, got {settings.cpus_per_cell} "

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from .. import _core
 from .._version import __version__
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, int_arg, not_applicable
 from .files import atomic_path, check_output_path
 from .model_format import site_tensors
 
@@ -55,13 +55,16 @@ def convert_packed(
     out_path: str | Path,
     *,
     plan: str,
-    group: int = DEFAULT_GROUP,
+    group: int | None = None,
     progress: bool = True,
 ) -> Path:
     """Writes ``model`` (a LanguageModel with its calibration loaded) prepared under ``plan``
-    to ``out_path`` (module doc). Returns the path."""
+    to ``out_path`` (module doc). Returns the path. ``group``: the weightlet group (None:
+    DEFAULT_GROUP), refused for a plan whose linears are all INT8 (stored as INT8 rows)."""
     out = Path(out_path)
     check_output_path(out, inputs=[model.path], what="convert output", streams=False)
+    given = group is not None
+    group = DEFAULT_GROUP if group is None else int_arg("convert", "group", group)
     if group < 8 or group % 8:
         raise InvalidArgumentError(
             f"convert: --group must be a positive multiple of 8, got {group}"
@@ -69,6 +72,13 @@ def convert_packed(
     state = model._engine.prepared_state(plan)
     all8 = all(int(site["bits"].min()) == 8 for layer in state["layers"] for site in layer.values())
     storage = "int8" if all8 else "weightlet"
+    if given and storage == "int8":
+        raise not_applicable(
+            "convert",
+            f"--group {group}",
+            "weightlet storage (linears below 8 bits)",
+            f"plan {plan!r} keeps every linear at 8 bits, stored as INT8 rows",
+        )
     src_path = model.path
     with atomic_path(out) as tmp:
         with h5py.File(src_path, "r") as src, h5py.File(tmp, "w") as f:

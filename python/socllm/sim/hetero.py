@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _core
 from ..devices import load_profile
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, int_arg, ints_arg, not_applicable, real_arg, str_arg
 
 Op = dict
 Predictor = Callable[[Op, str], float]
@@ -396,13 +396,49 @@ def simulate_session(
     (contention between the GPU and NPU is expected, not drift), and when a processor drifts by
     more than ``drift_threshold`` scales the predictor by it and re-solves the next step's
     partitions (one step late, as a runtime that measures must be); ``oracle`` solves every step
-    knowing the co-runner exactly."""
+    knowing the co-runner exactly. Options that would change nothing are refused (issue 37):
+    ``co_runner`` with an empty ``co_runner_steps`` window and the window without a co-runner,
+    ``repartition`` other than static without a co-runner, ``drift_threshold`` off its default
+    unless ``repartition="adaptive"``."""
+    fn = "simulate_session"
     if repartition not in ("static", "adaptive", "oracle"):
         raise InvalidArgumentError(
             f"repartition must be static, adaptive or oracle, got {repartition!r}"
         )
+    new_tokens = int_arg(fn, "new_tokens", new_tokens)
     if new_tokens < 0:
         raise InvalidArgumentError(f"new_tokens must be >= 0, got {new_tokens}")
+    co_runner = str_arg(fn, "co_runner", co_runner)
+    steps = ints_arg(fn, "co_runner_steps", co_runner_steps)
+    if len(steps) != 2:
+        raise InvalidArgumentError(
+            f"{fn}: co_runner_steps must be (first, end), got {tuple(co_runner_steps)!r}"
+        )
+    first, end = steps
+    drift_threshold = real_arg(fn, "drift_threshold", drift_threshold)
+    if co_runner and not max(first, 1) < min(end, new_tokens + 1):
+        raise not_applicable(
+            fn,
+            f"co_runner={co_runner!r}",
+            "the decoding steps co_runner_steps=(first, end) names (1-based, end exclusive)",
+            f"co_runner_steps={tuple(steps)!r} names none of steps 1..{new_tokens}",
+        )
+    if not co_runner:
+        for option, value, default in (
+            ("co_runner_steps", tuple(steps), (0, 0)),
+            ("repartition", repartition, "static"),
+        ):
+            if value != default:
+                raise not_applicable(
+                    fn, f"{option}={value!r}", "a session with a co-runner", "no co_runner is given"
+                )
+    if drift_threshold != 0.1 and repartition != "adaptive":
+        raise not_applicable(
+            fn,
+            f"drift_threshold={drift_threshold!r}",
+            'repartition="adaptive"',
+            f"repartition is {repartition!r}",
+        )
     from .timeline import _profile, simulate_hetero
 
     profile = _profile(device)
@@ -410,7 +446,6 @@ def simulate_session(
     alone = _core.sim.CostModel(
         dev.with_characterization(characterization), fast_sync=fast_sync, gpu_queue_kept=fast_sync
     )
-    first, end = co_runner_steps
     kw = {"fast_sync": fast_sync, "characterization": characterization}
     steps = [simulate_hetero(config, profile, engine, prompt_len, **kw)]
     runner, resolved = [""], [False]

@@ -23,6 +23,8 @@ baselines), float ops in fp16 off the CPU.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +34,16 @@ import numpy as np
 from .. import _core
 from ..configs import load_config
 from ..devices import load_profile
-from ..errors import InvalidArgumentError, int_arg
+from ..errors import (
+    InvalidArgumentError,
+    bool_arg,
+    int_arg,
+    ints_arg,
+    not_applicable,
+    real_arg,
+    reals_arg,
+    str_arg,
+)
 from ..io.files import write_output
 
 TaskGraph = _core.sim.TaskGraph
@@ -44,13 +55,121 @@ def policies() -> list[dict]:
     return _core.sim.policies()
 
 
-def _plan(plan, processor: str = "auto", chunk_len: int | None = None) -> _core.Plan:
+PHASES = ("prefill", "decode", "session")
+
+
+def _plan(
+    plan, processor: str = "auto", chunk_len: int | None = None, fn: str = "simulate"
+) -> _core.Plan:
     p = plan if isinstance(plan, _core.Plan) else _core.Plan(plan)
+    str_arg(fn, "processor", processor)
     if processor != "auto":  # the C++ core names an unknown processor and lists the known ones
         p = p.all_on(processor)
     if chunk_len is not None:
         p = p.with_chunk_len(chunk_len)
     return p
+
+
+# -- which options a request uses (issue 37: an option that would change nothing is refused) --
+
+
+def timed_plans(p: _core.Plan, phase: str) -> list[tuple[str, _core.Plan]]:
+    """(what, plan) of each part of a request of ``phase``: the prompt's plan, the decoding
+    steps' (``Plan.for_decode()``), or both for a session."""
+    if phase == "decode":
+        return [("its decoding step", p.for_decode())]
+    if phase == "session":
+        return [("its prompt", p), ("its decoding steps", p.for_decode())]
+    return [("its prompt", p)]
+
+
+def plan_processors(p: _core.Plan) -> set[str]:
+    """The processors a plan's ops run on (a partitioned linear runs on the GPU and the NPU)."""
+    procs = {v["processor"] for v in p.placement.values()}
+    if p.partition["mode"] != "none":
+        procs |= {"gpu", "npu"}
+    return procs
+
+
+def check_fast_sync(p: _core.Plan, phase: str, option: str, fn: str = "simulate") -> None:
+    """``fast_sync`` times GPU-NPU edges: refused when no part of the request runs on both."""
+    parts = timed_plans(p, phase)
+    if not any({"gpu", "npu"} <= plan_processors(q) for _, q in parts):
+        where = " and ".join(
+            f"{what} runs on {', '.join(sorted(plan_processors(q) & {'cpu', 'gpu', 'npu'}))}"
+            for what, q in parts
+        )
+        raise not_applicable(
+            fn,
+            option,
+            "the synchronization of GPU and NPU work",
+            f"plan {p.name!r} has no GPU-NPU edge to time ({where})",
+        )
+
+
+def check_runtime_graph_build(p: _core.Plan, option: str, fn: str = "simulate") -> None:
+    """Run-time graph building times a prompt's NPU graphs: refused when nothing runs there."""
+    if "npu" not in plan_processors(p):
+        raise not_applicable(
+            fn,
+            option,
+            "the NPU graphs of a prompt",
+            f"plan {p.name!r} places nothing on the NPU "
+            f"({', '.join(sorted(plan_processors(p) & {'cpu', 'gpu', 'npu'}))} only)",
+        )
+
+
+def _check_timing_options(
+    p: _core.Plan,
+    phase: str,
+    *,
+    shadow_channels: float,
+    head_ratios,
+    rescore_share: float,
+) -> None:
+    """The options of :func:`simulate` that apply to some plans only, checked before work."""
+    parts = timed_plans(p, phase)
+    if shadow_channels != _core.DEFAULT_SHADOW_CHANNELS and not any(
+        q.to_json()["ops"]["linear"]["shadow_outliers"] is not None for _, q in parts
+    ):
+        raise not_applicable(
+            "simulate",
+            f"shadow_channels={shadow_channels!r}",
+            "shadow-outlier linears (their expected outlier channels)",
+            f"plan {p.name!r} has none in " + " or ".join(what for what, _ in parts),
+        )
+    kinds = [q.attention.get("kind") for _, q in parts]
+    if head_ratios is not None and not any("keep" in q.attention for _, q in parts):
+        raise not_applicable(
+            "simulate",
+            "head_ratios",
+            "attention that keeps a share of keys per head (sparse, block-sparse, shadow-attn)",
+            f"plan {p.name!r} times attention {' then '.join(dict.fromkeys(kinds))}",
+        )
+    if rescore_share != 1.0 and not any(
+        q.attention.get("kind") == "shadow-attn" and q.attention.get("certified") for _, q in parts
+    ):
+        raise not_applicable(
+            "simulate",
+            f"rescore_share={rescore_share!r}",
+            "certified shadow-attn (attention=shadow-attn,certified=1)",
+            f"plan {p.name!r} times attention {' then '.join(dict.fromkeys(kinds))}"
+            + (", not certified" if "shadow-attn" in kinds else ""),
+        )
+
+
+def _check_head_pipeline_options(res, p: _core.Plan, given: dict) -> None:
+    """head_policy, max_fused_heads and head_buckets shape NPU-CPU head pipelines (shadow-attn):
+    refused when the request planned none (they changed nothing)."""
+    if given and not res.head_plans:
+        option = ", ".join(f"{k}={v!r}" if k != "head_buckets" else k for k, v in given.items())
+        raise not_applicable(
+            "simulate",
+            option,
+            "the NPU-CPU head pipelines of shadow-attn attention",
+            f"plan {p.name!r} planned none (its attention is "
+            f"{p.attention.get('kind')}; e.g. attention=shadow-attn)",
+        )
 
 
 def _config(config) -> dict:
@@ -119,6 +238,7 @@ class Timeline:
         """The same task graph under another scheduling policy (and/or device profile), with
         this timeline's search limit for the optimal policy."""
         profile = self.profile if device is None else _profile(device)
+        str_arg("with_policy", "policy", policy)
         res = _core.sim.simulate_graph(self.graph, profile, policy, self.optimal_max_tasks)
         return Timeline(res, profile, self.optimal_max_tasks, dict(self.extra))
 
@@ -237,17 +357,66 @@ def simulate(
     the SoC's processors and memory bandwidth; ``characterization``: one of the profile's
     named cost-model variants (e.g. ``llmnpu-e2e``, fitted to end-to-end numbers), replacing
     the plan's; ``fast_sync``: time GPU-NPU edges with (True) or without (False) HeteroLLM's
-    fast synchronization instead of the plan's ``sync``."""
+    fast synchronization instead of the plan's ``sync``.
+
+    An option that would change nothing is refused (InvalidArgumentError naming it, issue 37):
+    ``runtime_graph_build`` without NPU work in the prompt, ``fast_sync`` without GPU-NPU edges,
+    ``shadow_channels`` without shadow-outlier linears, ``head_ratios`` without per-head keep
+    ratios in the attention, ``rescore_share`` without certified shadow-attn, and
+    ``head_policy`` / ``max_fused_heads`` / ``head_buckets`` when no head pipeline was
+    planned."""
+    fn = "simulate"
+    phase = str_arg(fn, "phase", phase)
+    if phase not in PHASES:
+        raise InvalidArgumentError(
+            f"simulate: phase must be prefill, decode or session, got {phase!r}"
+        )
     p = _plan(plan, processor)
     profile = _profile(device)
-    prompt_len = int_arg("simulate", "prompt_len", prompt_len, 1)
-    decode_tokens = int_arg("simulate", "decode_tokens", decode_tokens, 0)
+    prompt_len = int_arg(fn, "prompt_len", prompt_len, 1)
+    decode_tokens = int_arg(fn, "decode_tokens", decode_tokens, 0)
     if chunk is not None:
-        chunk = int_arg("simulate", "chunk", chunk, 0)
+        chunk = int_arg(fn, "chunk", chunk, 0)
     if phase == "decode" and chunk:
         raise InvalidArgumentError(
             f"simulate: a decoding step has no prompt chunks (chunk={chunk}); pass chunk=None"
         )
+    for name, value in (
+        ("policy", policy),
+        ("head_policy", head_policy),
+        ("attention_cpu_core", attention_cpu_core),
+        ("co_runner", co_runner),
+        ("characterization", characterization),
+    ):
+        str_arg(fn, name, value)
+    runtime_graph_build = bool_arg(fn, "runtime_graph_build", runtime_graph_build)
+    if fast_sync is not None:
+        fast_sync = bool_arg(fn, "fast_sync", fast_sync)
+    shadow_channels = real_arg(fn, "shadow_channels", shadow_channels)
+    if not (shadow_channels >= 0 and math.isfinite(shadow_channels)):
+        raise InvalidArgumentError(
+            f"simulate: shadow_channels must be finite and >= 0, got {shadow_channels}"
+        )
+    rescore_share = real_arg(fn, "rescore_share", rescore_share)
+    if not 0 <= rescore_share <= 1:
+        raise InvalidArgumentError(
+            f"simulate: rescore_share must be in [0, 1], got {rescore_share}"
+        )
+    optimal_max_tasks = int_arg(fn, "optimal_max_tasks", optimal_max_tasks, 1)
+    max_fused_heads = int_arg(fn, "max_fused_heads", max_fused_heads, 0)
+    ratios = reals_arg(fn, "head_ratios", head_ratios) if head_ratios is not None else []
+    buckets = ints_arg(fn, "head_buckets", head_buckets) if head_buckets is not None else []
+    if runtime_graph_build and phase != "decode":  # a decoding step: refused by the core
+        check_runtime_graph_build(p, "runtime_graph_build=True")
+    if fast_sync is not None:
+        check_fast_sync(p, phase, f"fast_sync={fast_sync}")
+    _check_timing_options(
+        p,
+        phase,
+        shadow_channels=shadow_channels,
+        head_ratios=head_ratios,
+        rescore_share=rescore_share,
+    )
     res = _core.sim.simulate_request(
         _config(config),
         p,
@@ -263,13 +432,24 @@ def simulate(
         head_policy,
         attention_cpu_core,
         max_fused_heads,
-        [float(x) for x in head_ratios] if head_ratios is not None else [],
-        [int(x) for x in head_buckets] if head_buckets is not None else [],
-        float(rescore_share),
+        ratios,
+        buckets,
+        rescore_share,
         co_runner,
         characterization,
         fast_sync,
     )
+    pipeline_options = {
+        k: v
+        for k, v, default in (
+            ("head_policy", head_policy, "greedy"),
+            ("max_fused_heads", max_fused_heads, 4),
+        )
+        if v != default
+    }
+    if head_buckets is not None:
+        pipeline_options["head_buckets"] = buckets
+    _check_head_pipeline_options(res, p, pipeline_options)
     return Timeline(res, profile, optimal_max_tasks, {"processor": processor})
 
 
@@ -307,7 +487,29 @@ def simulate_hetero(
     ``engine``, ``partitions`` (per linear shape: the cut and its predicted µs) and, for decode,
     ``decode_tokens_per_s``. ``co_runner``: a co-running app of the profile's ``scenarios``
     (seed 000 Table 9, seed 002 §5.5) sharing the SoC; the solver ignores it unless
-    ``solve_for_co_runner`` (re-partitioning for what is left)."""
+    ``solve_for_co_runner`` (re-partitioning for what is left). ``solve_for_timing_sync``
+    with ``fast_sync`` True would change nothing and is refused."""
+    fn = "simulate_hetero"
+    for name, value in (
+        ("engine", engine),
+        ("characterization", characterization),
+        ("policy", policy),
+        ("phase", phase),
+        ("plan", plan),
+        ("co_runner", co_runner),
+    ):
+        str_arg(fn, name, value)
+    prompt_len = int_arg(fn, "prompt_len", prompt_len, 1)
+    fast_sync = bool_arg(fn, "fast_sync", fast_sync)
+    solve_for_timing_sync = bool_arg(fn, "solve_for_timing_sync", solve_for_timing_sync)
+    solve_for_co_runner = bool_arg(fn, "solve_for_co_runner", solve_for_co_runner)
+    if solve_for_timing_sync and fast_sync:
+        raise not_applicable(
+            fn,
+            "solve_for_timing_sync=True",
+            "timing with conventional synchronization (fast_sync=False)",
+            "with fast_sync=True the partitions are already solved for the synchronization timed",
+        )
     profile = _profile(device)
     res = _core.sim.simulate_hetero(
         _config(config),
@@ -344,13 +546,57 @@ def simulate_cold_start(
     the first token, overlapped as ``system`` does (edgeflow, llm.npu+, llm.npu, llama.cpp,
     mnn). ``bits``: EdgeFlow's average bits per weight; ``policy`` "": the system's own
     (edgeflow: position-steal); summary() gives ttft_ms, read_ms, unpack_ms, compute_ms,
-    bytes_read, energy_mj and per-processor busy time and bubbles."""
+    bytes_read, energy_mj and per-processor busy time and bubbles. ``unpack_format`` (one of
+    the profile's unpack rates) applies to edgeflow only, ``steal_threshold`` to the
+    position-steal policy only: elsewhere they are refused."""
+    fn = "simulate_cold_start"
+    system = str_arg(fn, "system", system)
+    bits = real_arg(fn, "bits", bits)
+    prompt_len = int_arg(fn, "prompt_len", prompt_len)
+    if chunk is not None:
+        chunk = int_arg(fn, "chunk", chunk, 0)
+    policy = str_arg(fn, "policy", policy)
+    unpack_format = str_arg(fn, "unpack_format", unpack_format)
+    steal_threshold = int_arg(fn, "steal_threshold", steal_threshold, 0)
     profile = _profile(device)
+    # each system's own policy (cold_start.cpp default_policy); an unknown system is the core's
+    own = {
+        "edgeflow": "position-steal",
+        "llm.npu+": "npu-stall-first",
+        "llm.npu": "npu-stall-first",
+        "llama.cpp": "first-ready",
+        "mnn": "first-ready",
+    }
+    if unpack_format != "weightlet" and system in own:
+        if system != "edgeflow":
+            raise not_applicable(
+                fn,
+                f"unpack_format={unpack_format!r}",
+                "the unpacking of EdgeFlow's files (system='edgeflow')",
+                f"system {system!r} unpacks nothing",
+            )
+        rates = profile.get("cost_model", {}).get("cpu", {})
+        known = [k[7:-11] for k in rates if k.startswith("unpack_") and k.endswith("_gweights_s")]
+        if known and unpack_format not in known:
+            raise InvalidArgumentError(
+                f"{fn}: unknown unpack_format {unpack_format!r} (profile "
+                f"{profile.get('name', '?')!r} has unpack rates for: {', '.join(known)})"
+            )
+    if steal_threshold != 5 and system in own:
+        resolved = _core.sim.policy_name(policy) if policy else own[system]
+        if resolved != "position-steal":
+            raise not_applicable(
+                fn,
+                f"steal_threshold={steal_threshold}",
+                "policy position-steal (system edgeflow's own)",
+                f"system {system!r} is timed under {resolved}"
+                + ("" if policy else " (its own policy)"),
+            )
     res = _core.sim.simulate_cold_start(
         _config(config),
         profile,
         system,
-        float(bits),
+        bits,
         prompt_len,
         chunk or 0,
         policy,
@@ -361,7 +607,14 @@ def simulate_cold_start(
 
 
 def _profile(device: str | dict) -> dict:
-    return device if isinstance(device, dict) else load_profile(device)
+    if isinstance(device, dict):
+        return device
+    if not isinstance(device, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            "a device is a profile name, a .json path or a profile dict, got "
+            f"{type(device).__name__} {device!r}"
+        )
+    return load_profile(device)
 
 
 def simulate_graph(
@@ -374,9 +627,31 @@ def simulate_graph(
 ) -> Timeline:
     """Times a task graph (from :func:`task_graph`, an engine's recorded prefill, or
     ``TaskGraph.from_json``) on a device under a policy, with the timing assumptions its meta
-    names (characterization, synchronization, phase, co-runner)."""
+    names (characterization, synchronization, phase, co-runner). ``head_policy`` plans the
+    graph's head pipelines: refused for a graph that has none, or whose pipelines were planned
+    before under another policy (meta ``head_policy``, which the timing keeps)."""
+    fn = "simulate_graph"
+    str_arg(fn, "policy", policy)
+    str_arg(fn, "head_policy", head_policy)
+    optimal_max_tasks = int_arg(fn, "optimal_max_tasks", optimal_max_tasks, 1)
     profile = _profile(device)
+    planned = graph.meta.get("head_policy")
+    if planned is not None and head_policy != "greedy" and head_policy != planned:
+        raise not_applicable(
+            fn,
+            f"head_policy={head_policy!r}",
+            "a graph whose head pipelines are not planned yet",
+            f"this graph's were planned under {planned!r} (meta head_policy), which the timing "
+            "keeps: build the graph again to plan them under another policy",
+        )
     res = _core.sim.simulate_graph(graph, profile, policy, optimal_max_tasks, head_policy)
+    if planned is None and head_policy != "greedy" and not res.head_plans:
+        raise not_applicable(
+            fn,
+            f"head_policy={head_policy!r}",
+            "the NPU-CPU head pipelines of shadow-attn attention",
+            "this graph has none",
+        )
     return Timeline(res, profile, optimal_max_tasks)
 
 
@@ -399,12 +674,23 @@ def simulate_model(
     prefill executed: its chunks and, for shadow-outlier plans, the outlier channels and cold
     fetches every linear input had in every chunk, the scale buckets shadowAttn's heads chose.
     ``decode_tokens``: that many greedy decoding steps after it, recorded on the same timeline
-    (a session). ``characterization`` / ``fast_sync`` replace the plan's timing assumptions."""
+    (a session). ``characterization`` / ``fast_sync`` replace the plan's timing assumptions
+    (``fast_sync`` is refused where nothing runs on both the GPU and the NPU)."""
+    fn = "simulate_model"
     ids = model.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise InvalidArgumentError("simulate_model: empty prompt")
+    if chunk is not None:
+        chunk = int_arg(fn, "chunk", chunk, 0)
+    decode_tokens = int_arg(fn, "decode_tokens", decode_tokens, 0)
+    str_arg(fn, "policy", policy)
+    str_arg(fn, "characterization", characterization)
+    optimal_max_tasks = int_arg(fn, "optimal_max_tasks", optimal_max_tasks, 1)
     profile = _profile(device)
-    p = _plan(plan, processor, chunk_len=0).on_device(profile)  # chunking: ``chunk``'s
+    p = _plan(plan, processor, chunk_len=0, fn=fn).on_device(profile)  # chunking: ``chunk``'s
+    if fast_sync is not None:
+        fast_sync = bool_arg(fn, "fast_sync", fast_sync)
+        check_fast_sync(p, "session" if decode_tokens else "prefill", f"fast_sync={fast_sync}", fn)
     r = model.prefill(
         ids, p, chunk_len=chunk or None, return_graph=True, decode_tokens=decode_tokens
     )

@@ -100,6 +100,19 @@ def _number(v: Any) -> Any:
     return v
 
 
+def _count(name: str, v: Any, minimum: int | None = 1) -> int:
+    """A model argument that counts (an int, or a string of one, as lm-eval's model_args give
+    it), else an InvalidArgumentError naming it (not int()'s "invalid literal")."""
+    from ...errors import InvalidArgumentError, int_arg
+
+    n = _number(v)
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise InvalidArgumentError(
+            f"socllm: {name} must be an integer, got {type(v).__name__} {v!r}"
+        )
+    return int_arg("socllm", name, n, minimum)
+
+
 def _bool(v: Any) -> bool:
     return bool(_number(v)) if isinstance(v, str) else bool(v)
 
@@ -156,13 +169,11 @@ class SocllmLM(TemplateLM):
 
         self.quiet = _bool(quiet)
         self._batch_size = self._parse_batch_size(batch_size)
-        self.max_batch_tokens = int(max_batch_tokens)
-        if self.max_batch_tokens < 1:
-            raise ValueError(f"socllm: max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        self.max_batch_tokens = _count("max_batch_tokens", max_batch_tokens)
         if device not in (None, "cpu") and not self.quiet:
             lm_utils.eval_logger.warning(f"socllm runs on the CPU; device={device!r} is ignored")
         if threads is not None:
-            socllm.set_num_threads(int(threads))
+            socllm.set_num_threads(_count("threads", threads))
 
         # cheap checks first: a bad plan or calib fails before the model is loaded
         self.plan = build_plan(plan, plan_options)
@@ -197,7 +208,7 @@ class SocllmLM(TemplateLM):
         if self._eos < 0 and self._bos < 0:
             raise ValueError("socllm: the model has neither an EOS nor a BOS token")
         ctx = int(cfg["context_length"])
-        self._max_length = int(max_length) if max_length else ctx
+        self._max_length = _count("max_length", max_length, None) if max_length else ctx
         if not 2 <= self._max_length <= ctx:
             raise ValueError(
                 f"socllm: max_length must be in [2, {ctx}] (the model's context), got {max_length}"
@@ -216,10 +227,7 @@ class SocllmLM(TemplateLM):
     def _parse_batch_size(bs: Any) -> int:
         if bs is None or (isinstance(bs, str) and bs.startswith("auto")):
             return DEFAULT_BATCH_SIZE
-        n = int(bs)
-        if n < 1:
-            raise ValueError(f"socllm: batch_size must be >= 1, got {bs}")
-        return n
+        return _count("batch_size", bs)
 
     # -- what lm-eval asks of a model ------------------------------------------------------
     @property

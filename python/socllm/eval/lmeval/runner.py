@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ...errors import InvalidArgumentError, not_applicable
 from .task_configs import MMLU_SUBJECTS, resolve_task, task_manager
 
 # keys of evaluate()'s result that are not task names
@@ -178,8 +179,19 @@ def evaluate(
         tasks = [t.strip() for t in tasks.split(",") if t.strip()]
     tasks = list(tasks)
     if not tasks:
-        raise ValueError("evaluate: no tasks given")
+        raise InvalidArgumentError("evaluate: no tasks given")
     names = {t: resolve_task(t) for t in tasks}
+    if limit_per_subject and (
+        not isinstance(limit, int) or resolve_task("mmlu") not in names.values()
+    ):
+        raise not_applicable(
+            "evaluate",
+            "limit_per_subject=True",
+            "an integer limit on MMLU (shared by its 57 subjects unless per subject)",
+            f"tasks {', '.join(tasks)} have no MMLU"
+            if isinstance(limit, int)
+            else f"limit={limit!r} is no count of documents",
+        )
 
     lm_args: dict[str, Any] = {"batch_size": batch_size, "quiet": quiet}
     if threads is not None:

@@ -24,11 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 import socllm.eval.lmeval as sl  # noqa: E402
+
+# after socllm: its OpenMP wait policy must reach libgomp before torch loads it (issue 37)
+import torch  # noqa: E402
 from socllm.io.files import check_output_path, emit_json  # noqa: E402
 from socllm.reference import load_reference  # noqa: E402
 

@@ -6,7 +6,36 @@
 >>> socllm.simulate("qwen1.5-1.8b", "snapdragon-8gen3", "shadow-outlier", 1024).summary()
 """
 
-from . import _core
+import os as _os
+
+# Issue 37 (graceful under load): by default libgomp's threads (the core's and OpenBLAS's, an
+# OpenMP build) spin 300000 times (about 8 ms on Zen 4) before they sleep; beside other busy
+# processes on few cores that starves the threads being waited for (a decode step took 0.2-2 s
+# instead of 25 ms). Unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), they sleep after
+# 1000 spins (about 25 us: enough to bridge the gaps between one decode step's parallel regions;
+# with no spin at all decoding alone is 20% slower), and at once when libgomp's own threads
+# outnumber the CPUs (PASSIVE). scripts/bench_load.py measures it. libgomp reads these when it
+# is loaded, hence before the `_core` import; processes started from here inherit them.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    _os.environ["GOMP_SPINCOUNT"] = "1000"
+    try:  # a libgomp loaded earlier (torch ships a libgomp.so.1, which the core then shares)
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as _maps:
+            if any("libgomp" in line for line in _maps):
+                import warnings as _warnings
+
+                _warnings.warn(
+                    "libgomp was loaded before socllm (by torch or another OpenMP library), "
+                    "so its threads spin while they wait and can starve other processes on a "
+                    "busy machine (issue 37); set OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=1000 "
+                    "in the environment before Python starts, or import socllm first",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+    except OSError:  # no /proc/self/maps: not Linux, nothing to check
+        pass
+
+from . import _core  # after the wait policy: loads libgomp
 from . import calibration as calibration
 from . import eval as eval  # noqa: A004 (socllm.eval, not the builtin)
 from . import io as io

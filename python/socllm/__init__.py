@@ -8,6 +8,8 @@
 
 import os as _os
 
+from . import blas_core as _blas_core  # the standard library only: no core yet
+
 # Issue 37 (graceful under load): by default libgomp's threads (the core's and OpenBLAS's, an
 # OpenMP build) spin 300000 times (about 8 ms on Zen 4) before they sleep; beside other busy
 # processes on few cores that starves the threads being waited for (a decode step took 0.2-2 s
@@ -35,7 +37,10 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     except OSError:  # no /proc/self/maps: not Linux, nothing to check
         pass
 
-from . import _core  # after the wait policy: loads libgomp
+# OpenBLAS's kernels from the CPU's own flags (issue 38), before the library loads
+_os.environ.update(_blas_core.choice())
+
+from . import _core  # after the wait policy and the kernel choice: loads libgomp, OpenBLAS
 from . import calibration as calibration
 from . import eval as eval  # noqa: A004 (socllm.eval, not the builtin)
 from . import io as io
@@ -77,6 +82,8 @@ from .sim import (
     simulate_model,
     task_graph,
 )
+
+_blas_core.warn_if_fallback(blas_info()["corename"])
 
 # Plans name devices; the C++ core reads the named profiles from the package's devices/ folder.
 _core.sim.set_device_dir(str(_DEVICE_DIR))

@@ -669,7 +669,7 @@ def apply_h5(seed: Path, dest: Path, edits, seal: bool = True) -> bytes:
                 pass
     if seal:
         with contextlib.suppress(socllm.SocllmError):  # a type the checksum cannot cover
-            socllm._core.seal_h5_attributes(str(dest))
+            socllm.io.seal_h5_attributes(str(dest))
     return dest.read_bytes()
 
 

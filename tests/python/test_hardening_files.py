@@ -579,7 +579,7 @@ def test_tokenizer_json_checksum(tiny_gguf, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Issue 37: attribute checksums (HDF5's Fletcher-32 covers datasets only)
 
-CRC = socllm._core.H5_ATTRIBUTES_CHECKSUM
+CRC = socllm.io.H5_ATTRIBUTES_CHECKSUM
 
 
 def _reference_canonical(object_path: str, attrs) -> bytes:
@@ -633,14 +633,14 @@ def test_attribute_checksums_match_an_independent_implementation(tiny_gguf, tmp_
         sealed = 0
         for obj, attrs in _objects(path):
             ref = _reference_canonical(obj, attrs)
-            assert socllm._core.h5_canonical_attributes(str(path), obj) == ref, obj
+            assert socllm.io.h5_canonical_attributes(str(path), obj) == ref, obj
             if ref:
                 assert attrs[CRC] == zlib.crc32(ref), obj
                 sealed += 1
             else:
                 assert CRC not in attrs, obj
         assert sealed >= 1
-        assert socllm._core.verify_h5_attributes(str(path)) == sealed
+        assert socllm.io.verify_h5_attributes(str(path)) == sealed
 
 
 def test_flipped_config_bit_is_a_format_error(tiny_gguf, tmp_path):

@@ -97,7 +97,7 @@ def write_tiny(
         g = f.create_group("weights")
         for name, arr in ws.items():
             g.create_dataset(name, data=arr, fletcher32=checksums)
-    if version >= socllm._core.Model.attribute_checksum_format_version:
+    if version >= socllm.io.Model.attribute_checksum_format_version:
         seal(path)
     return path
 
@@ -105,7 +105,7 @@ def write_tiny(
 def seal(path: Path) -> Path:
     """Recomputes a file's attribute checksums (after a test edited its attributes on purpose:
     the loader should then reach the check the test is about)."""
-    socllm._core.seal_h5_attributes(str(path))
+    socllm.io.seal_h5_attributes(str(path))
     return path
 
 

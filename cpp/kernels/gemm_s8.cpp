@@ -1,12 +1,14 @@
 // Exact INT8 GEMM with runtime dispatch: AMX-INT8 (tdpbssd/tdpbusd tiles), AVX-512 VNNI
-// (vpdpbusd), AVX2 (int16 pairs and vpmaddwd, exact: no saturating vpmaddubsw), scalar
-// reference. All paths are bit-identical.
+// (vpdpbusd), AVX2 (int16 pairs and vpmaddwd, exact: no saturating vpmaddubsw) on x86-64; the
+// AArch64 paths live in gemm_s8_arm.cpp; scalar reference. All paths are bit-identical.
 #include "kernels/gemm_s8.h"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +20,9 @@
 #include <vector>
 
 #include "core/core.h"
+#if defined(__aarch64__)
+#include "kernels/gemm_s8_arm.h"
+#endif
 
 namespace socllm::kernels {
 
@@ -35,6 +40,7 @@ void gemm_scalar(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t
     }
 }
 
+#if defined(__x86_64__)
 // ---- AVX2: vpmaddwd on int16 pairs, laid out so that one instruction yields 8 columns ------
 //
 // AVX2 has no exact 8-bit multiply-add (vpmaddubsw saturates), so operands are widened to
@@ -596,6 +602,7 @@ void gemm_grouped_amx(const int8_t* A, int64_t lda, const float* as, int64_t lds
                        std::min<int64_t>(2, t1 - tile), c0, c1, chunk);
     }
 }
+#endif  // __x86_64__
 
 void gemm_grouped_scalar(const int8_t* A, int64_t lda, const float* as, int64_t lds,
                          const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
@@ -616,6 +623,7 @@ void gemm_grouped_scalar(const int8_t* A, int64_t lda, const float* as, int64_t 
     }
 }
 
+#if defined(__x86_64__)
 // Runs tile(rows_tag, vecs_tag, m, n0) over rows [0, M) (of K columns) and the column blocks
 // touching [c0, c1), in parallel over (column block, row block): MR x NV tiles, single rows at a
 // row block's end, and single vectors where a whole block would read beyond the packed columns.
@@ -648,6 +656,7 @@ void grouped_blocks(int64_t M, int64_t K, int64_t width, int64_t packed_cols, in
       }
     }
 }
+#endif  // __x86_64__
 
 // K beyond which int32 accumulation could wrap for operand type TA (gemm_s8.h).
 template <typename TA>
@@ -682,10 +691,17 @@ template <typename TA>
 void run_path(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
               int64_t M, int64_t N, int64_t K, Isa isa) {
   switch (isa) {
+#if defined(__x86_64__)
     case Isa::AmxInt8: return gemm_amx_or_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx512Vnni: return gemm_vnni(A, lda, pack_b_vnni(B, ldb, N, K), C, ldc, M, N, K);
     case Isa::Avx2: return gemm_avx2(A, lda, pack_b_avx2(B, ldb, N, K), C, ldc, M, N, K);
-    case Isa::Scalar: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);
+#endif
+#if defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::Dotprod:
+    case Isa::I8mm: return arm::gemm(A, lda, B, ldb, C, ldc, M, N, K, isa);
+#endif
+    default: return gemm_scalar(A, lda, B, ldb, C, ldc, M, N, K);  // check_args refused the rest
   }
 }
 
@@ -705,18 +721,34 @@ std::string isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512Vnni: return "avx512-vnni";
     case Isa::AmxInt8: return "amx-int8";
+    case Isa::Neon: return "neon";
+    case Isa::Dotprod: return "dotprod";
+    case Isa::I8mm: return "i8mm";
   }
   return "?";
 }
 
 Isa isa_from_name(const std::string& name) {
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::AmxInt8})
+  for (Isa i :
+       {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::AmxInt8, Isa::Neon, Isa::Dotprod, Isa::I8mm})
     if (isa_name(i) == name) return i;
   throw InvalidArgument("[isa] unknown instruction set '" + name +
-                        "' (scalar, avx2, avx512-vnni, amx-int8)");
+                        "' (scalar, avx2, avx512-vnni, amx-int8, neon, dotprod, i8mm)");
 }
 
 namespace {
+// Every path of the architecture this was compiled for, in order of width.
+std::vector<Isa> architecture_isas() {
+#if defined(__x86_64__)
+  return {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::AmxInt8};
+#elif defined(__aarch64__)
+  return {Isa::Scalar, Isa::Neon, Isa::Dotprod, Isa::I8mm};
+#else
+  return {Isa::Scalar};
+#endif
+}
+
+#if defined(__x86_64__)
 // AMX needs the CPU's AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24, 25) and, on Linux, the
 // process's permission to use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM), which a
 // kernel without AMX support refuses.
@@ -731,12 +763,19 @@ bool amx_int8_usable() {
   return false;
 #endif
 }
+#endif  // __x86_64__
 }  // namespace
 
 std::vector<Isa> supported_isas() {
   // The CPU does not change while the process runs: detect once (this is on every GEMM call).
   static const std::vector<Isa> isas = [] {
     std::vector<Isa> out{Isa::Scalar};
+#if defined(__aarch64__)
+    out.push_back(Isa::Neon);  // Advanced SIMD is part of every AArch64 core
+    if (arm::cpu_has_dotprod()) out.push_back(Isa::Dotprod);
+    if (arm::cpu_has_i8mm()) out.push_back(Isa::I8mm);
+#endif
+#if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) out.push_back(Isa::Avx2);
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -744,6 +783,7 @@ std::vector<Isa> supported_isas() {
       out.push_back(Isa::Avx512Vnni);
       if (amx_int8_usable()) out.push_back(Isa::AmxInt8);  // its tails run on the VNNI path
     }
+#endif
     return out;
   }();
   return isas;
@@ -762,7 +802,18 @@ Isa best_isa() {
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(std::string("SOCLLM_MAX_ISA: ") + e.what());
     }
-    return std::min(hw, capped);
+    const auto arch = architecture_isas();
+    if (std::find(arch.begin(), arch.end(), capped) == arch.end()) {
+      std::string names;
+      for (Isa i : arch) names += (names.empty() ? "" : ", ") + isa_name(i);
+      throw InvalidArgument(std::string("SOCLLM_MAX_ISA: '") + cap +
+                            "' is not a path of this architecture (" + names + ")");
+    }
+    // The widest supported path not wider than the cap (the enum orders each architecture's).
+    Isa best = Isa::Scalar;
+    for (Isa i : supported_isas())
+      if (i <= capped) best = i;
+    return best;
   }();
   return best;
 }
@@ -786,16 +837,25 @@ PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_
     std::memcpy(rows_.data() + n * K, B + n * ldb, static_cast<size_t>(K));
   const auto isas = supported_isas();
   const auto has = [&](Isa i) { return std::find(isas.begin(), isas.end(), i) != isas.end(); };
+#if defined(__x86_64__)
   has_vnni_ = has(Isa::Avx512Vnni);
   if (has_vnni_) vnni_ = pack_b_vnni(rows_.data(), K, N, K);
   has_avx2_ = has(Isa::Avx2);
   if (has_avx2_) avx2_ = pack_b_avx2(rows_.data(), K, N, K);
+#endif
+#if defined(__aarch64__)
+  has_dotprod_ = has(Isa::Dotprod);
+  if (has_dotprod_) dotprod_ = arm::pack_b_dotprod(rows_.data(), K, N, K);
+  has_i8mm_ = has(Isa::I8mm);
+  if (has_i8mm_) i8mm_ = arm::pack_b_i8mm(rows_.data(), K, N, K);
+#endif
 }
 
 int64_t PackedWeightsS8::bytes() const {
-  return static_cast<int64_t>(rows_.size() +
-                              (vnni_.data.size() + vnni_.shift.size() + avx2_.data.size()) *
-                                  sizeof(int32_t));
+  return static_cast<int64_t>(
+      rows_.size() + i8mm_.data.size() +
+      (vnni_.data.size() + vnni_.shift.size() + avx2_.data.size() + dotprod_.data.size()) *
+          sizeof(int32_t));
 }
 
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
@@ -804,9 +864,14 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
   if (M == 0 || N == 0) return;
+#if defined(__x86_64__)
   if (isa == Isa::AmxInt8) return gemm_amx_or_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
   if (isa == Isa::Avx512Vnni) return gemm_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);
   if (isa == Isa::Avx2) return gemm_avx2(A, lda, *W.avx2(), C, ldc, M, N, K);
+#endif
+#if defined(__aarch64__)
+  if (isa == Isa::Dotprod || isa == Isa::I8mm) return arm::gemm_packed(A, lda, W, C, ldc, M, isa);
+#endif
   run_path(A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
 }
 
@@ -824,7 +889,9 @@ PackedGroupedWeightsS8::PackedGroupedWeightsS8(const int8_t* B, int64_t ldb, con
                      " and divide K=" + std::to_string(K));
   if (N && K && !scales) throw InvalidArgument("[PackedGroupedWeightsS8] null scales");
   const int64_t G = groups();
-  ld_ = (N + kVnniCols - 1) / kVnniCols * kVnniCols;  // covers both vector paths' padding
+  // VNNI's and sdot's column padding (AVX2's and smmla's divide it): every path's columns fit.
+  constexpr int64_t kWidestCols = 16;
+  ld_ = (N + kWidestCols - 1) / kWidestCols * kWidestCols;
   scales_t_.assign(static_cast<size_t>(G * ld_), 0.0f);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) scales_t_[g * ld_ + n] = scales[n * G + g];
@@ -848,7 +915,7 @@ int64_t PackedGroupedWeightsS8::bytes() const {
 void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, int64_t lds,
                           const PackedGroupedWeightsS8& W, float* C, int64_t ldc, int64_t M,
                           int64_t col_begin, int64_t col_end, Isa isa) {
-  const int64_t N = W.n(), K = W.k(), gs = W.group();
+  const int64_t N = W.n(), K = W.k();
   check_args("gemm_grouped_s8s8f32", A, lda, W.codes().rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
   if (col_begin < 0 || col_end > N || col_begin > col_end)
@@ -862,6 +929,12 @@ void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, i
     for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc + col_begin, C + m * ldc + col_end, 0.f);
     return;
   }
+#if defined(__aarch64__)
+  if (isa != Isa::Scalar)
+    return arm::gemm_grouped(A, lda, a_scales, lds, W, C, ldc, M, col_begin, col_end, isa);
+#endif
+#if defined(__x86_64__)
+  const int64_t gs = W.group();
   // A path whose operand step does not divide the group runs the next narrower one (all paths
   // give the same bits). AMX takes whole 16-row blocks when a group is 4..64 k or a multiple
   // of 64 (one or more tile products per group); its row tail runs on VNNI.
@@ -896,6 +969,9 @@ void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, i
   } else {
     gemm_grouped_scalar(A, lda, a_scales, lds, W, C, ldc, M, col_begin, col_end);
   }
+#else
+  gemm_grouped_scalar(A, lda, a_scales, lds, W, C, ldc, M, col_begin, col_end);
+#endif
 }
 
 }  // namespace socllm::kernels

@@ -14,10 +14,12 @@
 
 namespace socllm::kernels {
 
-// In order of width; AmxInt8 (Intel AMX tiles, Sapphire Rapids and later) runs the shapes its
-// tiles fit (blocks of 16 rows; K a multiple of 64, or for the per-group GEMM a group of 4..64
-// k or a multiple of 64) and the VNNI path for the rest.
-enum class Isa { Scalar, Avx2, Avx512Vnni, AmxInt8 };
+// Each architecture's paths in order of width. x86-64: AmxInt8 (Intel AMX tiles, Sapphire Rapids
+// and later) runs the shapes its tiles fit (blocks of 16 rows; K a multiple of 64, or for the
+// per-group GEMM a group of 4..64 k or a multiple of 64) and the VNNI path for the rest.
+// AArch64: Neon (baseline Advanced SIMD, smull), Dotprod (sdot, Armv8.2 DotProd), I8mm (smmla,
+// Armv8.6 Int8 matrix multiply).
+enum class Isa { Scalar, Avx2, Avx512Vnni, AmxInt8, Neon, Dotprod, I8mm };
 
 // Largest K for which no input can overflow int32: s8 x s8 products reach 128 * 128 = 2^14
 // (so K * 2^14 <= 2^31 - 1), u8 x s8 products reach -255 * 128 (so K * 32640 <= 2^31).
@@ -26,8 +28,8 @@ constexpr int64_t kMaxExactKU8S8 = (int64_t{1} << 31) / (255 * 128);        // 6
 
 std::string isa_name(Isa isa);
 Isa isa_from_name(const std::string& name);  // InvalidArgument for unknown names
-// Best path this CPU supports (at most the environment's SOCLLM_MAX_ISA, read once), and
-// every path it supports (Scalar first).
+// Best path this CPU supports (at most the environment's SOCLLM_MAX_ISA, read once; a path of
+// another architecture is an InvalidArgument), and every path it supports (Scalar first).
 Isa best_isa();
 std::vector<Isa> supported_isas();
 
@@ -49,6 +51,18 @@ struct Avx2Pack {
   int64_t pairs = 0, cols = 0;
   std::vector<int32_t> data;  // [pairs][cols]
 };
+// B for the Arm sdot path: the VNNI layout (per group of 4 k, per column, one int32 of 4
+// bytes), k padded to 16 (one 16-byte load of A feeds 4 sdot lanes) and columns to 16.
+struct DotprodPack {
+  int64_t quads = 0, cols = 0;
+  std::vector<int32_t> data;  // [quads][cols]
+};
+// B for the Arm smmla path: per 8 k, per pair of columns, 16 bytes (the 8 k of column 2p, then
+// of 2p + 1: smmla's 2 x 8 right operand); k padded to 8, columns to 8.
+struct I8mmPack {
+  int64_t octs = 0, cols = 0;
+  std::vector<int8_t> data;  // [octs][cols / 2][16]
+};
 }  // namespace detail
 
 // int8 weights B[N, K] prepared once for many GEMMs, as a static graph's weights are: the
@@ -62,6 +76,8 @@ class PackedWeightsS8 {
   const std::vector<int8_t>& rows() const { return rows_; }
   const detail::VnniPack* vnni() const { return has_vnni_ ? &vnni_ : nullptr; }
   const detail::Avx2Pack* avx2() const { return has_avx2_ ? &avx2_ : nullptr; }
+  const detail::DotprodPack* dotprod() const { return has_dotprod_ ? &dotprod_ : nullptr; }
+  const detail::I8mmPack* i8mm() const { return has_i8mm_ ? &i8mm_ : nullptr; }
 
  private:
   int64_t n_ = 0, k_ = 0;
@@ -70,6 +86,10 @@ class PackedWeightsS8 {
   detail::VnniPack vnni_;
   bool has_avx2_ = false;
   detail::Avx2Pack avx2_;
+  bool has_dotprod_ = false;
+  detail::DotprodPack dotprod_;
+  bool has_i8mm_ = false;
+  detail::I8mmPack i8mm_;
 };
 
 // C[M, N] = A[M, K] · W^T with prepacked weights; same results as gemm_s8s8s32.

@@ -1,6 +1,10 @@
 #include "kernels/weightlet.h"
 
+#if defined(__x86_64__)
 #include <emmintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -12,9 +16,11 @@ namespace socllm::kernels {
 
 namespace wd = weightlet_detail;
 
+#if defined(__x86_64__)
 // weightlet_avx2.cpp (compiled for AVX2): one group of a B-bit row; false if the group's byte
 // width has no AVX2 form.
 bool unpack_group_avx2(int bits, const uint8_t* blocks, int64_t bb, int8_t* out);
+#endif
 
 namespace {
 
@@ -41,6 +47,7 @@ void unpack_group_scalar(int bits, const uint8_t* blocks, int64_t G, int8_t* out
   }
 }
 
+#if defined(__x86_64__)
 // 128-bit (and 64-bit, for 8-byte blocks) vector operations on SSE2; Counting also counts them.
 template <int Bytes, bool Counting>
 struct Sse {
@@ -88,10 +95,66 @@ struct Sse {
   }
   Reg splat(uint8_t c) { return _mm_set1_epi8(static_cast<char>(c)); }
 };
+template <int Bytes, bool Counting>
+using Vec128 = Sse<Bytes, Counting>;
+#elif defined(__aarch64__)
+// The same operations on Advanced SIMD (part of every AArch64 core): 8-byte blocks use the low
+// half of a register.
+template <int Bytes, bool Counting>
+struct Neon {
+  static constexpr int64_t kBytes = Bytes;
+  using Reg = uint8x16_t;
+  UnpackOpCounts* n = nullptr;
+  void tick(int64_t UnpackOpCounts::*f) {
+    if constexpr (Counting) ++(n->*f);
+  }
+  Reg load(const uint8_t* p) {
+    tick(&UnpackOpCounts::loads);
+    if constexpr (Bytes == 16) return vld1q_u8(p);
+    else return vcombine_u8(vld1_u8(p), vdup_n_u8(0));
+  }
+  void store(int8_t* p, Reg x) {
+    tick(&UnpackOpCounts::stores);
+    if constexpr (Bytes == 16) vst1q_s8(p, vreinterpretq_s8_u8(x));
+    else vst1_s8(p, vreinterpret_s8_u8(vget_low_u8(x)));
+  }
+  template <int N>
+  Reg srl16(Reg x) {
+    tick(&UnpackOpCounts::shifts);
+    return vreinterpretq_u8_u16(vshrq_n_u16(vreinterpretq_u16_u8(x), N));
+  }
+  template <int N>
+  Reg sll16(Reg x) {
+    tick(&UnpackOpCounts::shifts);
+    return vreinterpretq_u8_u16(vshlq_n_u16(vreinterpretq_u16_u8(x), N));
+  }
+  Reg and_(Reg a, Reg b) {
+    tick(&UnpackOpCounts::logic);
+    return vandq_u8(a, b);
+  }
+  Reg or_(Reg a, Reg b) {
+    tick(&UnpackOpCounts::logic);
+    return vorrq_u8(a, b);
+  }
+  Reg add(Reg a, Reg b) {
+    tick(&UnpackOpCounts::arith);
+    return vaddq_u8(a, b);
+  }
+  Reg sub(Reg a, Reg b) {
+    tick(&UnpackOpCounts::arith);
+    return vsubq_u8(a, b);
+  }
+  Reg splat(uint8_t c) { return vdupq_n_u8(c); }
+};
+template <int Bytes, bool Counting>
+using Vec128 = Neon<Bytes, Counting>;
+#endif
 
+// One group on the 128-bit path (SSE2 or Neon); false where it has no form (or no such path).
 template <bool Counting>
-bool unpack_group_sse(int bits, const uint8_t* blocks, int64_t bb, int8_t* out,
+bool unpack_group_128(int bits, const uint8_t* blocks, int64_t bb, int8_t* out,
                       UnpackOpCounts* counts) {
+#if defined(__x86_64__) || defined(__aarch64__)
   auto run = [&](auto vec) {
     using V = decltype(vec);
     V v{counts};
@@ -106,10 +169,13 @@ bool unpack_group_sse(int bits, const uint8_t* blocks, int64_t bb, int8_t* out,
       case 8: wd::unpack_group<V, 8>(blocks, bb, out, v); break;
     }
   };
-  if (bb % 16 == 0) run(Sse<16, Counting>{});
-  else if (bb == 8) run(Sse<8, Counting>{});
+  if (bb % 16 == 0) run(Vec128<16, Counting>{});
+  else if (bb == 8) run(Vec128<8, Counting>{});
   else return false;
   return true;
+#else
+  return false;
+#endif
 }
 
 // Row i's bit-width from the 3-bit metadata stream.
@@ -121,8 +187,12 @@ int metadata_bits(std::span<const uint8_t> meta, int64_t row) {
 }
 
 bool cpu_has_avx2() {
+#if defined(__x86_64__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -132,19 +202,26 @@ std::string unpack_isa_name(UnpackIsa isa) {
     case UnpackIsa::Scalar: return "scalar";
     case UnpackIsa::Sse128: return "sse128";
     case UnpackIsa::Avx2: return "avx2";
+    case UnpackIsa::Neon128: return "neon128";
   }
   return "?";
 }
 
 UnpackIsa unpack_isa_from_name(const std::string& s) {
-  for (auto i : {UnpackIsa::Scalar, UnpackIsa::Sse128, UnpackIsa::Avx2})
+  for (auto i : {UnpackIsa::Scalar, UnpackIsa::Sse128, UnpackIsa::Avx2, UnpackIsa::Neon128})
     if (unpack_isa_name(i) == s) return i;
-  throw InvalidArgument("[unpack] unknown ISA '" + s + "' (known: scalar, sse128, avx2)");
+  throw InvalidArgument("[unpack] unknown ISA '" + s + "' (known: scalar, sse128, avx2, neon128)");
 }
 
 std::vector<UnpackIsa> supported_unpack_isas() {
+#if defined(__x86_64__)
   std::vector<UnpackIsa> out{UnpackIsa::Scalar, UnpackIsa::Sse128};  // SSE2 is x86-64's base
   if (cpu_has_avx2()) out.push_back(UnpackIsa::Avx2);
+#elif defined(__aarch64__)
+  std::vector<UnpackIsa> out{UnpackIsa::Scalar, UnpackIsa::Neon128};  // Neon is AArch64's base
+#else
+  std::vector<UnpackIsa> out{UnpackIsa::Scalar};
+#endif
   return out;
 }
 
@@ -273,6 +350,13 @@ void WeightletTensor::unpack_rows(int64_t r0, int64_t r1, int8_t* out, UnpackIsa
                           ") outside [0, " + std::to_string(rows_) + ")");
   if (isa == UnpackIsa::Avx2 && !cpu_has_avx2())
     throw InvalidArgument("[weightlet] this CPU has no AVX2 (ISA 'avx2')");
+#if defined(__x86_64__)
+  constexpr UnpackIsa kOtherArch = UnpackIsa::Neon128;
+#else
+  constexpr UnpackIsa kOtherArch = UnpackIsa::Sse128;
+#endif
+  if (isa == kOtherArch)
+    throw InvalidArgument("[weightlet] this CPU has no '" + unpack_isa_name(isa) + "' path");
   for (int64_t i = r0; i < r1; ++i) {
     const int b = bits(i);
     const uint8_t* row = data_.data() + offsets_[static_cast<size_t>(i)];
@@ -281,9 +365,11 @@ void WeightletTensor::unpack_rows(int64_t r0, int64_t r1, int8_t* out, UnpackIsa
       const int64_t G = std::min(group_, cols_ - g0);
       const uint8_t* blocks = row + g0 * b / 8;
       bool done = false;
+#if defined(__x86_64__)
       if (isa == UnpackIsa::Avx2) done = unpack_group_avx2(b, blocks, G / 8, dst + g0);
+#endif
       if (!done && isa != UnpackIsa::Scalar)
-        done = unpack_group_sse<false>(b, blocks, G / 8, dst + g0, nullptr);
+        done = unpack_group_128<false>(b, blocks, G / 8, dst + g0, nullptr);
       if (!done) unpack_group_scalar(b, blocks, G, dst + g0);
     }
   }
@@ -296,7 +382,7 @@ UnpackOpCounts WeightletTensor::unpack_counted(int8_t* out) const {
     const uint8_t* row = data_.data() + offsets_[static_cast<size_t>(i)];
     for (int64_t g0 = 0; g0 < cols_; g0 += group_) {
       const int64_t G = std::min(group_, cols_ - g0);
-      if (!unpack_group_sse<true>(b, row + g0 * b / 8, G / 8, out + i * cols_ + g0, &n))
+      if (!unpack_group_128<true>(b, row + g0 * b / 8, G / 8, out + i * cols_ + g0, &n))
         unpack_group_scalar(b, row + g0 * b / 8, G, out + i * cols_ + g0);
       n.weights += G;
     }

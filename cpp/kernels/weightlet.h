@@ -33,8 +33,9 @@
 
 namespace socllm::kernels {
 
-enum class UnpackIsa { Scalar, Sse128, Avx2 };
-std::string unpack_isa_name(UnpackIsa isa);  // scalar | sse128 | avx2
+// Sse128 and Avx2 on x86-64, Neon128 on AArch64.
+enum class UnpackIsa { Scalar, Sse128, Avx2, Neon128 };
+std::string unpack_isa_name(UnpackIsa isa);  // scalar | sse128 | avx2 | neon128
 UnpackIsa unpack_isa_from_name(const std::string& s);
 std::vector<UnpackIsa> supported_unpack_isas();  // Scalar first
 UnpackIsa best_unpack_isa();
@@ -77,7 +78,7 @@ class WeightletTensor {
   // Rows [r0, r1) to int8 out[(r1 - r0), cols]. InvalidArgument for an ISA this CPU lacks.
   void unpack_rows(int64_t r0, int64_t r1, int8_t* out, UnpackIsa isa) const;
   void unpack(int8_t* out, UnpackIsa isa) const { unpack_rows(0, rows_, out, isa); }
-  // The 128-bit path, counting its operations (same results as unpack with Sse128).
+  // The 128-bit path, counting its operations (same results as unpack with Sse128 / Neon128).
   UnpackOpCounts unpack_counted(int8_t* out) const;
 
  private:

@@ -3,7 +3,10 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/core.h"
@@ -54,6 +57,30 @@ TEST(GemmS8, ScalarIsAlwaysAvailable) {
   EXPECT_EQ(k::supported_isas().front(), k::Isa::Scalar);
   EXPECT_EQ(k::isa_from_name(k::isa_name(k::best_isa())), k::best_isa());
   EXPECT_THROW(k::isa_from_name("sse9"), socllm::InvalidArgument);
+}
+
+TEST(GemmS8, DetectedPathsAreTheExpectedOnes) {
+  // scripts/test_aarch64.sh names the paths each emulated CPU must offer (qemu -cpu) and the one
+  // SOCLLM_MAX_ISA leaves, so its log shows which kernels run-time detection chose.
+  std::string got;
+  for (k::Isa isa : k::supported_isas()) got += (got.empty() ? "" : ",") + k::isa_name(isa);
+  std::printf("[   isa    ] supported %s, best %s\n", got.c_str(),
+              k::isa_name(k::best_isa()).c_str());
+  if (const char* want = std::getenv("SOCLLM_EXPECT_ISAS")) EXPECT_EQ(got, want);
+  if (const char* want = std::getenv("SOCLLM_EXPECT_BEST_ISA"))
+    EXPECT_EQ(k::isa_name(k::best_isa()), want);
+    // Another architecture's path is refused, not run.
+#if defined(__aarch64__)
+  const k::Isa foreign = k::Isa::Avx2;
+#else
+  const k::Isa foreign = k::Isa::Neon;
+#endif
+  std::vector<int8_t> a(4, 1), b(4, 1);
+  int32_t c = 0;
+  EXPECT_THROW(k::gemm_s8s8s32(a.data(), 4, b.data(), 4, &c, 1, 1, 1, 4, foreign),
+               socllm::Unsupported);
+  for (const char* name : {"neon", "dotprod", "i8mm"})
+    EXPECT_EQ(k::isa_name(k::isa_from_name(name)), name);
 }
 
 TEST(GemmS8, AllPathsExactOverSizes) {

@@ -146,4 +146,9 @@ TEST(Weightlet, BadInput) {
   std::vector<int8_t> out(16);
   EXPECT_THROW(p.unpack_rows(0, 2, out.data(), k::UnpackIsa::Scalar), socllm::InvalidArgument);
   EXPECT_THROW(k::unpack_isa_from_name("neon"), socllm::InvalidArgument);
+#if defined(__aarch64__)
+  EXPECT_THROW(p.unpack(out.data(), k::UnpackIsa::Sse128), socllm::InvalidArgument);
+#else
+  EXPECT_THROW(p.unpack(out.data(), k::UnpackIsa::Neon128), socllm::InvalidArgument);
+#endif
 }

@@ -49,7 +49,9 @@ deps=$build/deps
 hdf5_root=$deps/hdf5  # include/ (arm64 headers) and lib/libhdf5.so (the :arm64 runtime library)
 if [[ ! -e $hdf5_root/include/hdf5.h ]]; then
   mkdir -p "$deps/debs" "$hdf5_root/lib"
-  (cd "$deps/debs" && rm -f libhdf5-dev_*_arm64.deb && apt-get download -qq libhdf5-dev:arm64)
+  (cd "$deps/debs" && rm -f libhdf5-dev_*_arm64.deb &&
+    { apt-get download -qq -o APT::Sandbox::User=root libhdf5-dev:arm64 ||
+      { apt-get update -qq && apt-get download -qq -o APT::Sandbox::User=root libhdf5-dev:arm64; }; })
   dpkg-deb -x "$deps"/debs/libhdf5-dev_*_arm64.deb "$deps/root"
   ln -sfn "$deps/root/usr/include/hdf5/serial" "$hdf5_root/include"
 fi

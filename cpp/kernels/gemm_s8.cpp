@@ -870,7 +870,8 @@ void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W,
   if (isa == Isa::Avx2) return gemm_avx2(A, lda, *W.avx2(), C, ldc, M, N, K);
 #endif
 #if defined(__aarch64__)
-  if (isa == Isa::Dotprod || isa == Isa::I8mm) return arm::gemm_packed(A, lda, W, C, ldc, M, isa);
+  if (isa == Isa::Dotprod || isa == Isa::I8mm)
+    return arm::gemm_packed(A, lda, W, N, C, ldc, M, isa);
 #endif
   run_path(A, lda, W.rows().data(), K, C, ldc, M, N, K, isa);
 }

@@ -484,9 +484,9 @@ template void gemm<int8_t>(const int8_t*, int64_t, const int8_t*, int64_t, int32
 template void gemm<uint8_t>(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t,
                             int64_t, int64_t, int64_t, Isa);
 
-void gemm_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C, int64_t ldc,
-                 int64_t M, Isa isa) {
-  const int64_t N = W.n(), K = W.k();
+void gemm_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int64_t N, int32_t* C,
+                 int64_t ldc, int64_t M, Isa isa) {
+  const int64_t K = W.k();
   if (isa == Isa::I8mm) {
     const I8mmPack& pb = *W.i8mm();
     gemm_i8mm(interleave_a(A, lda, M, K, pb.octs).data(), pb, nullptr, C, ldc, M, N);

@@ -20,9 +20,9 @@ template <typename TA>
 void gemm(const TA* A, int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
           int64_t M, int64_t N, int64_t K, Isa isa);
 
-// The same with W's packed layouts; M, N > 0.
-void gemm_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C, int64_t ldc,
-                 int64_t M, Isa isa);
+// The same for the first N columns of W, with its packed layouts; M, N > 0.
+void gemm_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int64_t N, int32_t* C,
+                 int64_t ldc, int64_t M, Isa isa);
 
 // gemm_grouped_s8s8f32's columns [c0, c1) on `isa`; M > 0, c0 < c1, K > 0.
 void gemm_grouped(const int8_t* A, int64_t lda, const float* as, int64_t lds,

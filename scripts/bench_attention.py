@@ -56,7 +56,7 @@ from tqdm import tqdm  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
-from socllm.eval.bench_utils import cpu_family_model, cpu_model  # noqa: E402
+from socllm.eval.bench_utils import cpu_family_model, cpu_model, machine_line  # noqa: E402
 from socllm.io.files import check_output_path, emit_json  # noqa: E402
 
 ops = socllm.ops
@@ -268,6 +268,8 @@ def main(argv=None) -> int:
     socllm.set_log_level("warn")
     socllm.set_num_threads(a.threads)
     say = (lambda *_: None) if a.quiet else print
+    machine = machine_line()
+    say(machine)
 
     t_max = lengths[-1]
     q, k, v, shape, source = (
@@ -275,6 +277,7 @@ def main(argv=None) -> int:
     )
     specs = variants(a.keep)
     meta = {
+        "machine": machine,
         "cpu_model": cpu_model(),
         "cpu_family_model": cpu_family_model(),
         "logical_cpus": os.cpu_count(),
@@ -293,9 +296,8 @@ def main(argv=None) -> int:
         "load_avg_before": os.getloadavg()[0],
     }
     say(
-        f"{meta['cpu_model']} ({meta['cpu_family_model']}), INT8 path {meta['isa']} "
-        f"(of {', '.join(meta['supported_isas'])}), {a.threads} threads, "
-        f"OpenBLAS {meta['blas']}; {source}; keep {a.keep}; median of {a.repeats}"
+        f"INT8 paths {', '.join(meta['supported_isas'])}, {a.threads} threads; {source}; "
+        f"keep {a.keep}; median of {a.repeats}"
     )
     rows = []
     for T in tqdm(lengths, desc="lengths", disable=a.quiet):

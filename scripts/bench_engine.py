@@ -70,7 +70,10 @@ def worker(
         socllm.set_log_level("warn")
         socllm.set_num_threads(threads)
         m = socllm.load("smollm2-135m", progress=False)
+        from socllm.eval.bench_utils import machine_line
+
         out["blas"] = socllm.blas_info()["corename"]
+        out["machine"] = machine_line()  # this worker's (its --socllm-coretype)
 
         def prefill(x):
             c = m.new_cache(len(x) + decode_steps + 1)
@@ -232,6 +235,10 @@ def main() -> int:
     unknown = sorted(set(peers) - set(PEERS))
     if unknown or "torch" not in peers:
         ap.error(f"--peers: unknown {unknown}; choose from {list(PEERS)}, torch included")
+    from socllm.eval.bench_utils import machine_line
+
+    machine = machine_line()
+    print(machine, flush=True)
     if any(p.startswith("llama.cpp") for p in peers):
         import importlib.util
 
@@ -294,6 +301,7 @@ def main() -> int:
 
         emit_json(
             {
+                "machine": machine,
                 **results,
                 "logit_rel_diff_128": diffs,
                 "threads": args.threads,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -79,9 +80,12 @@ def package_root(checkout: Path, scratch: Path) -> Path:
     return root
 
 
-def run(root: Path, repeats: int) -> dict:
+def run(root: Path, repeats: int, env: dict[str, str]) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(root), str(repeats)], capture_output=True, text=True
+        [sys.executable, "-c", WORKER, str(root), str(repeats)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if out.returncode:
         raise SystemExit(f"bench_engine_ab: the worker for {root} failed:\n{out.stderr}")
@@ -96,11 +100,20 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    # The workers get the environment as it was: importing socllm here (for the machine line)
+    # sets OPENBLAS_CORETYPE and libgomp's wait policy, which each checkout chooses for itself.
+    env = dict(os.environ)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    from socllm.eval.bench_utils import machine_line
+
+    print(machine_line(), flush=True)
     t0 = time.time()
     scratch = Path(tempfile.mkdtemp(prefix="bench_engine_ab-"))
     try:
         a, b = package_root(args.a, scratch / "a"), package_root(args.b, scratch / "b")
-        rounds = [(run(a, args.repeats), run(b, args.repeats)) for _ in range(args.rounds)]
+        rounds = [
+            (run(a, args.repeats, env), run(b, args.repeats, env)) for _ in range(args.rounds)
+        ]
     finally:
         shutil.rmtree(scratch)
     keys = list(rounds[0][0])
@@ -117,7 +130,6 @@ def main() -> int:
         )
     print(f"({args.rounds} rounds x {args.repeats} repeats, {time.time() - t0:.0f} s)")
     if args.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
         from socllm.io.files import atomic_write_text
 
         atomic_write_text(Path(args.json), json.dumps(rows, indent=1) + "\n")

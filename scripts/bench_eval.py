@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 import socllm.eval.lmeval as sl  # noqa: E402
 from socllm.cli import split_list  # noqa: E402
+from socllm.eval.bench_utils import machine_line  # noqa: E402
 from socllm.eval.perplexity import eval_wikitext2  # noqa: E402
 from socllm.eval.sweep import PRESET_PLANS  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402
@@ -114,6 +115,8 @@ def main() -> int:
 
     socllm.set_num_threads(args.threads)
     socllm.set_log_level("warn")
+    machine = machine_line()
+    print(machine, flush=True)
     plans = split_list(args.plans)
     model = socllm.load(args.model, progress=False)
     calib_note = args.calib
@@ -164,7 +167,7 @@ def main() -> int:
     isa = socllm.ops.isa()
     blas = socllm.blas_info()["corename"]
     print(
-        f"\n{args.model}, {args.threads} threads, integer kernels {isa}, OpenBLAS {blas}; "
+        f"\n{args.model}, {args.threads} threads; "
         f"lm-eval: {args.task}, {args.limit} docs, batch {args.batch_size}; perplexity: "
         f"{args.ppl_tokens} tokens in {args.context}-token windows; calibration: {calib_note}"
     )
@@ -190,6 +193,7 @@ def main() -> int:
         )
     if args.json:
         out = {
+            "machine": machine,
             "model": args.model,
             "threads": args.threads,
             "isa": isa,

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import socllm
 from socllm import ops
-from socllm.eval.bench_utils import best_time
+from socllm.eval.bench_utils import best_time, machine_line
 from socllm.io.files import check_output_path, emit_json
 
 GROUP = 32  # the per-group plans' group size along K
@@ -46,11 +46,13 @@ def main() -> int:
     if args.json:  # before the work, not after it
         check_output_path(args.json, what="--json")
     socllm.set_num_threads(args.threads)
+    machine = machine_line()
+    print(machine)
     isas = {"best": [ops.isa()], "all": ops.supported_isas()}.get(args.isa, [args.isa])
     rng = np.random.default_rng(0)
     M = args.tokens
     rows = []
-    print(f"M={M} tokens, {args.threads} threads, OpenBLAS {socllm.blas_info()['corename']}")
+    print(f"M={M} tokens, {args.threads} threads")
     header = f"{'shape':18}{'K':>6}{'N':>6}{'sgemm GFLOPS':>14}"
     header += "".join(f"{i + ' GOPS':>18}{'ratio':>7}" for i in isas)
     header += f"{'prepacked ' + ops.isa():>24}{'ratio':>7}"
@@ -91,7 +93,7 @@ def main() -> int:
         rows.append(row)
         print(line)
     if args.json:
-        emit_json({"threads": args.threads, "rows": rows}, args.json)
+        emit_json({"machine": machine, "threads": args.threads, "rows": rows}, args.json)
     return 0
 
 

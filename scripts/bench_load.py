@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -231,17 +230,6 @@ def parse_config(text: str) -> tuple[str, dict]:
     return name, env
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for ln in f:
-                if ln.startswith("model name"):
-                    return ln.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):.3g} [{min(xs):.3g}-{max(xs):.3g}]"
 
@@ -277,6 +265,7 @@ def main() -> int:
         ap.error("need --procs >= 2, --rounds >= 1, --seconds > 0 and --prompt-len >= 1")
 
     import socllm
+    from socllm.eval.bench_utils import cpu_model, machine_line
     from socllm.io.files import check_output_path, emit_json
 
     if args.json:
@@ -285,7 +274,8 @@ def main() -> int:
     cpus = len(os.sched_getaffinity(0))
     blas = socllm.blas_info()
     out: dict = {
-        "cpu": cpu_name(),
+        "machine": machine_line(),
+        "cpu": cpu_model(),
         "cpus": cpus,
         "isa": socllm.ops.isa(),
         "blas": blas,
@@ -295,7 +285,7 @@ def main() -> int:
         "seconds": args.seconds,
         "configs": {name: {"env": env, "rounds": []} for name, env in configs.items()},
     }
-    print(f"CPU: {out['cpu']}, {cpus} CPUs; ISA {out['isa']}; OpenBLAS {blas['corename']}")
+    print(out["machine"])
     print(f"     ({blas['config']})")
     print(
         f"{args.procs} workers x {args.threads} threads, fp32 {socllm.DEFAULT_MODEL}, "

@@ -11,7 +11,6 @@ Usage: ``python scripts/bench_reliability.py [--json PATH|-]``.
 from __future__ import annotations
 
 import argparse
-import platform
 import signal
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 import h5py
 import socllm
 from socllm import registry
+from socllm.eval.bench_utils import cpu_model, machine_line
 from socllm.io.files import check_output_path, emit_json
 
 LOAD_REPEATS = 5
@@ -91,9 +91,10 @@ def main() -> int:
     if args.json:
         check_output_path(args.json, what="--json")
     socllm.set_log_level("warn")
+    out: dict = {"machine": machine_line(), "cpu": cpu_model(), "isa": socllm.ops.isa()}
+    print(out["machine"], flush=True)
     gguf = registry.source_path(registry.DEFAULT_MODEL)
     model = registry.resolve_model_file(registry.DEFAULT_MODEL, progress=False)
-    out: dict = {"cpu": platform.processor() or platform.machine(), "isa": socllm.ops.isa()}
 
     t0 = time.perf_counter()
     registry._hash_file(gguf)  # the uncached digest, as a first load computes it
@@ -119,7 +120,6 @@ def main() -> int:
     out["interrupts"] = [interrupt_latency(n, d) for n, d in INTERRUPTS]
 
     f1, f2 = out["format1"], out["format2"]
-    print(f"{out['cpu']} ({out['isa']})")
     print(
         f"SHA-256 of the {out['gguf_mb']} MB GGUF: {out['sha256_s']} s; "
         f"memoized: {out['memoized_digest_ms']} ms"

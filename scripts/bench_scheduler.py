@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 from socllm.configs import load_config  # noqa: E402
 from socllm.devices import load_profile  # noqa: E402
+from socllm.eval.bench_utils import machine_line  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402
 
 HEURISTICS = ("in-order", "first-ready", "npu-stall-first")
@@ -46,7 +47,13 @@ def main() -> int:
     args = ap.parse_args()
     profile = load_profile(args.device)
     cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(profile, args.device))
-    out: dict = {"device": args.device, "decision_cost": [], "optimality_gap": {}}
+    out: dict = {
+        "machine": machine_line(),  # the host whose decision costs these are
+        "device": args.device,
+        "decision_cost": [],
+        "optimality_gap": {},
+    }
+    print(out["machine"])
 
     print("1. scheduler cost per decision (µs, best of repeats) and whole-simulation time")
     print(f"{'graph':<34} {'tasks':>6} " + " ".join(f"{p:>16}" for p in HEURISTICS))

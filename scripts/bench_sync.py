@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 import socllm
-from socllm.eval.bench_utils import cpu_family_model, cpu_model
+from socllm.eval.bench_utils import cpu_family_model, cpu_model, machine_line
 from socllm.io.files import check_output_path, emit_json
 from tqdm.auto import tqdm
 
@@ -49,13 +49,15 @@ def main(argv=None) -> int:
     if args.json:
         check_output_path(args.json, what="--json")
     meta = {
+        "machine": machine_line(),
         "cpu_model": cpu_model(),
         "cpu_family_model": cpu_family_model(),
         "iterations": args.iterations,
         "sleep_margin_us": MARGIN_US,
         "threads": 2,
     }
-    print(f"{meta['cpu_model']} ({meta['cpu_family_model']}), {args.iterations} handoffs each")
+    print(meta["machine"])
+    print(f"{args.iterations} handoffs each")
     rows = []
     todo = [(w, *r) for w in args.work_us for r in runs(w)]
     for work, label, method, predicted in tqdm(todo, desc="handoffs", disable=args.quiet):

@@ -43,7 +43,7 @@ import time
 import numpy as np
 import socllm
 from socllm import ops, quant
-from socllm.eval.bench_utils import best_time, cpu_family_model, cpu_model
+from socllm.eval.bench_utils import best_time, cpu_family_model, cpu_model, machine_line
 from socllm.io.files import check_output_path, emit_json
 from socllm.io.model_format import linear_weights
 from tqdm.auto import tqdm
@@ -233,20 +233,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.json:
         check_output_path(args.json, what="--json")
+    machine = machine_line()
+    print(machine, flush=True)
     model = socllm.load(args.model, progress=not args.quiet)
     weights = model_linears(model)
     meta = {
         "model": args.model,
         "group": args.group,
+        "machine": machine,
         "cpu_model": cpu_model(),
         "cpu_family_model": cpu_family_model(),
         "unpack_isas": ops.supported_unpack_isas(),
         "threads": 1,
     }
-    print(
-        f"{args.model}: {len(weights)} linears, R = {args.group}; {meta['cpu_model']} "
-        f"({meta['cpu_family_model']}), one thread"
-    )
+    print(f"{args.model}: {len(weights)} linears, R = {args.group}; one thread")
     if args.per_bits:
         rows = measure_per_bits(weights, args.group, not args.quiet)
         print_per_bits(rows)

@@ -14,6 +14,15 @@ namespace socllm::attention::detail {
 // block in cache.
 constexpr int64_t kRowBlock = 64;
 
+// A thread's scratch of at least n elements, kept across the work items it runs: a fresh
+// vector per item was a new mmap of the score block, zeroed and page-faulted each time. The
+// contents are whatever the last item left.
+template <class T>
+T* thread_scratch(std::vector<T>& buf, int64_t n) {
+  if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 // Copies rows of one head out of the interleaved [rows, heads*head_dim] layout.
 void gather_head(const float* x, int64_t ld, int64_t rows, int64_t col0, int64_t head_dim,
                  float* dst);

@@ -5,6 +5,7 @@
 // launches, per head a top-k and a sparse attention, Eq. 4's dependencies.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "attention/common.h"
@@ -23,7 +24,9 @@ using detail::kRowBlock;
 
 struct HeadInputs {
   std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket
-  float bq = 0;            // the Q scale used
+  // k8 packed once for the estimate's GEMMs: every row block reads a prefix of its columns
+  std::optional<k::PackedWeightsS8> k8_packed;
+  float bq = 0;  // the Q scale used
   // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
   double k8_norm_max = 0, k_residual_max = 0;
 };
@@ -172,6 +175,7 @@ class ShadowAttn final : public SchemeKind {
       hi.bq = bq;
       hi.k8.resize(static_cast<size_t>(L * hd));
       k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
+      hi.k8_packed.emplace(hi.k8.data(), hd, L, hd);
       if (certified)
         for (int64_t j = 0; j < L; ++j) {
           double n8 = 0, ne = 0;
@@ -201,32 +205,40 @@ class ShadowAttn final : public SchemeKind {
         const float* kg = kk + g * hd;
         const float* vg = v + g * hd;
         const HeadInputs& hi = heads[static_cast<size_t>(h)];
-        std::vector<float> qh(static_cast<size_t>(rows * hd)), p(static_cast<size_t>(keys)), fbuf;
-        std::vector<int32_t> idx(static_cast<size_t>(keys)), ibuf;
-        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh.data());
+        thread_local std::vector<float> qh_buf, fbuf, cand_score;
+        thread_local std::vector<int32_t> idx_buf, S_buf, cand, pick;
+        thread_local std::vector<int64_t> offs_buf;
+        thread_local std::vector<int8_t> q8_buf;
+        float* qh = detail::thread_scratch(qh_buf, rows * hd);
+        // every row's kept keys, row i's from offs[i]
+        int32_t* idx_all = detail::thread_scratch(idx_buf, rows * keys);
+        int64_t* offs = detail::thread_scratch(offs_buf, rows + 1);
+        int32_t* S = detail::thread_scratch(S_buf, rows * keys);
+        int8_t* q8 = detail::thread_scratch(q8_buf, rows * hd);
+        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
         // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2)
-        std::vector<int8_t> q8(static_cast<size_t>(rows * hd));
-        std::vector<int32_t> S(static_cast<size_t>(rows * keys));
-        k::quantize_rows_s8(qh.data(), rows, hd, hd, hi.bq, q8.data(), hd);
-        k::gemm_s8s8s32(q8.data(), hd, hi.k8.data(), hd, S.data(), keys, rows, keys, hd, isa);
-        std::vector<int32_t> cand, pick;
-        std::vector<float> cand_score;
+        k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
+        k::gemm_s8s8s32_packed_cols(q8, hd, *hi.k8_packed, S, keys, rows, keys, isa);
         int64_t rescored = 0;
+        k::TopkHint hint;  // consecutive rows select among nearly the same keys
+        offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t visible = sh.past + r0 + i + 1,
                         lo = k::first_visible_key(visible - 1, sh.window);
-          const int32_t* srow = S.data() + i * keys + lo;  // the window's keys, from lo
-          const int64_t n = k::topk_indices(
-              srow, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx.data(), ibuf);
+          const int32_t* srow = S + i * keys + lo;  // the window's keys, from lo
+          int32_t* idx = idx_all + offs[i];
+          const int64_t n = k::topk_indices(srow, visible - lo,
+                                            keys_kept(visible - lo, ratio, min_keys), idx, hint);
           if (certified)
-            rescored +=
-                certify_topk(qh.data() + i * hd, q8.data() + i * hd, hi, kg + lo * ldkv, ldkv, hd,
-                             srow, visible - lo, n, idx.data(), cand, cand_score, pick, fbuf);
+            rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * ldkv, ldkv, hd, srow,
+                                     visible - lo, n, idx, cand, cand_score, pick, fbuf);
           for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
-          k::attend_selected(qh.data() + i * hd, kg, vg, ldkv, hd, idx.data(), n, inv_sqrt,
-                             out + (r0 + i) * ldo + h * hd, p.data());
-          detail::trace_keys(trace, h, T, r0 + i, idx.data(), n);
+          detail::trace_keys(trace, h, T, r0 + i, idx, n);
+          offs[i + 1] = offs[i] + n;
         }
+        // fp32 attention over the kept keys, the block's rows together (§3.2)
+        k::attend_selected_rows(qh, hd, kg, vg, ldkv, hd, idx_all, offs, rows, inv_sqrt, nullptr, 0,
+                                out + r0 * ldo + h * hd, ldo);
         if (trace && certified) {
 #pragma omp atomic
           trace->rescored[static_cast<size_t>(h)] += rescored;

@@ -52,25 +52,33 @@ class Sparse final : public SchemeKind {
         const double ratio = consts.head_ratio[static_cast<size_t>(h)];
         const float* kg = kk + g * hd;
         const float* vg = v + g * hd;
-        std::vector<float> qh(static_cast<size_t>(rows * hd)), p(static_cast<size_t>(keys)),
-            S(static_cast<size_t>(rows * keys)), fbuf;
-        std::vector<int32_t> idx(static_cast<size_t>(keys));
-        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh.data());
+        thread_local std::vector<float> qh_buf, S_buf;
+        thread_local std::vector<int32_t> idx_buf;
+        thread_local std::vector<int64_t> offs_buf;
+        float* qh = detail::thread_scratch(qh_buf, rows * hd);
+        float* S = detail::thread_scratch(S_buf, rows * keys);
+        // every row's kept keys, row i's from offs[i]
+        int32_t* idx_all = detail::thread_scratch(idx_buf, rows * keys);
+        int64_t* offs = detail::thread_scratch(offs_buf, rows + 1);
+        detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                    static_cast<int>(keys), static_cast<int>(hd), 1.0f, qh.data(),
-                    static_cast<int>(hd), kg, static_cast<int>(ldkv), 0.0f, S.data(),
-                    static_cast<int>(keys));
+                    static_cast<int>(keys), static_cast<int>(hd), 1.0f, qh, static_cast<int>(hd),
+                    kg, static_cast<int>(ldkv), 0.0f, S, static_cast<int>(keys));
+        k::TopkHint hint;  // consecutive rows select among nearly the same keys
+        offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t visible = sh.past + r0 + i + 1,
                         lo = k::first_visible_key(visible - 1, sh.window);
-          const float* srow = S.data() + i * keys;
-          const int64_t n = k::topk_indices(
-              srow + lo, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx.data(), fbuf);
+          int32_t* idx = idx_all + offs[i];
+          const int64_t n = k::topk_indices(S + i * keys + lo, visible - lo,
+                                            keys_kept(visible - lo, ratio, min_keys), idx, hint);
           for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
-          k::attend_selected_scored(srow, vg, ldkv, hd, idx.data(), n, inv_sqrt,
-                                    out + (r0 + i) * ldo + h * hd, p.data());
-          detail::trace_keys(trace, h, T, r0 + i, idx.data(), n);
+          detail::trace_keys(trace, h, T, r0 + i, idx, n);
+          offs[i + 1] = offs[i] + n;
         }
+        // attention over the kept keys with the estimate's scores, the block's rows together
+        k::attend_selected_rows(qh, hd, kg, vg, ldkv, hd, idx_all, offs, rows, inv_sqrt, S, keys,
+                                out + r0 * ldo + h * hd, ldo);
       }
   }
 

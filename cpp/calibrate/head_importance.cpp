@@ -6,7 +6,11 @@
 // on (a layer's n_heads + 1 ablations as one batch).
 //
 // Windows: the paper profiles 128 samples (on a cloud GPU); the default is what finishes for
-// SmolLM2-135M within 15 minutes on 2 cores (8 windows of 256 tokens).
+// SmolLM2-135M within 15 minutes on 2 cores (8 windows of 256 tokens). Exact ablation costs
+// n_heads + 1 runs of every layer above each layer plus the LM head: about 155 forward passes a
+// window. importance_method=taylor is the first-order estimate of the same loss increases
+// (Michel et al. 2019: one backward pass gives every head's gate gradient), computed in Python
+// with torch (socllm/calibration/head_importance.py); this C++ part runs the exact ablation.
 #include <cmath>
 
 #include "calibrate/steps.h"
@@ -23,6 +27,11 @@ double mean_nll(const std::vector<float>& logprobs) {
 }
 
 void run(StepContext& ctx) {
+  if (ctx.options["importance_method"].get<std::string>() != "ablation")
+    throw InvalidArgument(
+        "[calibrate] head-importance: importance_method=" +
+        ctx.options["importance_method"].get<std::string>() +
+        " is computed by the Python step (socllm calibrate --steps head-importance), not here");
   const ModelConfig& c = ctx.engine.model().config();
   const int64_t L = c.n_layers, H = c.n_heads;
   // one head zeroed per mask, and the whole layer's attention in the last
@@ -65,7 +74,12 @@ const bool kRegistered = register_step({
     {window_options()[0],
      window_options()[3],
      {"importance_samples", int64_t{8}, "windows ablated (the paper: 128, slower)"},
-     {"importance_seqlen", int64_t{256}, "tokens per ablated window"}},
+     {"importance_seqlen", int64_t{256}, "tokens per ablated window"},
+     {"importance_method",
+      "ablation",
+      "ablation: Eq. 1-2 exactly (one run per head and layer ablated); taylor: their first-order "
+      "estimate from one backward pass per window (needs torch; ~50x cheaper)",
+      {"ablation", "taylor"}}},
     run,
     [](const std::string& step, const nlohmann::json& o) {
       check_corpus(step, o);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/float_simd.h"
 #include "kernels/kernels.h"
 #include "parallel_threshold.h"
 
@@ -17,23 +18,11 @@ namespace socllm::kernels {
 
 namespace {
 
-// One register of the widest float SIMD this build targets (-march=native); GCC's vector
-// extensions lower the micro-kernels to AVX-512, AVX2 or NEON alike.
-#if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;
-#else
-constexpr int64_t kLanes = 8;
-#endif
-typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
-
-inline VecF load(const float* p) {
-  VecF v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
-// x - (+0) is x for every x (x + 0 is not, for x = -0), so this folds to one broadcast.
-inline VecF splat(float x) { return x - VecF{}; }
+using simd::kLanes;
+using simd::load;
+using simd::splat;
+using simd::store;
+using simd::VecF;
 
 // Register tiles: kTileRows query rows by kQkVecs (Q·Kᵀ: keys) or kPvVecs (P·V: head dims)
 // vectors of accumulators, sized so that accumulators, the loaded K/V vectors and a broadcast

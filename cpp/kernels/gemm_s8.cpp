@@ -860,7 +860,17 @@ int64_t PackedWeightsS8::bytes() const {
 
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
                          int64_t ldc, int64_t M, Isa isa) {
-  const int64_t N = W.n(), K = W.k();
+  gemm_s8s8s32_packed_cols(A, lda, W, C, ldc, M, W.n(), isa);
+}
+
+// The packs' columns are independent: the first N of them are a GEMM with N columns (the
+// packed row stride stays the pack's).
+void gemm_s8s8s32_packed_cols(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
+                              int64_t ldc, int64_t M, int64_t n_cols, Isa isa) {
+  const int64_t N = n_cols, K = W.k();
+  if (n_cols < 0 || n_cols > W.n())
+    throw ShapeError("[gemm_s8s8s32_packed] columns " + std::to_string(n_cols) + " of " +
+                     std::to_string(W.n()));
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
   if (M == 0 || N == 0) return;

@@ -96,6 +96,11 @@ class PackedWeightsS8 {
 void gemm_s8s8s32_packed(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
                          int64_t ldc, int64_t M, Isa isa);
 
+// The same for the first n_cols columns of W only (C's other columns untouched): a causal row
+// block's visible keys, against keys packed once per head (shadowAttn's estimate, seed 000 §3.2).
+void gemm_s8s8s32_packed_cols(const int8_t* A, int64_t lda, const PackedWeightsS8& W, int32_t* C,
+                              int64_t ldc, int64_t M, int64_t n_cols, Isa isa);
+
 // Per-group int8 weights for the K-quant-like schemes (llama.cpp's Q8_0 / Q4_0 x Q8_0 dot;
 // seed 001 Fig. 3b): codes B[N, K] (int4 codes stored as int8 values) with one float scale per
 // column and group of `group` consecutive k.

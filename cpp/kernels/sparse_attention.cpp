@@ -1,11 +1,18 @@
 #include "kernels/sparse_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/float_simd.h"
 #include "kernels/kernels.h"
 
 namespace socllm::kernels {
@@ -64,6 +71,34 @@ uint32_t radix_kth_largest(const uint32_t* keys, int64_t n, int64_t k, uint32_t 
   return base;
 }
 
+// The indices of the top k in ascending order, given the k-th largest order key thr: every
+// value above it and the first equal_left equal to it. all_equal: every value equal to thr is
+// taken (no tie to break), so the test is one comparison.
+template <class T>
+int64_t emit_topk(const T* s, int64_t n, int64_t k, uint32_t thr, int64_t equal_left,
+                  bool all_equal, int32_t* idx) {
+  int64_t m = 0;
+  if (all_equal) {
+    for (int64_t j = 0; j < n && m < k; ++j) {
+      idx[m] = static_cast<int32_t>(j);
+      m += order_key(s[j]) >= thr;
+    }
+    return m;
+  }
+  // branch-free on the common path (a kept key is a coin flip at keep ratios like 0.2)
+  for (int64_t j = 0; j < n && m < k; ++j) {
+    const uint32_t key = order_key(s[j]);
+    idx[m] = static_cast<int32_t>(j);
+    bool take = key > thr;
+    if (key == thr) {
+      take = equal_left > 0;
+      equal_left -= take;
+    }
+    m += take;
+  }
+  return m;
+}
+
 // The top k of n values, ascending indices; ties go to earlier keys. O(n): nth_element on a
 // copy for short rows, radix selection on order keys for long ones, then one pass in index
 // order taking every value above the k-th and the first (k - above) equal to it.
@@ -102,41 +137,318 @@ int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>
   }
   int64_t equal_left = 0;
   const uint32_t thr = radix_kth_largest(keys.data(), n, k, lo, hi, equal_left);
-  // branch-free on the common path (a kept key is a coin flip at keep ratios like 0.2)
+  return emit_topk(s, n, k, thr, equal_left, false, idx);
+}
+
+// ---- top-k from the previous row's threshold ------------------------------------------------
+
+constexpr int64_t kBandTarget = 64;  // candidates a band should hold: a small nth_element
+constexpr int kBandAttempts = 3;     // misses before the radix selection takes over
+
+inline uint32_t sat_add(uint32_t a, uint64_t b) {
+  return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{a} + b, 0xffffffffu));
+}
+inline uint32_t sat_sub(uint32_t a, uint64_t b) {
+  return b >= a ? 0u : a - static_cast<uint32_t>(b);
+}
+
+// A first hint from 256 evenly spaced values: their k/n quantile, and the spread of the 16
+// sample values around it.
+template <class T>
+TopkHint sample_hint(const T* s, int64_t n, int64_t k) {
+  constexpr int64_t kSamples = 256;
+  std::array<uint32_t, kSamples> smp{};
+  const int64_t ns = std::min(n, kSamples);
+  for (int64_t i = 0; i < ns; ++i) smp[static_cast<size_t>(i)] = order_key(s[i * n / ns]);
+  std::sort(smp.begin(), smp.begin() + ns, std::greater<uint32_t>());
+  const int64_t at = std::clamp<int64_t>(k * ns / n, 0, ns - 1);
+  const uint32_t up = smp[static_cast<size_t>(std::max<int64_t>(at - 8, 0))];
+  const uint32_t down = smp[static_cast<size_t>(std::min<int64_t>(at + 8, ns - 1))];
+  const uint32_t key = smp[static_cast<size_t>(at)];
+  return {true, key, std::max(up - key, key - down) + 1};
+}
+
+// The order keys of 16 values in a register (`valid` masks a row's tail): AVX-512 builds;
+// others take the same passes one key at a time.
+#if defined(__AVX512F__)
+constexpr int64_t kKeyLanes = 16;
+inline __m512i order_keys(const int32_t* s, __mmask16 valid) {
+  return _mm512_xor_si512(_mm512_maskz_loadu_epi32(valid, s), _mm512_set1_epi32(INT32_MIN));
+}
+inline __m512i order_keys(const float* s, __mmask16 valid) {
+  const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+  __m512i b = _mm512_maskz_loadu_epi32(valid, s);
+  const __m512i zero = _mm512_setzero_si512();
+  b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(b, sign), zero);  // -0 ties with +0
+  // negatives: all bits flipped; the rest: the sign bit set
+  const __m512i flip =
+      _mm512_mask_mov_epi32(sign, _mm512_cmplt_epi32_mask(b, zero), _mm512_set1_epi32(-1));
+  return _mm512_xor_si512(b, flip);
+}
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+#endif
+
+// One pass: how many keys lie above hi, and the indices and keys of those above lo, in index
+// order (cidx, ckey hold n + 16: whole registers are stored; compressing in a register, then
+// storing, is fast on every AVX-512 core, where a compressing store is microcoded on Zen 4).
+// Returns {above_hi, above_lo}.
+template <class T>
+std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint32_t hi,
+                                       int32_t* cidx, uint32_t* ckey) {
+  int64_t above_hi = 0, m = 0;
+#if defined(__AVX512F__)
+  const __m512i lov = _mm512_set1_epi32(static_cast<int32_t>(lo)),
+                hiv = _mm512_set1_epi32(static_cast<int32_t>(hi)), step = _mm512_set1_epi32(16);
+  __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyLanes, j = _mm512_add_epi32(j, step)) {
+    const __mmask16 valid = tail_mask(n - j0);
+    const __m512i key = order_keys(s + j0, valid);
+    const __mmask16 take = _mm512_mask_cmpgt_epu32_mask(valid, key, lov);
+    above_hi += std::popcount(static_cast<unsigned>(_mm512_mask_cmpgt_epu32_mask(take, key, hiv)));
+    _mm512_storeu_si512(cidx + m, _mm512_maskz_compress_epi32(take, j));
+    _mm512_storeu_si512(ckey + m, _mm512_maskz_compress_epi32(take, key));
+    m += std::popcount(static_cast<unsigned>(take));
+  }
+#else
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t x = order_key(s[j]);
+    cidx[m] = static_cast<int32_t>(j);
+    ckey[m] = x;
+    m += x > lo;
+    above_hi += x > hi;
+  }
+#endif
+  return {above_hi, m};
+}
+
+// idx = the first k candidates whose key is >= thr (all_equal: no tie to break) or > thr or,
+// while equal_left lasts, equal to it: in index order. Returns how many.
+int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, int64_t k,
+                        uint32_t thr, bool all_equal, int64_t equal_left, int32_t* idx) {
   int64_t m = 0;
-  for (int64_t j = 0; j < n && m < k; ++j) {
-    const uint32_t key = keys[static_cast<size_t>(j)];
-    idx[m] = static_cast<int32_t>(j);
-    bool take = key > thr;
-    if (key == thr) {
+  if (all_equal) {  // exactly k candidates pass
+#if defined(__AVX512F__)
+    const __m512i thr_v = _mm512_set1_epi32(static_cast<int32_t>(thr));
+    for (int64_t t = 0; t < c; t += kKeyLanes) {
+      const __mmask16 valid = tail_mask(c - t);
+      const __mmask16 take =
+          _mm512_mask_cmpge_epu32_mask(valid, _mm512_maskz_loadu_epi32(valid, ckey + t), thr_v);
+      const int got = std::popcount(static_cast<unsigned>(take));
+      // a masked store of the compressed lanes: never past idx[k - 1]
+      _mm512_mask_storeu_epi32(idx + m, tail_mask(got),
+                               _mm512_maskz_compress_epi32(take, _mm512_loadu_si512(cidx + t)));
+      m += got;
+    }
+#else
+    for (int64_t t = 0; t < c && m < k; ++t) {
+      idx[m] = cidx[t];
+      m += ckey[t] >= thr;
+    }
+#endif
+    return m;
+  }
+  for (int64_t t = 0; t < c && m < k; ++t) {
+    bool take = ckey[t] > thr;
+    if (ckey[t] == thr) {
       take = equal_left > 0;
       equal_left -= take;
     }
+    idx[m] = cidx[t];
     m += take;
   }
   return m;
 }
 
-// out = sum_j p_j v[idx_j] / sum_j p_j with p_j = exp(scale * s_j - max) (s_j in p on entry).
-void softmax_gather_v(float* p, const float* v, int64_t ldkv, int64_t head_dim, const int32_t* idx,
-                      int64_t n, float scale, float* out) {
+template <class T>
+int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
+  k = std::clamp<int64_t>(k, 0, n);
+  if (k == 0 || k == n || n < kRadixMinN) {
+    thread_local std::vector<T> buf;
+    return topk_impl(s, n, k, idx, buf);
+  }
+  if (!hint.valid) hint = sample_hint(s, n, k);
+  uint64_t half = std::max<uint32_t>(hint.half_width, 1);
+  uint32_t key = hint.key;
+  for (int attempt = 0; attempt < kBandAttempts; ++attempt) {
+    const uint32_t lo = sat_sub(key, half), hi = sat_add(key, half);
+    // the k-th is in (lo, hi] iff above_hi < k <= above_lo
+    thread_local std::vector<int32_t> cidx;
+    thread_local std::vector<uint32_t> ckey, band;
+    cidx.resize(static_cast<size_t>(n + 16)), ckey.resize(static_cast<size_t>(n + 16));
+    const auto [above_hi, above_lo] = keys_above(s, n, lo, hi, cidx.data(), ckey.data());
+    if (above_hi >= k || above_lo < k) {  // the k-th lies beyond the band: recentre, widen
+      key = above_hi >= k ? sat_add(hi, half) : sat_sub(lo, half);
+      half *= 4;
+      continue;
+    }
+    const int64_t c = above_lo;
+    const int64_t m = above_lo - above_hi;  // the band's keys: (lo, hi]
+    band.resize(static_cast<size_t>(m));
+    int64_t b = 0;
+    for (int64_t t = 0; t < c && b < m; ++t) {
+      band[static_cast<size_t>(b)] = ckey[static_cast<size_t>(t)];
+      b += ckey[static_cast<size_t>(t)] <= hi;
+    }
+    const int64_t need = k - above_hi;  // 1 <= need <= m
+    std::nth_element(band.begin(), band.begin() + (need - 1), band.end(), std::greater<uint32_t>());
+    const uint32_t thr = band[static_cast<size_t>(need - 1)];
+    int64_t above = 0, equal = 0;
+    for (const uint32_t x : band) above += x > thr, equal += x == thr;
+    const int64_t equal_left = need - above;
+    // the next band: wide enough for the threshold's typical move between rows (twice its
+    // running mean), else as narrow as kBandTarget candidates
+    const uint32_t moved = thr > hint.key ? thr - hint.key : hint.key - thr;
+    hint.moved = hint.moved - hint.moved / 4 + moved / 4;
+    hint.key = thr;
+    hint.half_width = static_cast<uint32_t>(std::clamp<uint64_t>(
+        std::max<uint64_t>(half * kBandTarget / static_cast<uint64_t>(m), uint64_t{2} * hint.moved),
+        1, 0x7fffffffu));
+    return take_candidates(cidx.data(), ckey.data(), c, k, thr, equal == equal_left, equal_left,
+                           idx);
+  }
+  hint.valid = false;
+  thread_local std::vector<T> buf;
+  return topk_impl(s, n, k, idx, buf);
+}
+
+using simd::hsum;
+using simd::hsum4;
+using simd::kLanes;
+using simd::load;
+using simd::splat;
+using simd::store;
+using simd::VecF;
+
+// out[j] = q·k[idx_j], head_dim = NV vectors (q's held in registers; one horizontal sum per
+// key), or any head_dim (NV = 0: the vectors, then a scalar tail).
+// Gathered rows are a pattern no hardware prefetcher follows, but the indices are known: each
+// loop requests the row kPrefetchKeys ahead (all its cache lines).
+constexpr int64_t kPrefetchKeys = 8;
+inline void prefetch_row(const float* base, const int32_t* idx, int64_t j, int64_t n, int64_t ld,
+                         int64_t head_dim) {
+  if (j + kPrefetchKeys >= n) return;
+  const float* r = base + static_cast<int64_t>(idx[j + kPrefetchKeys]) * ld;
+  for (int64_t c = 0; c < head_dim; c += 64 / sizeof(float)) __builtin_prefetch(r + c);
+}
+
+template <int NV>
+void score_rows(const float* q, const float* k, int64_t ldkv, int64_t head_dim, const int32_t* idx,
+                int64_t n, float* out) {
+  const int64_t nv = NV ? NV : head_dim / kLanes;
+  VecF qv[NV ? NV : 1];
+  if constexpr (NV > 0)
+    for (int u = 0; u < NV; ++u) qv[u] = load(q + u * kLanes);
+  const auto dot_vec = [&](const float* kr) {
+    VecF acc = VecF{};
+    for (int64_t u = 0; u < nv; ++u)
+      acc += (NV ? qv[u] : load(q + u * kLanes)) * load(kr + u * kLanes);
+    return acc;
+  };
+  const auto tail = [&](const float* kr) {
+    float t = 0.0f;
+    for (int64_t c = nv * kLanes; c < head_dim; ++c) t += q[c] * kr[c];
+    return t;
+  };
+  const auto row = [&](int64_t j) { return k + static_cast<int64_t>(idx[j]) * ldkv; };
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {  // four keys' sums reduced together
+    for (int64_t i = j; i < j + 4; ++i) prefetch_row(k, idx, i, n, ldkv, head_dim);
+    hsum4(dot_vec(row(j)), dot_vec(row(j + 1)), dot_vec(row(j + 2)), dot_vec(row(j + 3)), out + j);
+    if constexpr (NV == 0)
+      for (int64_t i = j; i < j + 4; ++i) out[i] += tail(row(i));
+  }
+  for (; j < n; ++j) out[j] = hsum(dot_vec(row(j))) + tail(row(j));
+}
+
+// O = alpha * O + sum_j p_j v[idx_j], head_dim = NV vectors of accumulators in registers (or
+// any head_dim, NV = 0).
+template <int NV>
+void gather_v_rows(const float* p, const float* v, int64_t ldkv, int64_t head_dim,
+                   const int32_t* idx, int64_t n, float alpha, float* O) {
+  if constexpr (NV > 0) {
+    VecF acc[NV];
+    for (int u = 0; u < NV; ++u) acc[u] = load(O + u * kLanes) * alpha;
+    for (int64_t j = 0; j < n; ++j) {
+      prefetch_row(v, idx, j, n, ldkv, head_dim);
+      const float* vr = v + static_cast<int64_t>(idx[j]) * ldkv;
+      const VecF w = splat(p[j]);
+      for (int u = 0; u < NV; ++u) acc[u] += w * load(vr + u * kLanes);
+    }
+    for (int u = 0; u < NV; ++u) store(O + u * kLanes, acc[u]);
+  } else {
+    for (int64_t c = 0; c < head_dim; ++c) O[c] *= alpha;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* vr = v + static_cast<int64_t>(idx[j]) * ldkv;
+      const float w = p[j];
+#pragma omp simd
+      for (int64_t c = 0; c < head_dim; ++c) O[c] += w * vr[c];
+    }
+  }
+}
+
+// f(std::integral_constant<int, NV>) with NV = head_dim / kLanes for the head sizes of our
+// models (32 .. 256 dims), 0 for any other.
+template <typename F>
+void with_head_vectors(int64_t head_dim, F&& f) {
+  if (head_dim % kLanes == 0) switch (head_dim / kLanes) {
+      case 2: return f(std::integral_constant<int, 2>{});
+      case 4: return f(std::integral_constant<int, 4>{});
+      case 8: return f(std::integral_constant<int, 8>{});
+      case 16: return f(std::integral_constant<int, 16>{});
+      case 32: return f(std::integral_constant<int, 32>{});
+      default: break;
+    }
+  f(std::integral_constant<int, 0>{});
+}
+
+// The max of scale * p[j], j < n.
+float scaled_max(const float* p, int64_t n, float scale) {
+  const int64_t nvec = n / kLanes * kLanes;
+  VecF vmax = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < nvec; j += kLanes) {
+    const VecF x = load(p + j) * scale;
+    vmax = vmax > x ? vmax : x;
+  }
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t i = 0; i < kLanes; ++i) mx = std::max(mx, vmax[i]);
+  for (int64_t j = nvec; j < n; ++j) mx = std::max(mx, p[j] * scale);
+  return mx;
+}
+
+// p[j] = exp(scale * p[j] - mx); returns their sum.
+float exp_shifted(float* p, int64_t n, float scale, float mx) {
+  const int64_t nvec = n / kLanes * kLanes;
+  VecF vsum = VecF{};
+  for (int64_t j = 0; j < nvec; j += kLanes) {
+    const VecF e = exp_nonpositive(load(p + j) * scale - mx);
+    store(p + j, e);
+    vsum += e;
+  }
+  float sum = hsum(vsum);
+  for (int64_t j = nvec; j < n; ++j) {
     p[j] = exp_nonpositive(p[j] * scale - mx);
     sum += p[j];
   }
+  return sum;
+}
+
+// out = sum_j p_j v[idx_j] / sum_j p_j with p_j = exp(scale * s_j - max) (s_j in p on entry).
+void softmax_gather_v(float* p, const float* v, int64_t ldkv, int64_t head_dim, const int32_t* idx,
+                      int64_t n, float scale, float* out) {
+  const float sum = exp_shifted(p, n, scale, scaled_max(p, n, scale));
   std::fill(out, out + head_dim, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* vr = v + static_cast<int64_t>(idx[j]) * ldkv;
-    const float w = p[j];
-#pragma omp simd
-    for (int64_t c = 0; c < head_dim; ++c) out[c] += w * vr[c];
-  }
+  with_head_vectors(head_dim, [&](auto nv) {
+    gather_v_rows<decltype(nv)::value>(p, v, ldkv, head_dim, idx, n, 0.0f, out);
+  });
   const float inv = 1.0f / sum;
   for (int64_t c = 0; c < head_dim; ++c) out[c] *= inv;
 }
+
+// Keys per tile of attend_selected_rows: a tile's K and V rows (128 KB at head_dim 64) stay in
+// L2 while every row of the block attends over its keys in the tile.
+constexpr int64_t kGatherKeyTile = 256;
 
 }  // namespace
 
@@ -149,15 +461,19 @@ int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx,
   return topk_impl(s, n, k, idx, buf);
 }
 
+int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
+  return topk_hinted_impl(s, n, k, idx, hint);
+}
+
+int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
+  return topk_hinted_impl(s, n, k, idx, hint);
+}
+
 void score_selected(const float* q, const float* k, int64_t ldkv, int64_t head_dim,
                     const int32_t* idx, int64_t n, float* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float* kr = k + static_cast<int64_t>(idx[j]) * ldkv;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t c = 0; c < head_dim; ++c) dot += q[c] * kr[c];
-    out[j] = dot;
-  }
+  with_head_vectors(head_dim, [&](auto nv) {
+    score_rows<decltype(nv)::value>(q, k, ldkv, head_dim, idx, n, out);
+  });
 }
 
 void attend_selected(const float* q, const float* k, const float* v, int64_t ldkv, int64_t head_dim,
@@ -170,6 +486,54 @@ void attend_selected_scored(const float* s, const float* v, int64_t ldkv, int64_
                             const int32_t* idx, int64_t n, float scale, float* out, float* p) {
   for (int64_t j = 0; j < n; ++j) p[j] = s[idx[j]];
   softmax_gather_v(p, v, ldkv, head_dim, idx, n, scale, out);
+}
+
+void attend_selected_rows(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
+                          int64_t head_dim, const int32_t* idx, const int64_t* offs, int64_t rows,
+                          float scale, const float* scores, int64_t lds, float* out, int64_t ldo) {
+  if (rows <= 0) return;
+  thread_local std::vector<float> O_buf, p_buf, m_buf, l_buf;
+  thread_local std::vector<int64_t> at_buf;
+  O_buf.assign(static_cast<size_t>(rows * head_dim), 0.0f);
+  m_buf.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+  l_buf.assign(static_cast<size_t>(rows), 0.0f);
+  at_buf.assign(offs, offs + rows);
+  p_buf.resize(static_cast<size_t>(kGatherKeyTile));
+  float* p = p_buf.data();
+  int64_t end_key = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (offs[r + 1] > offs[r]) end_key = std::max<int64_t>(end_key, idx[offs[r + 1] - 1] + 1);
+  with_head_vectors(head_dim, [&](auto nv) {
+    constexpr int NV = decltype(nv)::value;
+    for (int64_t t1 = kGatherKeyTile; t1 - kGatherKeyTile < end_key; t1 += kGatherKeyTile)
+      for (int64_t r = 0; r < rows; ++r) {
+        // row r's keys below t1 not yet attended (at most a tile of them: keys are distinct)
+        const int64_t b = at_buf[static_cast<size_t>(r)];
+        int64_t e = b;
+        while (e < offs[r + 1] && idx[e] < t1) ++e;
+        if (e == b) continue;
+        const int64_t n = e - b;
+        at_buf[static_cast<size_t>(r)] = e;
+        if (scores)
+          for (int64_t j = 0; j < n; ++j) p[j] = scores[r * lds + idx[b + j]];
+        else score_rows<NV>(q + r * ldq, k, ldkv, head_dim, idx + b, n, p);
+        // online softmax (Dao et al. 2022, Alg. 1): rescale the row's sum and output when the
+        // running max grows
+        float& m = m_buf[static_cast<size_t>(r)];
+        const float m_new = std::max(m, scaled_max(p, n, scale));
+        const float alpha = std::isinf(m) ? 0.0f : exp_nonpositive(m - m_new);
+        const float sum = exp_shifted(p, n, scale, m_new);
+        float& l = l_buf[static_cast<size_t>(r)];
+        l = l * alpha + sum;
+        m = m_new;
+        gather_v_rows<NV>(p, v, ldkv, head_dim, idx + b, n, alpha, O_buf.data() + r * head_dim);
+      }
+  });
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* O = O_buf.data() + r * head_dim;
+    const float inv = 1.0f / l_buf[static_cast<size_t>(r)];
+    for (int64_t c = 0; c < head_dim; ++c) out[r * ldo + c] = O[c] * inv;
+  }
 }
 
 void quantize_rows_s8(const float* x, int64_t rows, int64_t cols, int64_t ldx, float scale,

@@ -270,3 +270,29 @@ TEST(GemmGroupedS8, BadArguments) {
       k::gemm_grouped_s8s8f32(a.data(), 16, s.data(), 1, W, c.data(), 4, 2, 0, 4, k::Isa::Scalar),
       socllm::ShapeError);  // one scale per row for two groups
 }
+
+// The first n_cols columns of a packed GEMM (a causal row block's visible keys) equal the
+// scalar reference's, on every path; the other columns are left as they were.
+TEST(GemmS8, PackedColumnPrefixEqualsScalarAndLeavesTheRest) {
+  std::mt19937 g(13);
+  std::uniform_int_distribution<int> d(-128, 127);
+  const int64_t M = 13, N = 70, K = 64;
+  std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * K));
+  for (auto& x : A) x = static_cast<int8_t>(d(g));
+  for (auto& x : B) x = static_cast<int8_t>(d(g));
+  const k::PackedWeightsS8 W(B.data(), K, N, K);
+  std::vector<int32_t> ref(static_cast<size_t>(M * N));
+  k::gemm_s8s8s32(A.data(), K, B.data(), K, ref.data(), N, M, N, K, k::Isa::Scalar);
+  for (k::Isa isa : k::supported_isas())
+    for (int64_t cols : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{33}, N}) {
+      std::vector<int32_t> c(static_cast<size_t>(M * N), 12345);
+      k::gemm_s8s8s32_packed_cols(A.data(), K, W, c.data(), N, M, cols, isa);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(c[m * N + n], n < cols ? ref[m * N + n] : 12345)
+              << k::isa_name(isa) << " cols " << cols << " at " << m << "," << n;
+    }
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  EXPECT_THROW(k::gemm_s8s8s32_packed_cols(A.data(), K, W, c.data(), N, M, N + 1, k::Isa::Scalar),
+               socllm::ShapeError);
+}

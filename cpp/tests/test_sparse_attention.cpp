@@ -355,3 +355,118 @@ TEST(SparseAttention, ChunkedEqualsWholeAndNpuInt8MatchesScalarReference) {
     }
   expect_error<InvalidArgument>([&] { run(s, {}, whole); }, "qk-scales");
 }
+
+// The hinted top-k (consecutive rows passing a TopkHint) against the sort, on rows that grow by
+// one key like a causal block's: correlated rows (the band path), unrelated rows and hints far
+// off (widened bands, then the radix path), ties, signed zeros and infinities.
+TEST(SparseAttention, HintedTopkEqualsStableSortOnEveryPath) {
+  std::mt19937 rng(11);
+  int64_t band_rows = 0, fallback_rows = 0;
+  for (int distinct : {2, 40, 1 << 30})
+    for (bool correlated : {true, false}) {
+      std::uniform_int_distribution<int32_t> pick(-distinct, distinct);
+      std::vector<int32_t> base(1200);
+      for (auto& x : base) x = pick(rng);
+      k::TopkHint ih, fh;
+      for (int64_t n = 200; n <= 1200; n += 7) {
+        std::vector<int32_t> si(base.begin(), base.begin() + n);
+        if (!correlated)
+          for (auto& x : si) x = pick(rng);
+        std::vector<float> sf(si.size());
+        for (int64_t j = 0; j < n; ++j)
+          sf[j] = distinct == 2 && j % 3 == 0 ? -0.0f : static_cast<float>(si[j]) * 0.37f;
+        if (n % 5 == 0) si[n / 2] = INT32_MIN, si[n / 3] = INT32_MAX, sf[n / 2] = -INFINITY;
+        if (n % 11 == 0) {  // a hint from elsewhere: the band misses on both sides
+          ih = {true, n % 2 ? 0u : ~0u, 1, 0};
+          fh = {true, n % 2 ? ~0u : 0u, 1, 0};
+        }
+        for (int64_t kk : {n / 5, n / 2, n - 3}) {
+          std::vector<int32_t> idx(static_cast<size_t>(kk), -1);
+          const int64_t mi = k::topk_indices(si.data(), n, kk, idx.data(), ih);
+          ASSERT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + mi), reference_topk(si, kk))
+              << "int32 n " << n << " k " << kk << " distinct " << distinct;
+          (ih.valid ? band_rows : fallback_rows) += 1;
+          std::fill(idx.begin(), idx.end(), -1);
+          const int64_t mf = k::topk_indices(sf.data(), n, kk, idx.data(), fh);
+          ASSERT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + mf), reference_topk(sf, kk))
+              << "float n " << n << " k " << kk << " distinct " << distinct;
+        }
+      }
+    }
+  // both paths ran: the band (the hint stays valid) and the radix fallback (it is dropped)
+  EXPECT_GT(band_rows, 100);
+  EXPECT_GT(fallback_rows, 0);
+}
+
+namespace {
+// attend_selected_rows' result by its definition, in double: per row the softmax of
+// scale * score over the row's keys, times V.
+std::vector<double> reference_attention_rows(const std::vector<float>& q,
+                                             const std::vector<float>& kv, int64_t ldkv,
+                                             int64_t v_off, int64_t hd,
+                                             const std::vector<std::vector<int32_t>>& keys,
+                                             const std::vector<float>* scores, int64_t lds,
+                                             float scale) {
+  std::vector<double> out;
+  for (size_t r = 0; r < keys.size(); ++r) {
+    std::vector<double> s;
+    for (int32_t j : keys[r]) {
+      double d = 0;
+      if (scores) {
+        d = (*scores)[r * lds + j];
+      } else {
+        for (int64_t c = 0; c < hd; ++c) d += double{q[r * hd + c]} * kv[j * ldkv + c];
+      }
+      s.push_back(d * scale);
+    }
+    const double mx = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (double& x : s) sum += (x = std::exp(x - mx));
+    for (int64_t c = 0; c < hd; ++c) {
+      double o = 0;
+      for (size_t t = 0; t < s.size(); ++t) o += s[t] * kv[keys[r][t] * ldkv + v_off + c];
+      out.push_back(o / sum);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+// The blocked gather-attention kernel (rows walked together over key tiles with an online
+// softmax) against the definition: head sizes on the vector path (64, 256) and off it (40),
+// keys spanning several tiles, rows with one key, computed and given scores.
+TEST(SparseAttention, BlockedGatherAttentionEqualsReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (int64_t hd : {64, 256, 40})
+    for (bool given_scores : {false, true}) {
+      const int64_t L = 1100, rows = 9, ldkv = 2 * hd + 8;  // K then V in each row, padded
+      std::vector<float> kv(static_cast<size_t>(L * ldkv)), q(static_cast<size_t>(rows * hd));
+      for (auto& x : kv) x = nd(rng);
+      for (auto& x : q) x = nd(rng);
+      std::vector<std::vector<int32_t>> keys(rows);
+      std::vector<int32_t> idx;
+      std::vector<int64_t> offs{0};
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t visible = r == 0 ? 1 : L - 13 * r;
+        for (int32_t j = 0; j < visible; ++j)
+          if (r == 0 || rng() % 5 == 0 || j == visible - 1) keys[r].push_back(j);
+        idx.insert(idx.end(), keys[r].begin(), keys[r].end());
+        offs.push_back(static_cast<int64_t>(idx.size()));
+      }
+      std::vector<float> scores(static_cast<size_t>(rows * L));
+      for (auto& x : scores) x = nd(rng) * 4.0f;
+      const float scale = 0.125f;
+      std::vector<float> out(static_cast<size_t>(rows * (hd + 3)), NAN);
+      k::attend_selected_rows(q.data(), hd, kv.data(), kv.data() + hd, ldkv, hd, idx.data(),
+                              offs.data(), rows, scale, given_scores ? scores.data() : nullptr, L,
+                              out.data(), hd + 3);
+      const auto ref = reference_attention_rows(q, kv, ldkv, hd, hd, keys,
+                                                given_scores ? &scores : nullptr, L, scale);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < hd; ++c)
+          ASSERT_NEAR(out[r * (hd + 3) + c], ref[r * hd + c],
+                      2e-5 * (1 + std::abs(ref[r * hd + c])))
+              << "hd " << hd << " row " << r << " dim " << c << " given scores " << given_scores;
+    }
+}

@@ -354,12 +354,15 @@ def cmd_calibrate(args) -> int:
 
 def cmd_cold_start(args) -> int:
     from .calibration import corpus_tokens, held_out_tokens
+    from .eval.bench_utils import machine_line
     from .model import FileTokenizer
     from .registry import resolve_model_file
     from .sim.coldstart import cold_start
 
     files = [resolve_model_file(m.strip(), progress=not args.quiet) for m in args.model.split(",")]
     _check_outputs({"--json": args.json}, [*files, *_inputs(None, args.calib)])
+    machine = machine_line()  # the machine the times are measured on, first
+    print(machine, file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     # The prompt: held-out WikiText-2 tokens of the first file's tokenizer (its weights are not
     # loaded: that would put the file in the page cache before its cold start).
     prompt = held_out_tokens(corpus_tokens(FileTokenizer(files[0])))[: args.prompt_tokens]
@@ -383,7 +386,10 @@ def cmd_cold_start(args) -> int:
                 f"{r['read_s']:7.3f} {r['unpack_s']:8.3f} {r['prepare_s']:9.3f} "
                 f"{r['prefill_s']:9.3f} {r['ttft_s']:7.3f}"
             )
-    _emit_json({"prompt_tokens": len(prompt), "repeats": args.repeats, "files": rows}, args.json)
+    _emit_json(
+        {"machine": machine, "prompt_tokens": len(prompt), "repeats": args.repeats, "files": rows},
+        args.json,
+    )
     return 0
 
 

@@ -6,17 +6,26 @@ Test tiers (``bash scripts/test.sh`` runs the first two, in about 8 minutes on 2
 * golden (``pytestmark = pytest.mark.golden``): agreement with independent references:
   transformers, lm-eval's ``hf`` backend, gguf-py, the config-only task graph;
 * slow (``@pytest.mark.slow``, only with ``--runslow``): long evaluations and the notebooks.
+
+Every run ends with the time of each test file (``file_times.py``): the slowest printed, all in
+``build/test-times.json`` (``--test-times PATH``), files over 60 s listed as over budget.
 """
 
 from __future__ import annotations
 
 import os
 
+import file_times
 import pytest
 
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="also run long evaluations")
+    file_times.pytest_addoption(parser)
+
+
+def pytest_configure(config):
+    file_times.pytest_configure(config)
 
 
 def pytest_collection_modifyitems(config, items):

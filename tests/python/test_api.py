@@ -161,6 +161,11 @@ def test_cli_run_writes_report(tmp_path):
     assert 5 < rep["wikitext2"][0]["perplexity"] < 100
     assert (out / "token_loss.png").stat().st_size > 1000
     assert "WikiText-2 perplexity" in (out / "report.md").read_text()
+    # the machine (CPU, BLAS kernels; issue 38): first on the console, in both reports
+    from socllm.eval.bench_utils import machine_line
+
+    assert rep["machine"]["description"] == machine_line() == r.stdout.splitlines()[0]
+    assert f"Machine: {machine_line()};" in (out / "report.md").read_text()
     assert rep["calibration"]["samples"] == 2 and (out / "calib.h5").exists()
     # the engine's chunked prefill timed on the SoC model, one run per policy
     runs = {s["policy"]: s for s in rep["timeline"]["runs"]}

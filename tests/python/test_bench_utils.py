@@ -14,8 +14,9 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
 def _repo(root: Path, package: str) -> tuple[Path, str]:
-    """A git repository at ``root`` with a module file at ``package``/bench_utils.py, committed."""
-    pkg = root / package
+    """A git repository at ``root`` with a module file at ``package``/eval/bench_utils.py (where
+    the real one is), committed."""
+    pkg = root / package / "eval"
     pkg.mkdir(parents=True)
     (pkg / "bench_utils.py").write_text("# stand-in\n")
     env = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -52,9 +53,20 @@ def test_no_commit_inside_another_repository_or_outside_git(tmp_path, monkeypatc
     monkeypatch.setattr(bench_utils, "__file__", str(module))
     assert bench_utils.source_commit() is None
     bench_utils.source_commit.cache_clear()
-    plain = tmp_path / "plain" / "python" / "socllm" / "bench_utils.py"
+    plain = tmp_path / "plain" / "python" / "socllm" / "eval" / "bench_utils.py"
     plain.parent.mkdir(parents=True)
     plain.write_text("")
     monkeypatch.setattr(bench_utils, "__file__", str(plain))
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     assert bench_utils.source_commit() is None
+
+
+def test_source_commit_of_this_checkout():
+    """Not a stand-in: the module where it is (socllm/eval/) finds its own checkout's commit."""
+    root = Path(bench_utils.__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        pytest.skip("socllm is not imported from a git checkout")
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert bench_utils.source_commit() in (head, head + "+dirty")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -106,10 +107,14 @@ def run_main_job(
     json_dest: str | None = None,
 ) -> dict:
     from ..model import load
+    from .bench_utils import machine_line
     from .perplexity import eval_wikitext2
 
     check_report_outputs(model_name, out_dir, json_dest)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the machine every speed below is measured on: first on the console, and in the report
+    machine = machine_line()
+    print(machine, file=sys.stderr if json_dest == "-" else sys.stdout, flush=True)
     t0 = time.perf_counter()
     model = load(model_name, progress=progress)
     load_s = time.perf_counter() - t0
@@ -165,6 +170,7 @@ def run_main_job(
     report = {
         "socllm_version": __version__,
         "machine": {
+            "description": machine,
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": _core.num_threads(),
@@ -238,6 +244,17 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
     }
 
 
+def machine_lines(m: dict) -> list[str]:
+    """The report's lines on the machine (:func:`~socllm.eval.bench_utils.machine_line`, the
+    threads and Python): every speed in the report is this machine's."""
+    if "description" not in m:  # a report written before the machine line
+        return []
+    return [
+        f"Machine: {m['description']}; {m['threads']} threads, Python {m['python']}.",
+        "",
+    ]
+
+
 def render_markdown(r: dict) -> str:
     c = r["model"]["config"]
     lines = [
@@ -246,6 +263,7 @@ def render_markdown(r: dict) -> str:
         f"Model: {c['name']} ({c['arch']}, {c['n_layers']} layers, d_model {c['d_model']}, "
         f"vocab {c['vocab_size']}); loaded in {r['load_seconds']} s.",
         "",
+        *machine_lines(r.get("machine", {})),
         "## Generation (greedy, fp32)",
         "",
         f"> **{r['generation']['prompt']}**{r['generation']['text']}",

@@ -152,6 +152,7 @@ class ShadowAttn final : public SchemeKind {
     const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
     detail::trace_begin(trace, H, T);
 
+    const auto isa = k::best_isa();
     // per head the bucket nearest to the input's <λQ, λK> (§3.3), K in that bucket
     std::vector<HeadInputs> heads(static_cast<size_t>(H));
     std::vector<float> lk(static_cast<size_t>(sh.n_kv_heads));
@@ -175,7 +176,7 @@ class ShadowAttn final : public SchemeKind {
       hi.bq = bq;
       hi.k8.resize(static_cast<size_t>(L * hd));
       k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
-      hi.k8_packed.emplace(hi.k8.data(), hd, L, hd);
+      hi.k8_packed.emplace(hi.k8.data(), hd, L, hd, isa);
       if (certified)
         for (int64_t j = 0; j < L; ++j) {
           double n8 = 0, ne = 0;
@@ -195,7 +196,6 @@ class ShadowAttn final : public SchemeKind {
     }
 
     const int64_t n_blocks = (T + kRowBlock - 1) / kRowBlock;
-    const auto isa = k::best_isa();
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t bi = 0; bi < n_blocks; ++bi) {

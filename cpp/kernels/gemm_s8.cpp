@@ -823,7 +823,8 @@ void gemm_s8s8s32(const int8_t* A, int64_t lda, const int8_t* B, int64_t ldb, in
   gemm_dispatch("gemm_s8s8s32", A, lda, B, ldb, C, ldc, M, N, K, isa);
 }
 
-PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K)
+PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K,
+                                 std::optional<Isa> only)
     : n_(N), k_(K) {
   if (N < 0 || K < 0 || ldb < K || (N && K && !B))
     throw ShapeError("[PackedWeightsS8] bad weights N=" + std::to_string(N) +
@@ -836,7 +837,10 @@ PackedWeightsS8::PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_
   for (int64_t n = 0; n < N; ++n)
     std::memcpy(rows_.data() + n * K, B + n * ldb, static_cast<size_t>(K));
   const auto isas = supported_isas();
-  const auto has = [&](Isa i) { return std::find(isas.begin(), isas.end(), i) != isas.end(); };
+  const auto has = [&](Isa i) {
+    if (only && *only != i && !(i == Isa::Avx512Vnni && *only == Isa::AmxInt8)) return false;
+    return std::find(isas.begin(), isas.end(), i) != isas.end();
+  };
 #if defined(__x86_64__)
   has_vnni_ = has(Isa::Avx512Vnni);
   if (has_vnni_) vnni_ = pack_b_vnni(rows_.data(), K, N, K);
@@ -873,6 +877,13 @@ void gemm_s8s8s32_packed_cols(const int8_t* A, int64_t lda, const PackedWeightsS
                      std::to_string(W.n()));
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
+  const bool packed_for_isa =
+      isa == Isa::Scalar || ((isa == Isa::AmxInt8 || isa == Isa::Avx512Vnni) && W.vnni()) ||
+      (isa == Isa::Avx2 && W.avx2()) || (isa == Isa::Dotprod && W.dotprod()) ||
+      (isa == Isa::I8mm && W.i8mm());
+  if (!packed_for_isa && isa != Isa::Neon)
+    throw InvalidArgument("[gemm_s8s8s32_packed] the weights were packed without the " +
+                          isa_name(isa) + " layout");
   if (M == 0 || N == 0) return;
 #if defined(__x86_64__)
   if (isa == Isa::AmxInt8) return gemm_amx_or_vnni(A, lda, *W.vnni(), C, ldc, M, N, K);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,10 @@ struct I8mmPack {
 // rows as given (scalar path) and the layouts of the vector paths this CPU supports.
 class PackedWeightsS8 {
  public:
-  PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K);
+  // only: pack the layout of that one path (a short-lived pack, as one head's keys for one
+  // prefill): the GEMM then runs on it or the scalar path, and another is InvalidArgument.
+  PackedWeightsS8(const int8_t* B, int64_t ldb, int64_t N, int64_t K,
+                  std::optional<Isa> only = std::nullopt);
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t bytes() const;

@@ -152,19 +152,23 @@ inline uint32_t sat_sub(uint32_t a, uint64_t b) {
   return b >= a ? 0u : a - static_cast<uint32_t>(b);
 }
 
-// A first hint from 256 evenly spaced values: their k/n quantile, and the spread of the 16
-// sample values around it.
+// A band from 128 evenly spaced values: their k/n quantile and the sample values 10 places
+// above and below it (about 2 standard deviations of the quantile's position).
 template <class T>
 TopkHint sample_hint(const T* s, int64_t n, int64_t k) {
-  constexpr int64_t kSamples = 256;
+  constexpr int64_t kSamples = 128, kSpread = 10;
   std::array<uint32_t, kSamples> smp{};
   const int64_t ns = std::min(n, kSamples);
   for (int64_t i = 0; i < ns; ++i) smp[static_cast<size_t>(i)] = order_key(s[i * n / ns]);
-  std::sort(smp.begin(), smp.begin() + ns, std::greater<uint32_t>());
+  const auto nth = [&](int64_t from, int64_t at, int64_t to) {  // at-th largest, within [from, to)
+    std::nth_element(smp.begin() + from, smp.begin() + at, smp.begin() + to,
+                     std::greater<uint32_t>());
+    return smp[static_cast<size_t>(at)];
+  };
   const int64_t at = std::clamp<int64_t>(k * ns / n, 0, ns - 1);
-  const uint32_t up = smp[static_cast<size_t>(std::max<int64_t>(at - 8, 0))];
-  const uint32_t down = smp[static_cast<size_t>(std::min<int64_t>(at + 8, ns - 1))];
-  const uint32_t key = smp[static_cast<size_t>(at)];
+  const uint32_t key = nth(0, at, ns);
+  const uint32_t up = at > 0 ? nth(0, std::max<int64_t>(at - kSpread, 0), at) : key;
+  const uint32_t down = at + 1 < ns ? nth(at + 1, std::min(at + kSpread, ns - 1), ns) : key;
   return {true, key, std::max(up - key, key - down) + 1};
 }
 
@@ -278,9 +282,14 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
     thread_local std::vector<uint32_t> ckey, band;
     cidx.resize(static_cast<size_t>(n + 16)), ckey.resize(static_cast<size_t>(n + 16));
     const auto [above_hi, above_lo] = keys_above(s, n, lo, hi, cidx.data(), ckey.data());
-    if (above_hi >= k || above_lo < k) {  // the k-th lies beyond the band: recentre, widen
-      key = above_hi >= k ? sat_add(hi, half) : sat_sub(lo, half);
-      half *= 4;
+    if (above_hi >= k || above_lo < k) {
+      if (attempt == 0) {  // the previous row's band missed: one from this row's own sample
+        const TopkHint sampled = sample_hint(s, n, k);
+        key = sampled.key, half = sampled.half_width;
+      } else {  // the k-th lies beyond the band: recentre, widen
+        key = above_hi >= k ? sat_add(hi, half) : sat_sub(lo, half);
+        half *= 4;
+      }
       continue;
     }
     const int64_t c = above_lo;

@@ -296,3 +296,35 @@ TEST(GemmS8, PackedColumnPrefixEqualsScalarAndLeavesTheRest) {
   EXPECT_THROW(k::gemm_s8s8s32_packed_cols(A.data(), K, W, c.data(), N, M, N + 1, k::Isa::Scalar),
                socllm::ShapeError);
 }
+
+// Weights packed for one path run on it (and on the scalar path) with the same result; another
+// path is refused, not read from an absent layout.
+TEST(GemmS8, WeightsPackedForOnePath) {
+  std::mt19937 g(17);
+  std::uniform_int_distribution<int> d(-128, 127);
+  const int64_t M = 5, N = 40, K = 64;
+  std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * K));
+  for (auto& x : A) x = static_cast<int8_t>(d(g));
+  for (auto& x : B) x = static_cast<int8_t>(d(g));
+  std::vector<int32_t> ref(static_cast<size_t>(M * N));
+  k::gemm_s8s8s32(A.data(), K, B.data(), K, ref.data(), N, M, N, K, k::Isa::Scalar);
+  const auto isas = k::supported_isas();
+  for (k::Isa only : isas) {
+    const k::PackedWeightsS8 W(B.data(), K, N, K, only);
+    for (k::Isa isa : isas) {
+      std::vector<int32_t> c(ref.size());
+      const bool layout = isa == only || isa == k::Isa::Scalar ||
+                          (only == k::Isa::AmxInt8 && isa == k::Isa::Avx512Vnni) ||
+                          (only == k::Isa::Avx512Vnni && isa == k::Isa::AmxInt8) ||
+                          isa == k::Isa::Neon;
+      if (layout) {
+        k::gemm_s8s8s32_packed(A.data(), K, W, c.data(), N, M, isa);
+        EXPECT_EQ(c, ref) << "packed for " << k::isa_name(only) << ", run on " << k::isa_name(isa);
+      } else {
+        EXPECT_THROW(k::gemm_s8s8s32_packed(A.data(), K, W, c.data(), N, M, isa),
+                     socllm::InvalidArgument)
+            << "packed for " << k::isa_name(only) << ", run on " << k::isa_name(isa);
+      }
+    }
+  }
+}

@@ -19,9 +19,10 @@ without it those peers are skipped, and ``--peers torch`` leaves them out.
     python scripts/bench_engine.py --quick         # smaller, for a smoke run
     python scripts/bench_engine.py --json out.json
 
-OpenBLAS picks its kernels from OPENBLAS_CORETYPE, which this machine kind sets to Haswell
-(AVX2) for safety; ``--socllm-coretype SkylakeX`` runs socllm on AVX-512 kernels instead, and
-the output then also reports socllm's logits difference against torch as a correctness check.
+OpenBLAS picks its kernels from OPENBLAS_CORETYPE: socllm sets it to the best core the CPU's
+flags support unless it is set (socllm/blas_core.py, issue 38), and the workers inherit it;
+``--socllm-coretype NAME`` runs socllm on another core, and the output then also reports
+socllm's logits difference against torch as a correctness check.
 """
 
 from __future__ import annotations

@@ -53,16 +53,21 @@ def load_seconds(path: Path) -> list[float]:
 
 
 def format1_copy(src: Path, dst: Path) -> None:
-    """The same file as format 1 wrote it: contiguous datasets, no checksums."""
+    """The same file as format 1 wrote it: contiguous datasets, no checksums (neither the
+    datasets' Fletcher-32 nor the attribute CRCs of format 4)."""
+
+    def attrs(obj) -> dict:
+        return {k: v for k, v in obj.attrs.items() if k != socllm.io.H5_ATTRIBUTES_CHECKSUM}
+
     with h5py.File(src, "r") as fi, h5py.File(dst, "w") as fo:
-        fo.attrs.update(fi.attrs)
+        fo.attrs.update(attrs(fi))
         fo.attrs["format_version"] = 1
 
         def copy(name, obj):
             if isinstance(obj, h5py.Group):
-                fo.require_group(name).attrs.update(obj.attrs)
+                fo.require_group(name).attrs.update(attrs(obj))
             else:
-                fo.create_dataset(name, data=obj[()], dtype=obj.dtype).attrs.update(obj.attrs)
+                fo.create_dataset(name, data=obj[()], dtype=obj.dtype).attrs.update(attrs(obj))
 
         fi.visititems(copy)
 

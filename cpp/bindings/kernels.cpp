@@ -206,7 +206,8 @@ void init_kernels(py::module_& m) {
       "Largest K each GEMM accepts: every result then fits in int32 (gemm_s8.h).");
   ops.def(
       "isa", [] { return kernels::isa_name(kernels::best_isa()); },
-      "The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.");
+      "The INT8 GEMM path used by default on this CPU: amx-int8, avx512-vnni, avx2, i8mm, dotprod, "
+      "neon or scalar.");
   ops.def("supported_isas", [] {
     std::vector<std::string> out;
     for (auto i : kernels::supported_isas()) out.push_back(kernels::isa_name(i));

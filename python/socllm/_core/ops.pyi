@@ -106,7 +106,7 @@ def head_keep_ratios(head_importance: numpy.ndarray, layer_importance: numpy.nda
     """
 def isa() -> str:
     """
-    The INT8 GEMM path used by default on this CPU: avx512-vnni, avx2 or scalar.
+    The INT8 GEMM path used by default on this CPU: amx-int8, avx512-vnni, avx2, i8mm, dotprod, neon or scalar.
     """
 def keys_kept(visible: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex, min_keys: typing.SupportsInt | typing.SupportsIndex = 1) -> int:
     ...

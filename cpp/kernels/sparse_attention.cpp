@@ -227,6 +227,27 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
   return {above_hi, m};
 }
 
+// out = the keys <= hi, in order (out holds their count + 16). Returns how many.
+int64_t keys_at_most(const uint32_t* keys, int64_t c, uint32_t hi, uint32_t* out) {
+  int64_t m = 0;
+#if defined(__AVX512F__)
+  const __m512i hiv = _mm512_set1_epi32(static_cast<int32_t>(hi));
+  for (int64_t t = 0; t < c; t += kKeyLanes) {
+    const __mmask16 valid = tail_mask(c - t);
+    const __m512i key = _mm512_maskz_loadu_epi32(valid, keys + t);
+    const __mmask16 take = _mm512_mask_cmple_epu32_mask(valid, key, hiv);
+    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(take, key));
+    m += std::popcount(static_cast<unsigned>(take));
+  }
+#else
+  for (int64_t t = 0; t < c; ++t) {
+    out[m] = keys[t];
+    m += keys[t] <= hi;
+  }
+#endif
+  return m;
+}
+
 // idx = the first k candidates whose key is >= thr (all_equal: no tie to break) or > thr or,
 // while equal_left lasts, equal to it: in index order. Returns how many.
 int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, int64_t k,
@@ -265,6 +286,42 @@ int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, in
   return m;
 }
 
+// The need-th largest of the m band values in (lo, hi] (1 <= need <= m), and how many of them
+// lie above it and equal it. Rounds of a 64-bin histogram over the remaining range narrow the
+// band to one bin (kept in place) until few values remain, then nth_element: a band of
+// hundreds of values costs two cheap passes instead of a partition sort.
+uint32_t band_kth(uint32_t* band, int64_t m, int64_t need, uint32_t lo, uint32_t hi, int64_t& above,
+                  int64_t& equal) {
+  constexpr int kBins = 64;
+  constexpr int64_t kDirect = 48;  // at most this many: nth_element
+  above = 0;
+  uint32_t base = lo + 1;  // values in [base, hi]
+  while (m > kDirect && hi > base) {
+    const int bits = 32 - std::countl_zero(hi - base);
+    const int shift = std::max(0, bits - 6);
+    std::array<int64_t, kBins> hist{};
+    for (int64_t t = 0; t < m; ++t) ++hist[static_cast<size_t>((band[t] - base) >> shift)];
+    int b = kBins - 1;
+    int64_t over = 0;
+    while (over + hist[static_cast<size_t>(b)] < need) over += hist[static_cast<size_t>(b--)];
+    need -= over, above += over;
+    const uint32_t bin_lo = base + (static_cast<uint32_t>(b) << shift);
+    const auto bin_hi = static_cast<uint32_t>(
+        std::min<uint64_t>(hi, uint64_t{bin_lo} + (uint64_t{1} << shift) - 1));
+    int64_t kept = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      band[kept] = band[t];
+      kept += band[t] >= bin_lo && band[t] <= bin_hi;
+    }
+    m = kept, base = bin_lo, hi = bin_hi;
+  }
+  std::nth_element(band, band + (need - 1), band + m, std::greater<uint32_t>());
+  const uint32_t thr = band[need - 1];
+  equal = 0;
+  for (int64_t t = 0; t < m; ++t) above += band[t] > thr, equal += band[t] == thr;
+  return thr;
+}
+
 template <class T>
 int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
   k = std::clamp<int64_t>(k, 0, n);
@@ -294,17 +351,11 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
     }
     const int64_t c = above_lo;
     const int64_t m = above_lo - above_hi;  // the band's keys: (lo, hi]
-    band.resize(static_cast<size_t>(m));
-    int64_t b = 0;
-    for (int64_t t = 0; t < c && b < m; ++t) {
-      band[static_cast<size_t>(b)] = ckey[static_cast<size_t>(t)];
-      b += ckey[static_cast<size_t>(t)] <= hi;
-    }
+    band.resize(static_cast<size_t>(m + 16));
+    keys_at_most(ckey.data(), c, hi, band.data());
     const int64_t need = k - above_hi;  // 1 <= need <= m
-    std::nth_element(band.begin(), band.begin() + (need - 1), band.end(), std::greater<uint32_t>());
-    const uint32_t thr = band[static_cast<size_t>(need - 1)];
     int64_t above = 0, equal = 0;
-    for (const uint32_t x : band) above += x > thr, equal += x == thr;
+    const uint32_t thr = band_kth(band.data(), m, need, lo, hi, above, equal);
     const int64_t equal_left = need - above;
     // the next band: wide enough for the threshold's typical move between rows (twice its
     // running mean), else as narrow as kBandTarget candidates

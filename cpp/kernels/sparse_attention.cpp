@@ -400,11 +400,11 @@ void score_rows(const float* q, const float* k, int64_t ldkv, int64_t head_dim, 
   VecF qv[NV ? NV : 1];
   if constexpr (NV > 0)
     for (int u = 0; u < NV; ++u) qv[u] = load(q + u * kLanes);
-  const auto dot_vec = [&](const float* kr) {
-    VecF acc = VecF{};
+  const auto dot_vec = [&](const float* kr) {  // two chains: half the FMA latency per key
+    VecF acc[2] = {};
     for (int64_t u = 0; u < nv; ++u)
-      acc += (NV ? qv[u] : load(q + u * kLanes)) * load(kr + u * kLanes);
-    return acc;
+      acc[u & 1] += (NV ? qv[u] : load(q + u * kLanes)) * load(kr + u * kLanes);
+    return acc[0] + acc[1];
   };
   const auto tail = [&](const float* kr) {
     float t = 0.0f;
@@ -428,15 +428,25 @@ template <int NV>
 void gather_v_rows(const float* p, const float* v, int64_t ldkv, int64_t head_dim,
                    const int32_t* idx, int64_t n, float alpha, float* O) {
   if constexpr (NV > 0) {
-    VecF acc[NV];
-    for (int u = 0; u < NV; ++u) acc[u] = load(O + u * kLanes) * alpha;
-    for (int64_t j = 0; j < n; ++j) {
-      prefetch_row(v, idx, j, n, ldkv, head_dim);
+    // even and odd keys in two sets of accumulators (two keys' FMAs in flight) while both
+    // sets fit the registers
+    constexpr int kSets = NV <= 8 ? 2 : 1;
+    VecF acc[2][NV] = {};
+    for (int u = 0; u < NV; ++u) acc[0][u] = load(O + u * kLanes) * alpha;
+    int64_t j = 0;
+    for (; j + kSets <= n; j += kSets)
+      for (int64_t e = 0; e < kSets; ++e) {
+        prefetch_row(v, idx, j + e, n, ldkv, head_dim);
+        const float* vr = v + static_cast<int64_t>(idx[j + e]) * ldkv;
+        const VecF w = splat(p[j + e]);
+        for (int u = 0; u < NV; ++u) acc[e][u] += w * load(vr + u * kLanes);
+      }
+    if (j < n) {
       const float* vr = v + static_cast<int64_t>(idx[j]) * ldkv;
       const VecF w = splat(p[j]);
-      for (int u = 0; u < NV; ++u) acc[u] += w * load(vr + u * kLanes);
+      for (int u = 0; u < NV; ++u) acc[0][u] += w * load(vr + u * kLanes);
     }
-    for (int u = 0; u < NV; ++u) store(O + u * kLanes, acc[u]);
+    for (int u = 0; u < NV; ++u) store(O + u * kLanes, acc[0][u] + acc[1][u]);
   } else {
     for (int64_t c = 0; c < head_dim; ++c) O[c] *= alpha;
     for (int64_t j = 0; j < n; ++j) {

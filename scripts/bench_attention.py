@@ -29,7 +29,7 @@ none, so its ratio slightly favours torch).
 
 The shadow-attn breakdown (``--breakdown``, on by default) is a separate measurement on ONE
 thread: the engine's shadow-attn total, then its INT8 GEMMs and its top-k calls issued one by
-one from Python on the same shapes (the engine's 64-row blocks against their causal keys), net of
+one from Python on the same shapes (the engine's 128-row blocks against their causal keys), net of
 the measured per-call Python overhead; the remainder (sparse attention over the kept keys,
 quantization, layout copies) is the total minus those two.
 
@@ -63,7 +63,7 @@ ops = socllm.ops
 # SmolLM2-135M's attention shape (the default model's config; --synthetic uses it too).
 N_HEADS, N_KV_HEADS, HEAD_DIM = 9, 3, 64
 TORCH = "torch-sdpa"  # the peer of the engine's dense kernel
-ROW_BLOCK = 64  # the engine's query rows per estimation GEMM (prefill_attention.cpp kRowBlock)
+ROW_BLOCK = 128  # shadow-attn's query rows per estimation GEMM (attention/common.h kSelectRowBlock)
 
 
 def variants(keep: float) -> dict[str, str]:

@@ -20,7 +20,7 @@ namespace socllm::attention {
 namespace {
 
 namespace k = socllm::kernels;
-using detail::kRowBlock;
+using detail::kSelectRowBlock;
 
 struct HeadInputs {
   std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket
@@ -195,11 +195,11 @@ class ShadowAttn final : public SchemeKind {
       }
     }
 
-    const int64_t n_blocks = (T + kRowBlock - 1) / kRowBlock;
+    const int64_t n_blocks = (T + kSelectRowBlock - 1) / kSelectRowBlock;
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t bi = 0; bi < n_blocks; ++bi) {
-        const int64_t r0 = bi * kRowBlock, rows = std::min(kRowBlock, T - r0);
+        const int64_t r0 = bi * kSelectRowBlock, rows = std::min(kSelectRowBlock, T - r0);
         const int64_t g = h / group, keys = sh.past + r0 + rows;
         const double ratio = c.head_ratio[static_cast<size_t>(h)];
         const float* kg = kk + g * hd;

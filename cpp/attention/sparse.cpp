@@ -15,7 +15,7 @@ namespace socllm::attention {
 namespace {
 
 namespace k = socllm::kernels;
-using detail::kRowBlock;
+using detail::kSelectRowBlock;
 
 class Sparse final : public SchemeKind {
  public:
@@ -43,11 +43,11 @@ class Sparse final : public SchemeKind {
     const int64_t min_keys = s.integer("min_keys");
     const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
     detail::trace_begin(trace, H, T);
-    const int64_t n_blocks = (T + kRowBlock - 1) / kRowBlock;
+    const int64_t n_blocks = (T + kSelectRowBlock - 1) / kSelectRowBlock;
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t bi = 0; bi < n_blocks; ++bi) {
-        const int64_t r0 = bi * kRowBlock, rows = std::min(kRowBlock, T - r0);
+        const int64_t r0 = bi * kSelectRowBlock, rows = std::min(kSelectRowBlock, T - r0);
         const int64_t g = h / group, keys = sh.past + r0 + rows;
         const double ratio = consts.head_ratio[static_cast<size_t>(h)];
         const float* kg = kk + g * hd;

@@ -72,20 +72,12 @@ uint32_t radix_kth_largest(const uint32_t* keys, int64_t n, int64_t k, uint32_t 
 }
 
 // The indices of the top k in ascending order, given the k-th largest order key thr: every
-// value above it and the first equal_left equal to it. all_equal: every value equal to thr is
-// taken (no tie to break), so the test is one comparison.
+// value above it and the first equal_left equal to it.
 template <class T>
 int64_t emit_topk(const T* s, int64_t n, int64_t k, uint32_t thr, int64_t equal_left,
-                  bool all_equal, int32_t* idx) {
-  int64_t m = 0;
-  if (all_equal) {
-    for (int64_t j = 0; j < n && m < k; ++j) {
-      idx[m] = static_cast<int32_t>(j);
-      m += order_key(s[j]) >= thr;
-    }
-    return m;
-  }
+                  int32_t* idx) {
   // branch-free on the common path (a kept key is a coin flip at keep ratios like 0.2)
+  int64_t m = 0;
   for (int64_t j = 0; j < n && m < k; ++j) {
     const uint32_t key = order_key(s[j]);
     idx[m] = static_cast<int32_t>(j);
@@ -137,12 +129,12 @@ int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>
   }
   int64_t equal_left = 0;
   const uint32_t thr = radix_kth_largest(keys.data(), n, k, lo, hi, equal_left);
-  return emit_topk(s, n, k, thr, equal_left, false, idx);
+  return emit_topk(s, n, k, thr, equal_left, idx);
 }
 
 // ---- top-k from the previous row's threshold ------------------------------------------------
 
-constexpr int64_t kBandTarget = 64;  // candidates a band should hold: a small nth_element
+constexpr int64_t kBandTarget = 64;  // candidates a band should hold, when it need not be wider
 constexpr int kBandAttempts = 3;     // misses before the radix selection takes over
 
 inline uint32_t sat_add(uint32_t a, uint64_t b) {

@@ -273,16 +273,29 @@ TEST(GemmGroupedS8, BadArguments) {
 
 // The first n_cols columns of a packed GEMM (a causal row block's visible keys) equal the
 // scalar reference's, on every path; the other columns are left as they were.
+namespace {
+// Random int8 A [M, K] and B [N, K] and their product by the scalar path.
+struct RandomGemm {
+  std::vector<int8_t> A, B;
+  std::vector<int32_t> ref;
+  RandomGemm(unsigned seed, int64_t M, int64_t N, int64_t K)
+      : A(static_cast<size_t>(M * K)),
+        B(static_cast<size_t>(N * K)),
+        ref(static_cast<size_t>(M * N)) {
+    std::mt19937 g(seed);
+    std::uniform_int_distribution<int> d(-128, 127);
+    for (auto& x : A) x = static_cast<int8_t>(d(g));
+    for (auto& x : B) x = static_cast<int8_t>(d(g));
+    k::gemm_s8s8s32(A.data(), K, B.data(), K, ref.data(), N, M, N, K, k::Isa::Scalar);
+  }
+};
+}  // namespace
+
 TEST(GemmS8, PackedColumnPrefixEqualsScalarAndLeavesTheRest) {
-  std::mt19937 g(13);
-  std::uniform_int_distribution<int> d(-128, 127);
   const int64_t M = 13, N = 70, K = 64;
-  std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * K));
-  for (auto& x : A) x = static_cast<int8_t>(d(g));
-  for (auto& x : B) x = static_cast<int8_t>(d(g));
+  const RandomGemm r(13, M, N, K);
+  const auto& [A, B, ref] = r;
   const k::PackedWeightsS8 W(B.data(), K, N, K);
-  std::vector<int32_t> ref(static_cast<size_t>(M * N));
-  k::gemm_s8s8s32(A.data(), K, B.data(), K, ref.data(), N, M, N, K, k::Isa::Scalar);
   for (k::Isa isa : k::supported_isas())
     for (int64_t cols : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{33}, N}) {
       std::vector<int32_t> c(static_cast<size_t>(M * N), 12345);
@@ -300,14 +313,9 @@ TEST(GemmS8, PackedColumnPrefixEqualsScalarAndLeavesTheRest) {
 // Weights packed for one path run on it (and on the scalar path) with the same result; another
 // path is refused, not read from an absent layout.
 TEST(GemmS8, WeightsPackedForOnePath) {
-  std::mt19937 g(17);
-  std::uniform_int_distribution<int> d(-128, 127);
   const int64_t M = 5, N = 40, K = 64;
-  std::vector<int8_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * K));
-  for (auto& x : A) x = static_cast<int8_t>(d(g));
-  for (auto& x : B) x = static_cast<int8_t>(d(g));
-  std::vector<int32_t> ref(static_cast<size_t>(M * N));
-  k::gemm_s8s8s32(A.data(), K, B.data(), K, ref.data(), N, M, N, K, k::Isa::Scalar);
+  const RandomGemm r(17, M, N, K);
+  const auto& [A, B, ref] = r;
   const auto isas = k::supported_isas();
   for (k::Isa only : isas) {
     const k::PackedWeightsS8 W(B.data(), K, N, K, only);

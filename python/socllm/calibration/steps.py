@@ -18,7 +18,9 @@ Calibration text: WikiText-2 raw test, windows drawn from its first quarter
 * ``outliers`` (``outliers.cpp``): llm.npu's outlier thresholds and per-channel outlier counts
   (seed 001 §3.3), on the act-scales windows.
 * ``pruning-rate``: the automatic pruning rate of shadow-outlier execution (below).
-* ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3).
+* ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3);
+  ``importance_method=taylor`` estimates head importance to first order in torch
+  (:mod:`socllm.calibration.head_importance`) instead of ablating every head.
 * ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and bit-widths (seed
   004 §4.1), on ``smoothing_rows`` random rows of each of the first ``smoothing_windows``
   act-scales windows.
@@ -29,6 +31,8 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -196,10 +200,22 @@ def _record_windows(ctx: StepContext, prefix: str, samples: int, seqlen: int) ->
 
 @step_run("head-importance")
 def _head_importance(ctx: StepContext) -> None:
+    """Eq. 1-2 by ablation in the C++ part, or (``importance_method=taylor``) their first-order
+    estimate from one backward pass per window in torch (:mod:`.head_importance`), written to
+    the same arrays."""
     o = ctx.options
     windows = ctx.windows(o["importance_samples"], o["importance_seqlen"])
-    ctx.run_cpp(windows)
+    if o["importance_method"] == "taylor":
+        from .head_importance import taylor_importance
+
+        heads, layers = taylor_importance(ctx.model, windows, progress=ctx.progress)
+        data = ctx.ensure_data()
+        data.stats.set_array("head_importance", None, heads.astype(np.float32))
+        data.stats.set_array("layer_importance", None, layers.astype(np.float32))
+    else:
+        ctx.run_cpp(windows)
     _record_windows(ctx, "head_importance", o["importance_samples"], o["importance_seqlen"])
+    ctx.data.provenance["head_importance_method"] = o["importance_method"]
 
 
 @step_run("qk-scales")
@@ -400,11 +416,13 @@ def run_steps(
     """Runs ``steps`` in order on ``model`` (continuing ``data`` if given) and returns the
     statistics. Everything is checked before the first step starts (:func:`check_steps`).
     ``after_step(data)`` is called after each step (the CLI saves there, so a failing later step
-    keeps the earlier ones); if a step fails, the error says which steps finished."""
+    keeps the earlier ones); if a step fails, the error says which steps finished. With
+    ``progress``, each step's wall time is printed (stderr) at its end."""
     names = [s.strip() for s in steps.split(",")] if isinstance(steps, str) else list(steps)
     per_step = check_steps(names, data, options)
     for i, n in enumerate(names):
         ctx = StepContext(model, n, data, per_step[n], progress)
+        t0 = time.perf_counter()
         try:
             STEPS[n].run(ctx)
         except Exception as e:
@@ -414,6 +432,8 @@ def run_steps(
                 + (f" after {','.join(finished)} finished" if finished else "")
             )
             raise
+        if progress:  # every step's cost, at its end (issue 38)
+            print(f"calibrate: step {n} took {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         data = ctx.data
         done = data.provenance.get("steps", "")
         if n not in done.split(","):

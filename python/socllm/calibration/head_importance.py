@@ -60,6 +60,8 @@ def _from_model_file(model, torch):
     import h5py
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    from ..io.convert import hf_tensor_names
+
     c = dict(model.config)
     if c["arch"] not in ("llama", "qwen2"):
         raise UnsupportedError(
@@ -85,25 +87,7 @@ def _from_model_file(model, torch):
     # q/k/v biases without an o_proj bias are Qwen2's layout (llama's attention_bias adds both)
     config = Qwen2Config(**kwargs) if bias else LlamaConfig(**kwargs, attention_bias=False)
     cls = Qwen2ForCausalLM if bias else LlamaForCausalLM
-    names = {
-        "embed_tokens": "model.embed_tokens.weight",
-        "final_norm": "model.norm.weight",
-        "lm_head": "lm_head.weight",
-    }
-    per_layer = {
-        "attn_norm": "input_layernorm.weight",
-        "wq": "self_attn.q_proj.weight",
-        "wk": "self_attn.k_proj.weight",
-        "wv": "self_attn.v_proj.weight",
-        "bq": "self_attn.q_proj.bias",
-        "bk": "self_attn.k_proj.bias",
-        "bv": "self_attn.v_proj.bias",
-        "wo": "self_attn.o_proj.weight",
-        "ffn_norm": "post_attention_layernorm.weight",
-        "w_gate": "mlp.gate_proj.weight",
-        "w_up": "mlp.up_proj.weight",
-        "w_down": "mlp.down_proj.weight",
-    }
+    names, per_layer = hf_tensor_names()
     state = {}
     with h5py.File(model.path, "r") as f:
         w = f["weights"]

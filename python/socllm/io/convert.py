@@ -85,6 +85,15 @@ _GLOBAL_TENSORS: dict[str, tuple[str, str]] = {
 _GGUF, _HF = 0, 1
 
 
+def hf_tensor_names() -> tuple[dict[str, str], dict[str, str]]:
+    """socllm weight names -> Hugging Face state-dict names: the model's globals, and each
+    layer's (under ``model.layers.N.``)."""
+    return (
+        {k: v[_HF] for k, v in _GLOBAL_TENSORS.items()},
+        {k: v[_HF] for k, v in _LAYER_TENSORS.items()},
+    )
+
+
 @dataclass
 class _Tensor:
     name: str  # dataset name under `weights/`

@@ -220,7 +220,7 @@ class ShadowAttn final : public SchemeKind {
         k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
         k::gemm_s8s8s32_packed_cols(q8, hd, *hi.k8_packed, S, keys, rows, keys, isa);
         int64_t rescored = 0;
-        k::TopkHint hint;  // consecutive rows select among nearly the same keys
+        k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
         offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t visible = sh.past + r0 + i + 1,

@@ -27,60 +27,54 @@ inline uint32_t order_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Rows shorter than this take nth_element (the histogram's fixed cost would dominate).
-constexpr int64_t kRadixMinN = 256;
-constexpr int kRadixBits = 11;  // 2048 bins: the histogram stays in L1
+// Rows shorter than this take nth_element on their values (a histogram's passes would dominate).
+constexpr int64_t kHistogramMinN = 256;
 
-// The k-th largest key by radix selection: a histogram of the keys' top bits within [lo, hi],
-// the bin holding the k-th from the top, then the same within that bin's keys, until a bin is a
-// single value. Returns it; `equal_left` = how many keys equal to it the top-k takes.
-uint32_t radix_kth_largest(const uint32_t* keys, int64_t n, int64_t k, uint32_t lo, uint32_t hi,
-                           int64_t& equal_left) {
-  thread_local std::vector<uint32_t> cand;
-  thread_local std::vector<int64_t> hist;
-  const uint32_t* cur = keys;
-  int64_t n_cur = n, need = k;
-  uint32_t base = lo, range = hi - lo;
-  while (range > 0) {
-    const int bits = 32 - std::countl_zero(range);
-    const int shift = std::max(0, bits - kRadixBits);
-    const auto nb = static_cast<size_t>(range >> shift) + 1;
-    hist.assign(nb, 0);
-    for (int64_t j = 0; j < n_cur; ++j) ++hist[(cur[j] - base) >> shift];
-    size_t b = nb;
-    int64_t above = 0;
-    while (above + hist[--b] < need) above += hist[b];
-    need -= above;
-    const uint32_t bin_lo = base + (static_cast<uint32_t>(b) << shift);
-    const uint32_t bin_span = shift == 0 ? 0 : (uint32_t{1} << shift) - 1;
-    const uint32_t bin_hi = std::min(hi, bin_lo + std::min(bin_span, ~bin_lo));
-    if (shift == 0) {
-      base = bin_lo;
-      break;
+// The need-th largest of m order keys, all in [lo, hi] (1 <= need <= m), and how many of them lie
+// above it and equal it. Rounds of a 64-bin histogram over the remaining range narrow the keys
+// to one bin (kept in place, the array is reordered) until few remain, then nth_element: a few
+// cheap passes where a partition sort of hundreds of keys was most of a row's top-k.
+uint32_t kth_largest_key(uint32_t* keys, int64_t m, int64_t need, uint32_t lo, uint32_t hi,
+                         int64_t& above, int64_t& equal) {
+  constexpr int kBins = 64;
+  constexpr int64_t kDirect = 48;  // at most this many: nth_element
+  above = 0;
+  while (m > kDirect && hi > lo) {
+    const int bits = 32 - std::countl_zero(hi - lo);
+    const int shift = std::max(0, bits - 6);
+    std::array<int64_t, kBins> hist{};
+    for (int64_t t = 0; t < m; ++t) ++hist[static_cast<size_t>((keys[t] - lo) >> shift)];
+    int b = kBins - 1;
+    int64_t over = 0;
+    while (over + hist[static_cast<size_t>(b)] < need) over += hist[static_cast<size_t>(b--)];
+    need -= over, above += over;
+    const uint32_t bin_lo = lo + (static_cast<uint32_t>(b) << shift);
+    const auto bin_hi = static_cast<uint32_t>(
+        std::min<uint64_t>(hi, uint64_t{bin_lo} + (uint64_t{1} << shift) - 1));
+    int64_t kept = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      keys[kept] = keys[t];
+      kept += keys[t] >= bin_lo && keys[t] <= bin_hi;
     }
-    // keep the bin's keys (compacted in place after the first round)
-    std::vector<uint32_t>& dst = cand;
-    if (cur != cand.data()) dst.resize(static_cast<size_t>(hist[b]));
-    int64_t m = 0;
-    for (int64_t j = 0; j < n_cur; ++j)
-      if (cur[j] >= bin_lo && cur[j] <= bin_hi) dst[static_cast<size_t>(m++)] = cur[j];
-    cur = dst.data(), n_cur = m;
-    base = bin_lo, hi = bin_hi, range = bin_hi - bin_lo;
+    m = kept, lo = bin_lo, hi = bin_hi;
   }
-  equal_left = need;
-  return base;
+  std::nth_element(keys, keys + (need - 1), keys + m, std::greater<uint32_t>());
+  const uint32_t thr = keys[need - 1];
+  equal = 0;
+  for (int64_t t = 0; t < m; ++t) above += keys[t] > thr, equal += keys[t] == thr;
+  return thr;
 }
 
-// The indices of the top k in ascending order, given the k-th largest order key thr: every
-// value above it and the first equal_left equal to it.
-template <class T>
-int64_t emit_topk(const T* s, int64_t n, int64_t k, uint32_t thr, int64_t equal_left,
-                  int32_t* idx) {
-  // branch-free on the common path (a kept key is a coin flip at keep ratios like 0.2)
+// The first k of n candidates, in their order, whose key is above thr or, while equal_left
+// lasts, equal to it: idx[m] = index_of(t) for those t. Branch-free on the common path (a kept
+// key is a coin flip at keep ratios like 0.2). Returns how many.
+template <class KeyOf, class IndexOf>
+int64_t take_in_order(int64_t n, int64_t k, KeyOf key_of, IndexOf index_of, uint32_t thr,
+                      int64_t equal_left, int32_t* idx) {
   int64_t m = 0;
-  for (int64_t j = 0; j < n && m < k; ++j) {
-    const uint32_t key = order_key(s[j]);
-    idx[m] = static_cast<int32_t>(j);
+  for (int64_t t = 0; t < n && m < k; ++t) {
+    const uint32_t key = key_of(t);
+    idx[m] = index_of(t);
     bool take = key > thr;
     if (key == thr) {
       take = equal_left > 0;
@@ -92,7 +86,7 @@ int64_t emit_topk(const T* s, int64_t n, int64_t k, uint32_t thr, int64_t equal_
 }
 
 // The top k of n values, ascending indices; ties go to earlier keys. O(n): nth_element on a
-// copy for short rows, radix selection on order keys for long ones, then one pass in index
+// copy for short rows, histogram selection on order keys for long ones, then one pass in index
 // order taking every value above the k-th and the first (k - above) equal to it.
 template <class T>
 int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>& buf) {
@@ -102,7 +96,7 @@ int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>
     for (int64_t j = 0; j < n; ++j) idx[j] = static_cast<int32_t>(j);
     return n;
   }
-  if (n < kRadixMinN) {
+  if (n < kHistogramMinN) {
     buf.assign(s, s + n);
     std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<T>());
     const T thr = buf[static_cast<size_t>(k - 1)];
@@ -127,15 +121,17 @@ int64_t topk_impl(const T* s, int64_t n, int64_t k, int32_t* idx, std::vector<T>
     keys[static_cast<size_t>(j)] = key;
     lo = std::min(lo, key), hi = std::max(hi, key);
   }
-  int64_t equal_left = 0;
-  const uint32_t thr = radix_kth_largest(keys.data(), n, k, lo, hi, equal_left);
-  return emit_topk(s, n, k, thr, equal_left, idx);
+  int64_t above = 0, equal = 0;
+  const uint32_t thr = kth_largest_key(keys.data(), n, k, lo, hi, above, equal);
+  return take_in_order(
+      n, k, [&](int64_t j) { return order_key(s[j]); },
+      [](int64_t j) { return static_cast<int32_t>(j); }, thr, k - above, idx);
 }
 
 // ---- top-k from the previous row's threshold ------------------------------------------------
 
 constexpr int64_t kBandTarget = 64;  // candidates a band should hold, when it need not be wider
-constexpr int kBandAttempts = 3;     // misses before the radix selection takes over
+constexpr int kBandAttempts = 3;     // misses before the whole-row selection takes over
 
 inline uint32_t sat_add(uint32_t a, uint64_t b) {
   return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{a} + b, 0xffffffffu));
@@ -266,58 +262,15 @@ int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, in
 #endif
     return m;
   }
-  for (int64_t t = 0; t < c && m < k; ++t) {
-    bool take = ckey[t] > thr;
-    if (ckey[t] == thr) {
-      take = equal_left > 0;
-      equal_left -= take;
-    }
-    idx[m] = cidx[t];
-    m += take;
-  }
-  return m;
-}
-
-// The need-th largest of the m band values in (lo, hi] (1 <= need <= m), and how many of them
-// lie above it and equal it. Rounds of a 64-bin histogram over the remaining range narrow the
-// band to one bin (kept in place) until few values remain, then nth_element: a band of
-// hundreds of values costs two cheap passes instead of a partition sort.
-uint32_t band_kth(uint32_t* band, int64_t m, int64_t need, uint32_t lo, uint32_t hi, int64_t& above,
-                  int64_t& equal) {
-  constexpr int kBins = 64;
-  constexpr int64_t kDirect = 48;  // at most this many: nth_element
-  above = 0;
-  uint32_t base = lo + 1;  // values in [base, hi]
-  while (m > kDirect && hi > base) {
-    const int bits = 32 - std::countl_zero(hi - base);
-    const int shift = std::max(0, bits - 6);
-    std::array<int64_t, kBins> hist{};
-    for (int64_t t = 0; t < m; ++t) ++hist[static_cast<size_t>((band[t] - base) >> shift)];
-    int b = kBins - 1;
-    int64_t over = 0;
-    while (over + hist[static_cast<size_t>(b)] < need) over += hist[static_cast<size_t>(b--)];
-    need -= over, above += over;
-    const uint32_t bin_lo = base + (static_cast<uint32_t>(b) << shift);
-    const auto bin_hi = static_cast<uint32_t>(
-        std::min<uint64_t>(hi, uint64_t{bin_lo} + (uint64_t{1} << shift) - 1));
-    int64_t kept = 0;
-    for (int64_t t = 0; t < m; ++t) {
-      band[kept] = band[t];
-      kept += band[t] >= bin_lo && band[t] <= bin_hi;
-    }
-    m = kept, base = bin_lo, hi = bin_hi;
-  }
-  std::nth_element(band, band + (need - 1), band + m, std::greater<uint32_t>());
-  const uint32_t thr = band[need - 1];
-  equal = 0;
-  for (int64_t t = 0; t < m; ++t) above += band[t] > thr, equal += band[t] == thr;
-  return thr;
+  return take_in_order(
+      c, k, [&](int64_t t) { return ckey[t]; }, [&](int64_t t) { return cidx[t]; }, thr, equal_left,
+      idx);
 }
 
 template <class T>
 int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
   k = std::clamp<int64_t>(k, 0, n);
-  if (k == 0 || k == n || n < kRadixMinN) {
+  if (k == 0 || k == n || n < kHistogramMinN) {
     thread_local std::vector<T> buf;
     return topk_impl(s, n, k, idx, buf);
   }
@@ -347,7 +300,7 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
     keys_at_most(ckey.data(), c, hi, band.data());
     const int64_t need = k - above_hi;  // 1 <= need <= m
     int64_t above = 0, equal = 0;
-    const uint32_t thr = band_kth(band.data(), m, need, lo, hi, above, equal);
+    const uint32_t thr = kth_largest_key(band.data(), m, need, lo + 1, hi, above, equal);
     const int64_t equal_left = need - above;
     // the next band: wide enough for the threshold's typical move between rows (twice its
     // running mean), else as narrow as kBandTarget candidates

@@ -27,7 +27,7 @@ struct TopkHint {
 // topk_indices with the same result (tested against it), for consecutive rows: the hint's band
 // is checked to hold this row's k-th value in one vectorized counting pass, its few candidates
 // are selected, and one pass writes the indices; a band that misses is widened, and after
-// three misses the radix selection runs. Updates the hint.
+// three misses the whole row's selection runs. Updates the hint.
 int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
 int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
 

@@ -49,8 +49,8 @@ std::vector<int32_t> reference_topk(const std::vector<T>& s, int64_t k) {
   return order;
 }
 
-// Long rows take the radix selection: every length, k, tie density and extreme value agrees with
-// the sort, for int32 scores and for floats (signed zeros tie, as they compare equal).
+// Long rows take the histogram selection: every length, k, tie density and extreme value agrees
+// with the sort, for int32 scores and for floats (signed zeros tie, as they compare equal).
 TEST(SparseAttention, TopkRadixPathEqualsStableSort) {
   std::mt19937 rng(7);
   std::vector<int32_t> idx;
@@ -358,7 +358,7 @@ TEST(SparseAttention, ChunkedEqualsWholeAndNpuInt8MatchesScalarReference) {
 
 // The hinted top-k (consecutive rows passing a TopkHint) against the sort, on rows that grow by
 // one key like a causal block's: correlated rows (the band path), unrelated rows and hints far
-// off (widened bands, then the radix path), ties, signed zeros and infinities.
+// off (widened bands, then the whole-row selection), ties, signed zeros and infinities.
 TEST(SparseAttention, HintedTopkEqualsStableSortOnEveryPath) {
   std::mt19937 rng(11);
   int64_t band_rows = 0, fallback_rows = 0;
@@ -393,7 +393,7 @@ TEST(SparseAttention, HintedTopkEqualsStableSortOnEveryPath) {
         }
       }
     }
-  // both paths ran: the band (the hint stays valid) and the radix fallback (it is dropped)
+  // both paths ran: the band (the hint stays valid) and the whole-row fallback (it is dropped)
   EXPECT_GT(band_rows, 100);
   EXPECT_GT(fallback_rows, 0);
 }

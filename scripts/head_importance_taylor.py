@@ -103,7 +103,6 @@ def gradient_check(model, window: list[int], layers: list[int], eps: float = 0.0
     gated = GatedReference(reference_model(model), L, H, c["head_dim"])
     grad, _ = gated.gate_gradient([window])
     gated.close()
-    xs = model._engine.layer_inputs(window)
     out = {}
     for layer in layers:
         masks = []
@@ -112,7 +111,7 @@ def gradient_check(model, window: list[int], layers: list[int], eps: float = 0.0
                 mask = np.ones(H, np.float32)
                 mask[slice(None) if h is None else h] += sign * eps
                 masks.append(mask)
-        lp = model._engine.ablation_logprobs(window, layer, xs[layer], np.array(masks))
+        lp = model.head_masked_logprobs(window, layer, np.array(masks))
         nll = -lp.astype(np.float64).mean(1)
         fd = (nll[0::2] - nll[1::2]) / (2 * eps)
         out[layer] = {

@@ -409,6 +409,19 @@ class LanguageModel:
         """log p(x_t | x_<t) for t = 1..T-1 of each sequence (float32)."""
         return self._engine.token_logprobs(seqs, plan)
 
+    def head_masked_logprobs(self, ids: Sequence[int], layer: int, masks: np.ndarray) -> np.ndarray:
+        """[len(masks), len(ids) - 1] log p(x_t | x_<t) in fp32 with layer ``layer``'s per-head
+        attention outputs scaled by each row of ``masks`` [n, n_heads] (0: the head ablated,
+        shadowAttn's Eq. 1), the layers below it run once: the exact head-importance step's
+        kernel."""
+        layer = _int_arg("head_masked_logprobs", "layer", layer)
+        xs = self._engine.layer_inputs(ids)
+        if not 0 <= layer < len(xs):
+            raise InvalidArgumentError(
+                f"head_masked_logprobs: layer {layer} is not one of the model's {len(xs)}"
+            )
+        return self._engine.ablation_logprobs(ids, layer, xs[layer], masks)
+
     def new_cache(self, capacity: int = 0) -> _core.KVCache:
         """An empty KV cache of ``capacity`` positions (0: the model's context length)."""
         return self._engine.new_cache(_int_arg("new_cache", "capacity", capacity))

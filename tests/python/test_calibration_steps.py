@@ -234,3 +234,23 @@ def test_act_scales_again_keeps_the_independent_steps(smollm):
     assert again.stats.array("outlier_threshold", "attn_in") is None
     assert "outlier_method" not in again.provenance
     assert again.provenance["qk_scales_samples"] == 1
+
+
+def test_head_masked_logprobs_is_the_numpy_ablation(tmp_path):
+    """LanguageModel.head_masked_logprobs (the exact step's kernel, public): mask rows of ones
+    and with zeros equal tiny_model's float64 numpy forward with those heads zeroed; a layer
+    outside the model is refused by name."""
+    from tiny_model import TINY, numpy_logprobs, tiny_weights, write_tiny
+
+    ws = tiny_weights(TINY, np.random.default_rng(0))
+    m = socllm.load(write_tiny(tmp_path / "tiny.h5", weights=ws), progress=False)
+    H, ids = TINY["n_heads"], list(range(3, 23))
+    masks = np.ones((3, H), np.float32)
+    masks[1, 2] = 0
+    masks[2, :] = 0
+    got = m.head_masked_logprobs(ids, 1, masks)
+    assert got.shape == (3, len(ids) - 1)
+    for row, zero in zip(got, [set(), {(1, 2)}, {(1, j) for j in range(H)}], strict=True):
+        np.testing.assert_allclose(row, numpy_logprobs(TINY, ws, ids, zero), atol=1e-5)
+    with pytest.raises(socllm.InvalidArgumentError, match="layer 9"):
+        m.head_masked_logprobs(ids, 9, masks)

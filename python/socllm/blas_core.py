@@ -29,14 +29,19 @@ SAME_AS = {"Zen": "Haswell"}
 ENV = "OPENBLAS_CORETYPE"
 
 
+def read_cpuinfo() -> str:
+    """/proc/cpuinfo's text ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
-    """The flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    """The flags of the first CPU in /proc/cpuinfo, or in ``cpuinfo`` (empty where none)."""
     if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return frozenset()
+        cpuinfo = read_cpuinfo()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             return frozenset(line.partition(":")[2].split())

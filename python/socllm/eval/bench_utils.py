@@ -26,12 +26,9 @@ ARM_FEATURES = tuple((f, f) for f in ("asimd", "asimddp", "i8mm", "bf16", "sve",
 
 
 def _cpuinfo(text: str | None) -> str:
-    if text is not None:
-        return text
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
+    from ..blas_core import read_cpuinfo
+
+    return read_cpuinfo() if text is None else text
 
 
 def _first_cpu(cpuinfo: str | None = None) -> dict[str, str]:

@@ -877,11 +877,13 @@ void gemm_s8s8s32_packed_cols(const int8_t* A, int64_t lda, const PackedWeightsS
                      std::to_string(W.n()));
   check_args("gemm_s8s8s32_packed", A, lda, W.rows().data(), K, C, ldc, M, N, K, isa,
              kMaxExactKS8S8);
-  const bool packed_for_isa =
-      isa == Isa::Scalar || ((isa == Isa::AmxInt8 || isa == Isa::Avx512Vnni) && W.vnni()) ||
-      (isa == Isa::Avx2 && W.avx2()) || (isa == Isa::Dotprod && W.dotprod()) ||
-      (isa == Isa::I8mm && W.i8mm());
-  if (!packed_for_isa && isa != Isa::Neon)
+  // scalar and neon run on the rows every pack keeps; the others need their own layout
+  const bool packed_for_isa = isa == Isa::Scalar || isa == Isa::Neon ||
+                              ((isa == Isa::AmxInt8 || isa == Isa::Avx512Vnni) && W.vnni()) ||
+                              (isa == Isa::Avx2 && W.avx2()) ||
+                              (isa == Isa::Dotprod && W.dotprod()) ||
+                              (isa == Isa::I8mm && W.i8mm());
+  if (!packed_for_isa)
     throw InvalidArgument("[gemm_s8s8s32_packed] the weights were packed without the " +
                           isa_name(isa) + " layout");
   if (M == 0 || N == 0) return;

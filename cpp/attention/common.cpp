@@ -20,6 +20,20 @@ void gather_head(const float* x, int64_t ld, int64_t rows, int64_t col0, int64_t
     std::memcpy(dst + r * head_dim, x + r * ld + col0, static_cast<size_t>(head_dim) * 4);
 }
 
+KvHeadRows::KvHeadRows(const float* k, const float* v, int64_t ldkv, int64_t L, const Shape& sh)
+    : k_src_(k), v_src_(v), L_(L), hd_(sh.head_dim), ld_(ldkv), packed_(sh.T >= kPackKvMinRows) {
+  if (!packed_) return;
+  const int64_t G = sh.n_kv_heads;
+  k_.resize(static_cast<size_t>(G * L * hd_));
+  v_.resize(static_cast<size_t>(G * L * hd_));
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < G; ++g) {
+    gather_head(k, ldkv, L, g * hd_, hd_, k_.data() + g * L * hd_);
+    gather_head(v, ldkv, L, g * hd_, hd_, v_.data() + g * L * hd_);
+  }
+  ld_ = hd_;
+}
+
 void check_shape(const Shape& sh, const char* who) {
   if (sh.T < 1 || sh.past < 0 || sh.n_heads < 1 || sh.n_kv_heads < 1 ||
       sh.n_heads % sh.n_kv_heads != 0 || sh.head_dim < 1 || sh.window < 0)

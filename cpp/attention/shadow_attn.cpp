@@ -195,6 +195,7 @@ class ShadowAttn final : public SchemeKind {
       }
     }
 
+    const detail::KvHeadRows kv(kk, v, ldkv, sh.past + T, sh);
     const int64_t n_blocks = (T + kSelectRowBlock - 1) / kSelectRowBlock;
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int64_t h = 0; h < H; ++h)
@@ -202,8 +203,7 @@ class ShadowAttn final : public SchemeKind {
         const int64_t r0 = bi * kSelectRowBlock, rows = std::min(kSelectRowBlock, T - r0);
         const int64_t g = h / group, keys = sh.past + r0 + rows;
         const double ratio = c.head_ratio[static_cast<size_t>(h)];
-        const float* kg = kk + g * hd;
-        const float* vg = v + g * hd;
+        const float *kg = kv.k(g), *vg = kv.v(g);
         const HeadInputs& hi = heads[static_cast<size_t>(h)];
         thread_local std::vector<float> qh_buf, fbuf, cand_score;
         thread_local std::vector<int32_t> idx_buf, S_buf, cand, pick;
@@ -230,15 +230,15 @@ class ShadowAttn final : public SchemeKind {
           const int64_t n = k::topk_indices(srow, visible - lo,
                                             keys_kept(visible - lo, ratio, min_keys), idx, hint);
           if (certified)
-            rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * ldkv, ldkv, hd, srow,
-                                     visible - lo, n, idx, cand, cand_score, pick, fbuf);
+            rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * kv.ld(), kv.ld(), hd,
+                                     srow, visible - lo, n, idx, cand, cand_score, pick, fbuf);
           for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
           detail::trace_keys(trace, h, T, r0 + i, idx, n);
           offs[i + 1] = offs[i] + n;
         }
         // fp32 attention over the kept keys, the block's rows together (§3.2)
-        k::attend_selected_rows(qh, hd, kg, vg, ldkv, hd, idx_all, offs, rows, inv_sqrt, nullptr, 0,
-                                out + r0 * ldo + h * hd, ldo);
+        k::attend_selected_rows(qh, hd, kg, vg, kv.ld(), hd, idx_all, offs, rows, inv_sqrt, nullptr,
+                                0, out + r0 * ldo + h * hd, ldo);
         if (trace && certified) {
 #pragma omp atomic
           trace->rescored[static_cast<size_t>(h)] += rescored;

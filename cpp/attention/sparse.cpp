@@ -43,6 +43,7 @@ class Sparse final : public SchemeKind {
     const int64_t min_keys = s.integer("min_keys");
     const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
     detail::trace_begin(trace, H, T);
+    const detail::KvHeadRows kv(kk, v, ldkv, sh.past + T, sh);
     const int64_t n_blocks = (T + kSelectRowBlock - 1) / kSelectRowBlock;
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int64_t h = 0; h < H; ++h)
@@ -50,8 +51,7 @@ class Sparse final : public SchemeKind {
         const int64_t r0 = bi * kSelectRowBlock, rows = std::min(kSelectRowBlock, T - r0);
         const int64_t g = h / group, keys = sh.past + r0 + rows;
         const double ratio = consts.head_ratio[static_cast<size_t>(h)];
-        const float* kg = kk + g * hd;
-        const float* vg = v + g * hd;
+        const float *kg = kv.k(g), *vg = kv.v(g);
         thread_local std::vector<float> qh_buf, S_buf;
         thread_local std::vector<int32_t> idx_buf;
         thread_local std::vector<int64_t> offs_buf;
@@ -63,7 +63,7 @@ class Sparse final : public SchemeKind {
         detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                     static_cast<int>(keys), static_cast<int>(hd), 1.0f, qh, static_cast<int>(hd),
-                    kg, static_cast<int>(ldkv), 0.0f, S, static_cast<int>(keys));
+                    kg, static_cast<int>(kv.ld()), 0.0f, S, static_cast<int>(keys));
         k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
         offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
@@ -77,7 +77,7 @@ class Sparse final : public SchemeKind {
           offs[i + 1] = offs[i] + n;
         }
         // attention over the kept keys with the estimate's scores, the block's rows together
-        k::attend_selected_rows(qh, hd, kg, vg, ldkv, hd, idx_all, offs, rows, inv_sqrt, S, keys,
+        k::attend_selected_rows(qh, hd, kg, vg, kv.ld(), hd, idx_all, offs, rows, inv_sqrt, S, keys,
                                 out + r0 * ldo + h * hd, ldo);
       }
   }

@@ -15,19 +15,19 @@ int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx,
                      std::vector<int32_t>& buf);
 
 // What one row's top-k leaves for the next row of the same head, whose scores cover nearly the
-// same keys: its k-th largest value (as an order key) and the half-width of the band around it
-// that held a few candidates.
+// same keys: its k-th largest value, the mean and standard deviation of its scores, and the
+// running mean of how far the prediction of the k-th value from them missed.
 struct TopkHint {
   bool valid = false;
-  uint32_t key = 0;
-  uint32_t half_width = 0;
-  uint32_t moved = 0;  // running mean of how far the k-th value moved from row to row
+  double value = 0, mean = 0, sd = 0;
+  double moved = 0;
 };
 
-// topk_indices with the same result (tested against it), for consecutive rows: the hint's band
-// is checked to hold this row's k-th value in one vectorized counting pass, its few candidates
-// are selected, and one pass writes the indices; a band that misses is widened, and after
-// three misses the whole row's selection runs. Updates the hint.
+// topk_indices with the same result (tested against it), for consecutive rows: a band around the
+// k-th value predicted from the hint and this row's mean and deviation is checked in one
+// vectorized counting pass, its few candidates are selected, and one pass writes the indices; a
+// band that misses is replaced by one from a sample, then widened, and after three misses the
+// whole row's selection runs. Updates the hint.
 int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
 int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
 

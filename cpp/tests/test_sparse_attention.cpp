@@ -377,8 +377,9 @@ TEST(SparseAttention, HintedTopkEqualsStableSortOnEveryPath) {
           sf[j] = distinct == 2 && j % 3 == 0 ? -0.0f : static_cast<float>(si[j]) * 0.37f;
         if (n % 5 == 0) si[n / 2] = INT32_MIN, si[n / 3] = INT32_MAX, sf[n / 2] = -INFINITY;
         if (n % 11 == 0) {  // a hint from elsewhere: the band misses on both sides
-          ih = {true, n % 2 ? 0u : ~0u, 1, 0};
-          fh = {true, n % 2 ? ~0u : 0u, 1, 0};
+          const double far = n % 2 ? 1e12 : -1e12;
+          ih = {true, far, 0, 1, 0};
+          fh = {true, -far, 0, 1, 0};
         }
         for (int64_t kk : {n / 5, n / 2, n - 3}) {
           std::vector<int32_t> idx(static_cast<size_t>(kk), -1);

@@ -22,13 +22,21 @@ namespace {
 namespace k = socllm::kernels;
 using detail::kSelectRowBlock;
 
-struct HeadInputs {
-  std::vector<int8_t> k8;  // [L, head_dim] the KV head's keys in the head's bucket
+// One KV head's keys at one K scale, shared by the query heads of its group that use that scale
+// (all of them with scales=dynamic).
+struct KeyInputs {
+  int64_t g = 0;           // the KV head
+  float bk = 0;            // the K scale
+  std::vector<int8_t> k8;  // [L, head_dim] the keys quantized at bk
   // k8 packed once for the estimate's GEMMs: every row block reads a prefix of its columns
   std::optional<k::PackedWeightsS8> k8_packed;
-  float bq = 0;  // the Q scale used
   // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
   double k8_norm_max = 0, k_residual_max = 0;
+};
+
+struct HeadInputs {
+  float bq = 0;                     // the Q scale used
+  const KeyInputs* keys = nullptr;  // its KV head's keys at its K scale
 };
 
 // Certified top-k (issue 13 item 7). With x = s·(x8 + e), the exact score divided by bq·bk is
@@ -48,7 +56,8 @@ int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, con
     eqn += e * e;
   }
   q8n = std::sqrt(q8n), eqn = std::sqrt(eqn);
-  const double bound = q8n * hi.k_residual_max + eqn * hi.k8_norm_max + eqn * hi.k_residual_max;
+  const KeyInputs& ki = *hi.keys;
+  const double bound = q8n * ki.k_residual_max + eqn * ki.k8_norm_max + eqn * ki.k_residual_max;
   int32_t kth = s[idx[0]];
   for (int64_t t = 1; t < kept; ++t) kth = std::min(kth, s[idx[t]]);
   // 1e-6 relative + 1 covers the float rounding of the residual norms
@@ -155,7 +164,7 @@ class ShadowAttn final : public SchemeKind {
     const auto isa = k::best_isa();
     // per head the bucket nearest to the input's <λQ, λK> (§3.3), K in that bucket
     std::vector<HeadInputs> heads(static_cast<size_t>(H));
-    std::vector<float> lk(static_cast<size_t>(sh.n_kv_heads));
+    std::vector<float> lk(static_cast<size_t>(sh.n_kv_heads)), head_bk(static_cast<size_t>(H));
     for (int64_t g = 0; g < sh.n_kv_heads; ++g)
       lk[g] = k::absmax_rows(kk + g * hd, L, hd, ldkv) / 127.0f;
 #pragma omp parallel for schedule(static)
@@ -171,29 +180,46 @@ class ShadowAttn final : public SchemeKind {
         bq = cq[bucket], bk = ck[bucket];
       }
       // an all-zero input has no scale: any positive one quantizes it to zeros
-      bq = bq > 0 ? bq : 1.0f, bk = bk > 0 ? bk : 1.0f;
-      HeadInputs& hi = heads[static_cast<size_t>(h)];
-      hi.bq = bq;
-      hi.k8.resize(static_cast<size_t>(L * hd));
-      k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, bk, hi.k8.data(), hd);
-      hi.k8_packed.emplace(hi.k8.data(), hd, L, hd, isa);
-      if (certified)
-        for (int64_t j = 0; j < L; ++j) {
-          double n8 = 0, ne = 0;
-          for (int64_t d = 0; d < hd; ++d) {
-            const double q8 = hi.k8[static_cast<size_t>(j * hd + d)];
-            const double e = static_cast<double>(kk[j * ldkv + g * hd + d]) / bk - q8;
-            n8 += q8 * q8, ne += e * e;
-          }
-          hi.k8_norm_max = std::max(hi.k8_norm_max, std::sqrt(n8));
-          hi.k_residual_max = std::max(hi.k_residual_max, std::sqrt(ne));
-        }
+      heads[static_cast<size_t>(h)].bq = bq > 0 ? bq : 1.0f;
+      head_bk[static_cast<size_t>(h)] = bk > 0 ? bk : 1.0f;
       if (trace) {
         trace->bucket[h] = static_cast<int32_t>(bucket);
         trace->input_q[h] = lq;
         trace->input_k[h] = lk[g];
       }
     }
+    // each distinct (KV head, K scale) quantized and packed once
+    std::vector<KeyInputs> key_inputs;
+    std::vector<size_t> key_of(static_cast<size_t>(H));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / group;
+      const float bk = head_bk[static_cast<size_t>(h)];
+      auto it = std::find_if(key_inputs.begin(), key_inputs.end(),
+                             [&](const KeyInputs& ki) { return ki.g == g && ki.bk == bk; });
+      if (it == key_inputs.end()) it = key_inputs.insert(key_inputs.end(), KeyInputs{g, bk});
+      key_of[static_cast<size_t>(h)] = static_cast<size_t>(it - key_inputs.begin());
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = 0; i < key_inputs.size(); ++i) {
+      KeyInputs& ki = key_inputs[i];
+      const int64_t g = ki.g;
+      ki.k8.resize(static_cast<size_t>(L * hd));
+      k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, ki.bk, ki.k8.data(), hd);
+      ki.k8_packed.emplace(ki.k8.data(), hd, L, hd, isa);
+      if (certified)
+        for (int64_t j = 0; j < L; ++j) {
+          double n8 = 0, ne = 0;
+          for (int64_t d = 0; d < hd; ++d) {
+            const double q8 = ki.k8[static_cast<size_t>(j * hd + d)];
+            const double e = static_cast<double>(kk[j * ldkv + g * hd + d]) / ki.bk - q8;
+            n8 += q8 * q8, ne += e * e;
+          }
+          ki.k8_norm_max = std::max(ki.k8_norm_max, std::sqrt(n8));
+          ki.k_residual_max = std::max(ki.k_residual_max, std::sqrt(ne));
+        }
+    }
+    for (int64_t h = 0; h < H; ++h)
+      heads[static_cast<size_t>(h)].keys = &key_inputs[key_of[static_cast<size_t>(h)]];
 
     const detail::KvHeadRows kv(kk, v, ldkv, sh.past + T, sh);
     const int64_t n_blocks = (T + kSelectRowBlock - 1) / kSelectRowBlock;
@@ -218,7 +244,7 @@ class ShadowAttn final : public SchemeKind {
         detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
         // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2)
         k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
-        k::gemm_s8s8s32_packed_cols(q8, hd, *hi.k8_packed, S, keys, rows, keys, isa);
+        k::gemm_s8s8s32_packed_cols(q8, hd, *hi.keys->k8_packed, S, keys, rows, keys, isa);
         int64_t rescored = 0;
         k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
         offs[0] = 0;

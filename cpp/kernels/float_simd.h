@@ -70,4 +70,34 @@ inline void hsum4(VecF a0, VecF a1, VecF a2, VecF a3, float* out) {
 #endif
 }
 
+// The lane sums of kLanes vectors as one vector (lane i = hsum(v[i])): log2(kLanes) rounds, each
+// folding pairs of vectors into one (two shuffles and an add per pair), kLanes - 1 pairs in all:
+// under 3 operations per sum where hsum takes 8 and hsum4 2.5 plus an extract.
+inline VecF hsum_lanes(VecF (&v)[kLanes]) {
+#if defined(__AVX512F__)
+  const VecI a1 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+             b1 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+             a2 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+             b2 = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
+             a3 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+             b3 = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31},
+             a4 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+             b4 = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const VecI a[] = {a1, a2, a3, a4}, b[] = {b1, b2, b3, b4};
+#else
+  const VecI a1 = {0, 1, 2, 3, 8, 9, 10, 11}, b1 = {4, 5, 6, 7, 12, 13, 14, 15},
+             a2 = {0, 1, 4, 5, 8, 9, 12, 13}, b2 = {2, 3, 6, 7, 10, 11, 14, 15},
+             a3 = {0, 2, 4, 6, 8, 10, 12, 14}, b3 = {1, 3, 5, 7, 9, 11, 13, 15};
+  const VecI a[] = {a1, a2, a3}, b[] = {b1, b2, b3};
+#endif
+  // round r: v[i] holds 2^r sums of width kLanes / 2^r, in order; pairs fold into v[i / 2]
+  int64_t n = kLanes;
+#pragma GCC unroll 4
+  for (int r = 0; n > 1; ++r, n /= 2)
+#pragma GCC unroll 8
+    for (int64_t i = 0; i < n; i += 2)
+      v[i / 2] = __builtin_shuffle(v[i], v[i + 1], a[r]) + __builtin_shuffle(v[i], v[i + 1], b[r]);
+  return v[0];
+}
+
 }  // namespace socllm::kernels::simd

@@ -434,12 +434,13 @@ std::vector<double> reference_attention_rows(const std::vector<float>& q,
 }  // namespace
 
 // The blocked gather-attention kernel (rows walked together over key tiles with an online
-// softmax) against the definition: head sizes on the vector path (64, 256) and off it (40),
-// keys spanning several tiles, rows with one key, computed and given scores.
+// softmax) against the definition: head sizes on the vector paths (32, 64, 128: a register's
+// worth of keys summed at once; 256: four at once) and off them (40), keys spanning several
+// tiles, rows with one key, computed and given scores.
 TEST(SparseAttention, BlockedGatherAttentionEqualsReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.5f);
-  for (int64_t hd : {64, 256, 40})
+  for (int64_t hd : {32, 64, 128, 256, 40})
     for (bool given_scores : {false, true}) {
       const int64_t L = 1100, rows = 9, ldkv = 2 * hd + 8;  // K then V in each row, padded
       std::vector<float> kv(static_cast<size_t>(L * ldkv)), q(static_cast<size_t>(rows * hd));

@@ -615,8 +615,7 @@ void attend_selected_rows(const float* q, int64_t ldq, const float* k, const flo
       for (int64_t r = 0; r < rows; ++r) {
         // row r's keys below t1 not yet attended (at most a tile of them: keys are distinct)
         const int64_t b = at_buf[static_cast<size_t>(r)];
-        int64_t e = b;
-        while (e < offs[r + 1] && idx[e] < t1) ++e;
+        const int64_t e = std::lower_bound(idx + b, idx + offs[r + 1], t1) - idx;
         if (e == b) continue;
         const int64_t n = e - b;
         at_buf[static_cast<size_t>(r)] = e;

@@ -25,9 +25,9 @@ using detail::kSelectRowBlock;
 // One KV head's keys at one K scale, shared by the query heads of its group that use that scale
 // (all of them with scales=dynamic).
 struct KeyInputs {
-  int64_t g = 0;           // the KV head
-  float bk = 0;            // the K scale
-  std::vector<int8_t> k8;  // [L, head_dim] the keys quantized at bk
+  int64_t g = 0;                // the KV head
+  float bk = 0;                 // the K scale
+  k::AlignedVector<int8_t> k8;  // [L, head_dim] the keys quantized at bk
   // k8 packed once for the estimate's GEMMs: every row block reads a prefix of its columns
   std::optional<k::PackedWeightsS8> k8_packed;
   // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||

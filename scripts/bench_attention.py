@@ -28,10 +28,11 @@ every call, in every socllm variant alike (its cost is estimated and printed; to
 none, so its ratio slightly favours torch).
 
 The shadow-attn breakdown (``--breakdown``, on by default) is a separate measurement on ONE
-thread: the engine's shadow-attn total, then its INT8 GEMMs and its top-k calls issued one by
-one from Python on the same shapes (the engine's 128-row blocks against their causal keys), net of
-the measured per-call Python overhead; the remainder (sparse attention over the kept keys,
-quantization, layout copies) is the total minus those two.
+thread: the engine's shadow-attn total, then its INT8 GEMMs and its top-k issued block by block
+from Python on the same shapes (the engine's 128-row blocks against their causal keys; the top-k
+by ``ops.topk_rows``, the row-after-row hinted selection the engine runs), net of the measured
+per-call Python overhead; the remainder (sparse attention over the kept keys, quantization, layout
+copies) is the total minus those two.
 
     python scripts/bench_attention.py --json docs/results/bench_attention.json
     python scripts/bench_attention.py --quick --synthetic     # seconds, random tensors
@@ -192,8 +193,9 @@ def shadow_breakdown(q, k, v, keep: float, spec: str, repeats: int) -> dict:
     # Per-call Python cost (argument conversion, result allocation, the loop) on tiny inputs.
     tiny_s = np.zeros((1, 8), np.int32)
     gemm_call_s = _call_overhead_s(lambda: ops.gemm_s8s8s32(q8[0][:1], k8[0][:1].T))  # 1x64x1
-    topk_call_s = _call_overhead_s(lambda: ops.topk_indices(tiny_s[0, :1], 1))
-    n_gemm, n_topk = H * len(blocks), H * T
+    one = np.ones(1, np.int64)
+    topk_call_s = _call_overhead_s(lambda: ops.topk_rows(tiny_s[:, :1], one, one))
+    n_gemm = n_topk = H * len(blocks)
     total, dense, gemm, topk = [], [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -209,10 +211,10 @@ def shadow_breakdown(q, k, v, keep: float, spec: str, repeats: int) -> dict:
                 keys = r0 + rows
                 t0 = time.perf_counter()
                 S = ops.gemm_s8s8s32(q8[h][r0 : r0 + rows], kt[:keys].T)  # [rows, keys] int32
+                vis = np.arange(r0 + 1, keys + 1)
+                kk = kept[vis - 1]
                 t1 = time.perf_counter()
-                for i in range(rows):
-                    vis = r0 + i + 1
-                    ops.topk_indices(S[i, :vis], int(kept[vis - 1]))
+                ops.topk_rows(S, vis, kk)
                 t2 = time.perf_counter()
                 g_s += t1 - t0
                 t_s += t2 - t1
@@ -349,7 +351,7 @@ def main(argv=None) -> int:
     if any("shadow_attn_breakdown_1thread" in r for r in rows):
         say(
             "\nshadow-attn on ONE thread, separate measurements (GEMM and top-k called from Python"
-            " on the engine's shapes, net of per-call overhead; remainder = total - both)"
+            " per block on the engine's shapes, net of per-call overhead; remainder = total - both)"
         )
         say(
             f"{'tokens':>7}{'fp32':>8}{'engine total':>14}{'INT8 Q·Kᵀ':>12}{'(GOPS)':>8}"
@@ -363,7 +365,7 @@ def main(argv=None) -> int:
                     f"{b['estimation_int8_gemm_ms']:12.1f}{b['int8_gemm_gops']:8.0f}"
                     f"{b['topk_ms']:10.1f}{b['remainder_ms']:11.1f}   "
                     f"{b['gemm_calls']} x {b['gemm_call_overhead_us']:.1f} us, "
-                    f"{b['topk_calls']} x {b['topk_call_overhead_us']:.2f} us"
+                    f"{b['topk_calls']} x {b['topk_call_overhead_us']:.1f} us"
                 )
     top = rows[-1]["variants"]
     say(

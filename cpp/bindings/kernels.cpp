@@ -82,6 +82,49 @@ static void init_topk(py::module_& ops) {
       },
       py::arg("scores"), py::arg("k"),
       "Indices (ascending) of the k largest scores (float32 or int32); ties: earlier index.");
+  ops.def(
+      "topk_rows",
+      [](const py::array& s, const py::handle& visible, const py::handle& k) {
+        if (s.ndim() != 2)
+          throw ShapeError("[topk_rows] scores must be 2-D [rows, keys], got " + shape_str(s));
+        const int64_t rows = s.shape(0), n = s.shape(1);
+        const auto vis = numeric_array<int64_t>(visible, "[topk_rows] visible");
+        const auto kk = numeric_array<int64_t>(k, "[topk_rows] k");
+        if (vis.ndim() != 1 || vis.shape(0) != rows || kk.ndim() != 1 || kk.shape(0) != rows)
+          throw ShapeError("[topk_rows] visible and k must be 1-D with one entry per row (" +
+                           std::to_string(rows) + "), got " + shape_str(vis) + " and " +
+                           shape_str(kk));
+        for (int64_t i = 0; i < rows; ++i)
+          if (vis.data()[i] < 0 || vis.data()[i] > n)
+            throw InvalidArgument("[topk_rows] visible[" + std::to_string(i) +
+                                  "] = " + std::to_string(vis.data()[i]) + " is outside [0, " +
+                                  std::to_string(n) + "]");
+        py::array_t<int64_t> offs(rows + 1);
+        std::vector<int32_t> idx;
+        const auto run = [&](const auto* a) {
+          kernels::TopkHint hint;  // carried from row to row, as a prefill block does
+          auto* o = offs.mutable_data();
+          o[0] = 0;
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t m = vis.data()[i];
+            idx.resize(static_cast<size_t>(o[i] + m));
+            o[i + 1] =
+                o[i] + kernels::topk_indices(a + i * n, m, kk.data()[i], idx.data() + o[i], hint);
+          }
+          idx.resize(static_cast<size_t>(o[rows]));
+        };
+        if (py::isinstance<py::array_t<int32_t>>(s))
+          run(py::array_t<int32_t, kRowMajor>::ensure(s).data());
+        else run(numeric_array<float>(s, "[topk_rows] scores").data());
+        py::array_t<int32_t> out(static_cast<py::ssize_t>(idx.size()));
+        std::copy(idx.begin(), idx.end(), out.mutable_data());
+        return py::make_tuple(out, offs);
+      },
+      py::arg("scores"), py::arg("visible"), py::arg("k"),
+      "Per row i the indices (ascending) of the k[i] largest of scores[i, :visible[i]], row after "
+      "row as a prefill block ranks its rows: each row's band is predicted from the previous "
+      "one's k-th value (the same result as topk_indices per row). Returns (indices of every "
+      "row concatenated, offsets [rows + 1]).");
 }
 
 static void init_weightlet(py::module_& ops) {

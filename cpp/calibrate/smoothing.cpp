@@ -5,6 +5,7 @@
 // `smoothing_rows` rows of each of the first `smoothing_windows` windows). Every layer, site and
 // grid point in one call.
 #include <cmath>
+#include <exception>
 
 #include "calibrate/steps.h"
 #include "core/core.h"
@@ -52,28 +53,38 @@ void run(StepContext& ctx) {
     const int64_t in = linear_site_width(c, site);
     std::vector<float> alpha(static_cast<size_t>(c.n_layers)),
         error(static_cast<size_t>(c.n_layers * G));
+    // layers in parallel: each builds its own quantized linears (one weight quantization per
+    // grid point, most of the step's time) from the shared, read-only model and statistics
+    std::exception_ptr failure;
+#pragma omp parallel for schedule(dynamic)
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      const auto& xs = X[static_cast<size_t>(l)][static_cast<size_t>(s)];
-      TensorF32 x({static_cast<int64_t>(xs.size()) / in, in});
-      x.data = xs;
-      const auto y = forward(ctx.engine, Plan(), l, site, x, std::nullopt, ctx.stats);
-      double den = 0;
-      for (float v : y) den += static_cast<double>(v) * v;
-      if (den == 0) den = 1;
-      int64_t best = 0;
-      for (int64_t i = 0; i < G; ++i) {
-        const auto yq = forward(ctx.engine, plan, l, site, x, grid_alpha(i), ctx.stats);
-        double num = 0;
-        for (size_t j = 0; j < y.size(); ++j) {
-          const double d = static_cast<double>(yq[j]) - y[j];
-          num += d * d;
+      try {
+        const auto& xs = X[static_cast<size_t>(l)][static_cast<size_t>(s)];
+        TensorF32 x({static_cast<int64_t>(xs.size()) / in, in});
+        x.data = xs;
+        const auto y = forward(ctx.engine, Plan(), l, site, x, std::nullopt, ctx.stats);
+        double den = 0;
+        for (float v : y) den += static_cast<double>(v) * v;
+        if (den == 0) den = 1;
+        int64_t best = 0;
+        for (int64_t i = 0; i < G; ++i) {
+          const auto yq = forward(ctx.engine, plan, l, site, x, grid_alpha(i), ctx.stats);
+          double num = 0;
+          for (size_t j = 0; j < y.size(); ++j) {
+            const double d = static_cast<double>(yq[j]) - y[j];
+            num += d * d;
+          }
+          error[static_cast<size_t>(l * G + i)] = static_cast<float>(num / den);
+          if (error[static_cast<size_t>(l * G + i)] < error[static_cast<size_t>(l * G + best)])
+            best = i;
         }
-        error[static_cast<size_t>(l * G + i)] = static_cast<float>(num / den);
-        if (error[static_cast<size_t>(l * G + i)] < error[static_cast<size_t>(l * G + best)])
-          best = i;
+        alpha[static_cast<size_t>(l)] = static_cast<float>(grid_alpha(best));
+      } catch (...) {
+#pragma omp critical
+        if (!failure) failure = std::current_exception();
       }
-      alpha[static_cast<size_t>(l)] = static_cast<float>(grid_alpha(best));
     }
+    if (failure) std::rethrow_exception(failure);
     ctx.stats.smooth_alpha[static_cast<size_t>(s)] = alpha;
     ctx.stats.smooth_alpha_error[static_cast<size_t>(s)] = error;
     ctx.progress(s + 1, kNumLinearSites, "linear sites");

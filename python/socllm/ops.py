@@ -18,7 +18,8 @@ into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
 
 - Sparse attention (seed 000; cpp/attention/): ``attention_schemes()`` (each scheme's
   options), ``prefill_attention(q, k, v, scheme, ...)`` (one layer, head-major arrays),
-  ``topk_indices``, ``keys_kept``, ``bucket_offsets``, ``nearest_bucket``, ``head_keep_ratios``.
+  ``topk_indices``, ``topk_rows`` (the row-after-row selection of a prefill block),
+  ``keys_kept``, ``bucket_offsets``, ``nearest_bucket``, ``head_keep_ratios``.
 - EdgeFlow's packed weights: ``WeightletTensor``, ``weightlet_parts``,
   ``supported_unpack_isas``.
 - Host synchronization (cpp/core/handoff.h): ``measure_handoff(method, ...)``,
@@ -45,5 +46,6 @@ from ._core.ops import (  # noqa: F401
     supported_isas,
     supported_unpack_isas,
     topk_indices,
+    topk_rows,
     weightlet_parts,
 )

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'attention_schemes', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'weightlet_parts']
+__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'attention_schemes', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'topk_rows', 'weightlet_parts']
 class WeightletTensor:
     """
     EdgeFlow's packed per-channel-bit-width weights (seed 004 §4.2; format in weightlet.h).
@@ -133,6 +133,10 @@ def supported_unpack_isas() -> list[str]:
 def topk_indices(scores: numpy.ndarray, k: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int32]:
     """
     Indices (ascending) of the k largest scores (float32 or int32); ties: earlier index.
+    """
+def topk_rows(scores: numpy.ndarray, visible: typing.Any, k: typing.Any) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.int64]]:
+    """
+    Per row i the indices (ascending) of the k[i] largest of scores[i, :visible[i]], row after row as a prefill block ranks its rows: each row's band is predicted from the previous one's k-th value (the same result as topk_indices per row). Returns (indices of every row concatenated, offsets [rows + 1]).
     """
 def weightlet_parts(bits: typing.SupportsInt | typing.SupportsIndex) -> list[int]:
     """

@@ -106,6 +106,9 @@ class FileTimes:
             "total_s": round(sum(f["seconds"] for f in files.values()), 3),
             "session_s": round(time.perf_counter() - self.start, 3),
             "tests": sum(f["tests"] for f in files.values()),
+            # pytest-xdist workers (0: one process); with several, a file's time includes the
+            # waits for a core that the other workers' files cause
+            "workers": int(getattr(self.config.option, "numprocesses", 0) or 0),
             "runslow": bool(self.config.getoption("--runslow", default=False)),
             "budget_s": budget,
             "over_budget": over,
@@ -123,7 +126,8 @@ class FileTimes:
         if r is None:
             return
         tr = terminalreporter
-        tr.write_sep("=", "time per test file (setup + call + teardown)")
+        workers = f", {r['workers']} workers sharing the cores" if r["workers"] > 1 else ""
+        tr.write_sep("=", f"time per test file (setup + call + teardown{workers})")
         if r["machine"]:
             tr.write_line(r["machine"])
         tr.write_line(f"{'seconds':>9} {'tests':>6}  file")

@@ -5,6 +5,7 @@ and files over the budget listed without failing the run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,7 @@ def test_times_summed_per_file_and_written(fake_suite):
     assert times["cpu"] == cpu_model() and times["machine"] == machine_line()
     # default tier: 60 s per file, nobody over it
     assert times["budget_s"] == 60 and times["over_budget"] == [] and not times["runslow"]
+    assert times["workers"] == 0  # one process
     result.stdout.fnmatch_lines(
         [
             "*= time per test file (setup + call + teardown) =*",
@@ -112,3 +114,20 @@ def test_nothing_written_when_nothing_ran(pytester):
     result = pytester.runpytest("-p", "file_times", "--test-times", str(out), "--collect-only")
     assert result.ret == 0 and not out.exists()
     result.stdout.no_fnmatch_line("*time per test file*")
+
+
+def test_times_collected_from_xdist_workers(fake_suite, monkeypatch):
+    """Under pytest-xdist (scripts/test.sh runs two workers) the controller sums the workers'
+    reports: every file is there with its own tests, and the record says how many workers ran."""
+    pytest.importorskip("xdist")
+    out = fake_suite.path / "times.json"
+    plugins = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", plugins)  # the workers import file_times too
+    args = ["-p", "xdist.plugin", "-p", "file_times", "--test-times", str(out)]
+    result = fake_suite.runpytest_subprocess(*args, "-n", "2", "--dist", "loadfile")
+    result.assert_outcomes(passed=3)
+    times = json.loads(out.read_text())
+    assert times["workers"] == 2 and times["tests"] == 3
+    slow = times["files"]["test_slow.py"]
+    assert slow["tests"] == 2 and slow["seconds"] >= 0.3
+    result.stdout.fnmatch_lines(["*= time per test file (*2 workers sharing the cores) =*"])

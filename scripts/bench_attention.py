@@ -29,10 +29,12 @@ none, so its ratio slightly favours torch).
 
 The shadow-attn breakdown (``--breakdown``, on by default) is a separate measurement on ONE
 thread: the engine's shadow-attn total, then its INT8 GEMMs and its top-k issued block by block
-from Python on the same shapes (the engine's 128-row blocks against their causal keys; the top-k
-by ``ops.topk_rows``, the row-after-row hinted selection the engine runs), net of the measured
-per-call Python overhead; the remainder (sparse attention over the kept keys, quantization, layout
-copies) is the total minus those two.
+from Python on the same shapes, net of the measured per-call Python overhead. The GEMMs: the
+engine's 128-row blocks against their causal keys, each KV head's INT8 keys packed once as the
+engine packs them (the packing is not timed; ``n_cols`` computes the causal prefix). The top-k:
+``ops.topk_rows``, the row-after-row hinted selection the engine runs. The remainder (sparse
+attention over the kept keys, quantization and packing, layout copies) is the total minus those
+two.
 
     python scripts/bench_attention.py --json docs/results/bench_attention.json
     python scripts/bench_attention.py --quick --synthetic     # seconds, random tensors
@@ -188,11 +190,13 @@ def shadow_breakdown(q, k, v, keep: float, spec: str, repeats: int) -> dict:
     q8 = [np.clip(np.rint(q[h] / (np.abs(q[h]).max() / 127)), -127, 127).astype(np.int8)
           for h in range(H)]  # fmt: skip
     k8 = [np.clip(np.rint(x / (np.abs(x).max() / 127)), -127, 127).astype(np.int8) for x in k]
+    # each KV head's keys packed once, as the engine packs them per (KV head, K scale)
+    k8_packed = [ops.PackedWeightsS8(x.T) for x in k8]
     kept = np.array([ops.keys_kept(vis, keep, 1) for vis in range(1, T + 1)])
     blocks = [(r0, min(ROW_BLOCK, T - r0)) for r0 in range(0, T, ROW_BLOCK)]
     # Per-call Python cost (argument conversion, result allocation, the loop) on tiny inputs.
     tiny_s = np.zeros((1, 8), np.int32)
-    gemm_call_s = _call_overhead_s(lambda: ops.gemm_s8s8s32(q8[0][:1], k8[0][:1].T))  # 1x64x1
+    gemm_call_s = _call_overhead_s(lambda: ops.gemm_s8s8s32(q8[0][:1], k8_packed[0], n_cols=1))
     one = np.ones(1, np.int64)
     topk_call_s = _call_overhead_s(lambda: ops.topk_rows(tiny_s[:, :1], one, one))
     n_gemm = n_topk = H * len(blocks)
@@ -206,11 +210,11 @@ def shadow_breakdown(q, k, v, keep: float, spec: str, repeats: int) -> dict:
         dense.append(time.perf_counter() - t1)
         g_s = t_s = 0.0
         for h in range(H):
-            kt = k8[h // group]
+            kt = k8_packed[h // group]
             for r0, rows in blocks:
                 keys = r0 + rows
                 t0 = time.perf_counter()
-                S = ops.gemm_s8s8s32(q8[h][r0 : r0 + rows], kt[:keys].T)  # [rows, keys] int32
+                S = ops.gemm_s8s8s32(q8[h][r0 : r0 + rows], kt, n_cols=keys)  # [rows, keys] int32
                 vis = np.arange(r0 + 1, keys + 1)
                 kk = kept[vis - 1]
                 t1 = time.perf_counter()

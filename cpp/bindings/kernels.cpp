@@ -274,20 +274,27 @@ void init_kernels(py::module_& m) {
   ops.def(
       "gemm_s8s8s32",
       [](const py::array& A, const kernels::PackedWeightsS8& W,
-         const std::optional<std::string>& isa) {
+         const std::optional<std::string>& isa, std::optional<int64_t> n_cols) {
         auto a = exact_array<int8_t, kRowMajor>(A, "gemm_s8s8s32", "A");
         if (a.ndim() != 2 || a.shape(1) != W.k())
           throw ShapeError("[gemm_s8s8s32] A must be [M, " + std::to_string(W.k()) +
                            "] for these weights, got " + std::to_string(a.ndim()) + "-D with " +
                            std::to_string(a.ndim() == 2 ? a.shape(1) : -1) + " columns");
-        const int64_t M = a.shape(0), N = W.n();
+        if (n_cols && (*n_cols < 0 || *n_cols > W.n()))
+          throw InvalidArgument("[gemm_s8s8s32] n_cols must be in [0, " + std::to_string(W.n()) +
+                                "], got " + std::to_string(*n_cols));
+        const int64_t M = a.shape(0), N = n_cols.value_or(W.n());
         py::array_t<int32_t> C({M, N});
         const kernels::Isa path = isa_arg(isa);
         py::gil_scoped_release nogil;
-        kernels::gemm_s8s8s32_packed(a.data(), W.k(), W, C.mutable_data(), N, M, path);
+        if (n_cols)
+          kernels::gemm_s8s8s32_packed_cols(a.data(), W.k(), W, C.mutable_data(), N, M, N, path);
+        else kernels::gemm_s8s8s32_packed(a.data(), W.k(), W, C.mutable_data(), N, M, path);
         return C;
       },
-      py::arg("A"), py::arg("B"), py::arg("isa") = py::none());
+      py::arg("A"), py::arg("B"), py::arg("isa") = py::none(), py::arg("n_cols") = py::none(),
+      "With B = PackedWeightsS8(B): n_cols computes only C's first n_cols columns (a causal "
+      "block's keys against keys packed once, as shadow-attn's estimate does).");
   ops.def(
       "gemm_s8s8s32",
       [](const py::array& A, const py::array& B, const std::optional<std::string>& isa) {

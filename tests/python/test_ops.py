@@ -135,8 +135,13 @@ def test_prepacked_weights(isa):
     for m in (1, 13):
         A = rng.integers(-128, 128, (m, 300), dtype=np.int8)
         np.testing.assert_array_equal(ops.gemm_s8s8s32(A, W, isa=isa), ref(A, B))
+        for n_cols in (0, 17, 70):  # a causal block's visible prefix of the columns
+            C = ops.gemm_s8s8s32(A, W, isa=isa, n_cols=n_cols)
+            np.testing.assert_array_equal(C, ref(A, B)[:, :n_cols])
     with pytest.raises(socllm.ShapeError, match="300"):
         ops.gemm_s8s8s32(np.zeros((2, 299), np.int8), W)
+    with pytest.raises(socllm.InvalidArgumentError, match=r"n_cols must be in \[0, 70\], got 71"):
+        ops.gemm_s8s8s32(A, W, n_cols=71)
     with pytest.raises(socllm.InvalidArgumentError, match="int8"):
         ops.PackedWeightsS8(B.astype(np.int16))
 

@@ -89,8 +89,10 @@ def gemm_grouped_s8s8f32(A: numpy.ndarray, a_scales: typing.Any, W: PackedGroupe
     float32 C [M, N] = sum over groups g of a_scales[:, g] * w_scales[:, g] * (A_g @ B_g), each group's dot exact in int32, groups summed in order with one fma each (gemm_s8.h): llama.cpp's Q8_0 x Q8_0 dot.
     """
 @typing.overload
-def gemm_s8s8s32(A: numpy.ndarray, B: PackedWeightsS8, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:
-    ...
+def gemm_s8s8s32(A: numpy.ndarray, B: PackedWeightsS8, isa: str | None = None, n_cols: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    With B = PackedWeightsS8(B): n_cols computes only C's first n_cols columns (a causal block's keys against keys packed once, as shadow-attn's estimate does).
+    """
 @typing.overload
 def gemm_s8s8s32(A: numpy.ndarray, B: numpy.ndarray, isa: str | None = None) -> numpy.typing.NDArray[numpy.int32]:
     """

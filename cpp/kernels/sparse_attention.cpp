@@ -257,27 +257,32 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
                 hiv = _mm512_set1_epi32(static_cast<int32_t>(hi)), step = _mm512_set1_epi32(16),
                 step2 = _mm512_set1_epi32(32);
   __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const auto one = [&](int64_t j0, __m512i jv, int64_t at) {  // -> candidates taken
-    const __mmask16 valid = tail_mask(n - j0);
-    const __m512i key = order_keys(s + j0, valid);
-    const __mmask16 take = _mm512_mask_cmpgt_epu32_mask(valid, key, lov);
+  // the keys above lo of one register (valid: a row's tail) and their indices, stored at `at`
+  const auto put = [&](__m512i key, __mmask16 take, __m512i jv, int64_t at) {
     above_hi += std::popcount(static_cast<unsigned>(_mm512_mask_cmpgt_epu32_mask(take, key, hiv)));
     _mm512_storeu_si512(cidx + at, _mm512_maskz_compress_epi32(take, jv));
     _mm512_storeu_si512(ckey + at, _mm512_maskz_compress_epi32(take, key));
-    return std::popcount(static_cast<unsigned>(take));
   };
   int64_t j0 = 0;
-  // two registers per step, the second stored after the first's count: the running count is
-  // the loop's only chain, and one step's adds were most of its time
+  // two registers per step: the running count is the loop's only chain, and counting both
+  // registers before storing either shortens it (424 to 236 ns for a row of 2,176 int32 scores
+  // on Zen 4)
   for (; j0 + 2 * kKeyLanes <= n; j0 += 2 * kKeyLanes, j = _mm512_add_epi32(j, step2)) {
-    const __mmask16 take0 = _mm512_cmpgt_epu32_mask(order_keys(s + j0, 0xffff), lov),
-                    take1 = _mm512_cmpgt_epu32_mask(order_keys(s + j0 + kKeyLanes, 0xffff), lov);
+    const __m512i key0 = order_keys(s + j0, 0xffff), key1 = order_keys(s + j0 + kKeyLanes, 0xffff);
+    const __mmask16 take0 = _mm512_cmpgt_epu32_mask(key0, lov),
+                    take1 = _mm512_cmpgt_epu32_mask(key1, lov);
     const int64_t m1 = m + std::popcount(static_cast<unsigned>(take0));
-    one(j0, j, m);
-    one(j0 + kKeyLanes, _mm512_add_epi32(j, step), m1);
+    put(key0, take0, j, m);
+    put(key1, take1, _mm512_add_epi32(j, step), m1);
     m = m1 + std::popcount(static_cast<unsigned>(take1));
   }
-  for (; j0 < n; j0 += kKeyLanes, j = _mm512_add_epi32(j, step)) m += one(j0, j, m);
+  for (; j0 < n; j0 += kKeyLanes, j = _mm512_add_epi32(j, step)) {
+    const __mmask16 valid = tail_mask(n - j0);
+    const __m512i key = order_keys(s + j0, valid);
+    const __mmask16 take = _mm512_mask_cmpgt_epu32_mask(valid, key, lov);
+    put(key, take, j, m);
+    m += std::popcount(static_cast<unsigned>(take));
+  }
 #else
   for (int64_t j = 0; j < n; ++j) {
     const uint32_t x = order_key(s[j]);
@@ -359,11 +364,10 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
     pred = hint.sd > 0 ? mean + (hint.value - hint.mean) / hint.sd * sd
                        : hint.value + (mean - hint.mean);
   const double half = kBandErrors * hint.moved;
-  KeyBand band;
-  if (std::isfinite(pred) && std::isfinite(half))
-    band = {key_near(pred - half, T{}), key_near(pred + half, T{})};
-  else band = sample_band(s, n, k);
-  bool sampled = !(std::isfinite(pred) && std::isfinite(half));
+  const bool predicted = std::isfinite(pred) && std::isfinite(half);
+  KeyBand band = predicted ? KeyBand{key_near(pred - half, T{}), key_near(pred + half, T{})}
+                           : sample_band(s, n, k);
+  bool sampled = !predicted;
   for (int attempt = 0; attempt < kBandAttempts; ++attempt) {
     const auto [lo, hi] = band;
     // the k-th is in (lo, hi] iff above_hi < k <= above_lo

@@ -20,6 +20,7 @@ namespace socllm::attention {
 namespace {
 
 namespace k = socllm::kernels;
+using detail::kEstimateRowChunk;
 using detail::kSelectRowBlock;
 
 // One KV head's keys at one K scale, shared by the query heads of its group that use that scale
@@ -239,19 +240,26 @@ class ShadowAttn final : public SchemeKind {
         // every row's kept keys, row i's from offs[i]
         int32_t* idx_all = detail::thread_scratch(idx_buf, rows * keys);
         int64_t* offs = detail::thread_scratch(offs_buf, rows + 1);
-        int32_t* S = detail::thread_scratch(S_buf, rows * keys);
+        int32_t* S = detail::thread_scratch(S_buf, std::min(rows, kEstimateRowChunk) * keys);
         int8_t* q8 = detail::thread_scratch(q8_buf, rows * hd);
         detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
-        // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2)
+        // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2), a chunk of
+        // rows at a time against the keys the chunk sees
         k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
-        k::gemm_s8s8s32_packed_cols(q8, hd, *hi.keys->k8_packed, S, keys, rows, keys, isa);
-        int64_t rescored = 0;
+        int64_t rescored = 0, chunk_begin = 0, chunk_end = 0, chunk_keys = 0;
         k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
         offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
+          if (i == chunk_end) {
+            chunk_begin = i, chunk_end = std::min(rows, i + kEstimateRowChunk);
+            chunk_keys = sh.past + r0 + chunk_end;
+            k::gemm_s8s8s32_packed_cols(q8 + i * hd, hd, *hi.keys->k8_packed, S, chunk_keys,
+                                        chunk_end - i, chunk_keys, isa);
+          }
           const int64_t visible = sh.past + r0 + i + 1,
                         lo = k::first_visible_key(visible - 1, sh.window);
-          const int32_t* srow = S + i * keys + lo;  // the window's keys, from lo
+          // the window's keys, from lo
+          const int32_t* srow = S + (i - chunk_begin) * chunk_keys + lo;
           int32_t* idx = idx_all + offs[i];
           const int64_t n = k::topk_indices(srow, visible - lo,
                                             keys_kept(visible - lo, ratio, min_keys), idx, hint);

@@ -16,7 +16,8 @@ namespace socllm::attention::detail {
 constexpr int64_t kRowBlock = 64;
 // The key-selecting kinds' row blocks: a block's rows share the gathered attention's key tiles
 // (attend_selected_rows), so more rows reuse each tile; 128 measured fastest on Zen 4 at 4096
-// tokens (64: 6% slower, 256: 13% slower, its score block no longer in L2).
+// tokens (64: 6% slower, 256: 13% slower, its score block no longer in L2; measured before the
+// estimate ran in kEstimateRowChunk chunks).
 constexpr int64_t kSelectRowBlock = 128;
 // Rows of a block whose INT8 estimate is computed, then ranked, together: their scores (24 x 4,096
 // int32, 384 KB) are still in L2 when each row's top-k reads them, and each chunk multiplies only

@@ -247,7 +247,7 @@ class ShadowAttn final : public SchemeKind {
         // rows at a time against the keys the chunk sees
         k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
         int64_t rescored = 0, chunk_begin = 0, chunk_end = 0, chunk_keys = 0;
-        k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
+        k::TopkHint hint;  // the previous row's k-th value and score moments: this row's band
         offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
           if (i == chunk_end) {

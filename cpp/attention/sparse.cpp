@@ -64,7 +64,7 @@ class Sparse final : public SchemeKind {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                     static_cast<int>(keys), static_cast<int>(hd), 1.0f, qh, static_cast<int>(hd),
                     kg, static_cast<int>(kv.ld()), 0.0f, S, static_cast<int>(keys));
-        k::TopkHint hint;  // the previous row's k-th score: a first guess at this row's
+        k::TopkHint hint;  // the previous row's k-th value and score moments: this row's band
         offs[0] = 0;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t visible = sh.past + r0 + i + 1,

@@ -197,7 +197,10 @@ class ShadowAttn final : public SchemeKind {
       const float bk = head_bk[static_cast<size_t>(h)];
       auto it = std::find_if(key_inputs.begin(), key_inputs.end(),
                              [&](const KeyInputs& ki) { return ki.g == g && ki.bk == bk; });
-      if (it == key_inputs.end()) it = key_inputs.insert(key_inputs.end(), KeyInputs{g, bk});
+      if (it == key_inputs.end()) {
+        it = key_inputs.emplace(key_inputs.end());
+        it->g = g, it->bk = bk;
+      }
       key_of[static_cast<size_t>(h)] = static_cast<size_t>(it - key_inputs.begin());
     }
 #pragma omp parallel for schedule(dynamic)

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <tuple>
+#include <type_traits>
 
 #include "common.h"
 #include "kernels/gemm_s8.h"
@@ -59,6 +60,15 @@ py::array_t<int32_t> gemm(const char* fn, const py::array& a_obj, const py::arra
 
 }  // namespace
 
+// f(data) with the scores as const int32_t* (an int32 array) or const float* (any other numeric
+// array, converted): the two score types the top-k kernels take.
+template <class F>
+static auto with_scores(const py::array& s, const char* what, F&& f) {
+  if (py::isinstance<py::array_t<int32_t>>(s))
+    return f(py::array_t<int32_t, kRowMajor>::ensure(s).data());
+  return f(numeric_array<float>(s, what).data());
+}
+
 // Sparse-attention kernels and the per-layer prefill attention (sparse_attention.h,
 // prefill_attention.h), on numpy's head-major layout: q [H, T, hd], k/v [Hkv, L, hd].
 static void init_topk(py::module_& ops) {
@@ -68,16 +78,10 @@ static void init_topk(py::module_& ops) {
         if (s.ndim() != 1)
           throw ShapeError("[topk_indices] scores must be 1-D, got " + shape_str(s));
         py::array_t<int32_t> idx(s.shape(0));
-        int64_t n = 0;
-        if (py::isinstance<py::array_t<int32_t>>(s)) {
-          auto a = py::array_t<int32_t, kRowMajor>::ensure(s);
-          std::vector<int32_t> buf;
-          n = kernels::topk_indices(a.data(), a.shape(0), k, idx.mutable_data(), buf);
-        } else {
-          const auto a = numeric_array<float>(s, "[topk_indices] scores");
-          std::vector<float> buf;
-          n = kernels::topk_indices(a.data(), a.shape(0), k, idx.mutable_data(), buf);
-        }
+        const int64_t n = with_scores(s, "[topk_indices] scores", [&](const auto* a) {
+          std::vector<std::remove_const_t<std::remove_pointer_t<decltype(a)>>> buf;
+          return kernels::topk_indices(a, s.shape(0), k, idx.mutable_data(), buf);
+        });
         return idx[py::slice(0, n, 1)].cast<py::array_t<int32_t>>();
       },
       py::arg("scores"), py::arg("k"),
@@ -101,7 +105,7 @@ static void init_topk(py::module_& ops) {
                                   std::to_string(n) + "]");
         py::array_t<int64_t> offs(rows + 1);
         std::vector<int32_t> idx;
-        const auto run = [&](const auto* a) {
+        with_scores(s, "[topk_rows] scores", [&](const auto* a) {
           kernels::TopkHint hint;  // carried from row to row, as a prefill block does
           auto* o = offs.mutable_data();
           o[0] = 0;
@@ -112,10 +116,7 @@ static void init_topk(py::module_& ops) {
                 o[i] + kernels::topk_indices(a + i * n, m, kk.data()[i], idx.data() + o[i], hint);
           }
           idx.resize(static_cast<size_t>(o[rows]));
-        };
-        if (py::isinstance<py::array_t<int32_t>>(s))
-          run(py::array_t<int32_t, kRowMajor>::ensure(s).data());
-        else run(numeric_array<float>(s, "[topk_rows] scores").data());
+        });
         py::array_t<int32_t> out(static_cast<py::ssize_t>(idx.size()));
         std::copy(idx.begin(), idx.end(), out.mutable_data());
         return py::make_tuple(out, offs);

@@ -13,6 +13,8 @@ repetition, in a rotated order, so load on the shared cores hits them alike:
 * ``sparse``: C/G-Sparse, fp32 Q·Kᵀ estimate, per-row top-k, attention over the kept keys;
 * ``shadow-attn``: INT8 Q·Kᵀ estimate (each head's own scale: ``scales=dynamic``, same work as
   the bucketed plan), top-k on the int32 scores, fp32 attention over the kept keys (§3.2);
+* ``shadow-fused``: shadow-attn with ``topk=fused``, the top-k fused into the estimate's key
+  tiles (same selection, host execution only);
 * ``certified``: shadow-attn with certified top-k (the uncertain band rescored in fp32);
 * ``block-sparse``: C/G-Block-Sparse, 64x64 mean-pooled estimate, block top-k;
 * ``npu-int8``: NPU-Full, dense INT8 Q·Kᵀ and P·V with static scales (here the tensors' own
@@ -74,6 +76,7 @@ def variants(keep: float) -> dict[str, str]:
         "fp32": "fp32",
         "sparse": f"sparse:keep={keep}",
         "shadow-attn": f"shadow-attn:keep={keep},scales=dynamic,ratios=uniform",
+        "shadow-fused": f"shadow-attn:keep={keep},scales=dynamic,ratios=uniform,topk=fused",
         "certified": f"shadow-attn:keep={keep},scales=dynamic,ratios=uniform,certified=1",
         "block-sparse": f"block-sparse:keep={keep}",
         "npu-int8": "npu-int8",

@@ -127,6 +127,9 @@ struct Trace {
   std::vector<std::vector<int32_t>> keys;  // [n_heads * T] selected keys of each row, ascending
   std::vector<int64_t> kept;               // [n_heads] (query row, key) pairs attended
   std::vector<int64_t> rescored;           // [n_heads] keys rescored in fp32, all rows (certified)
+  // [n_heads] rows whose top-k was fused into the estimate (shadow-attn), and those of them whose
+  // predicted band missed and whose scores were computed again
+  std::vector<int64_t> fused_rows, missed_rows;
   bool record_keys = true;                 // false: only buckets, pair counts and input scales
 };
 

@@ -148,6 +148,8 @@ void trace_begin(Trace* trace, int64_t n_heads, int64_t T) {
   trace->keys.assign(static_cast<size_t>(trace->record_keys ? n_heads * T : 0), {});
   trace->kept.assign(static_cast<size_t>(n_heads), 0);
   trace->rescored.assign(static_cast<size_t>(n_heads), 0);
+  trace->fused_rows.assign(static_cast<size_t>(n_heads), 0);
+  trace->missed_rows.assign(static_cast<size_t>(n_heads), 0);
 }
 
 void trace_keys(Trace* trace, int64_t h, int64_t T, int64_t row, const int32_t* idx, int64_t n) {

@@ -29,8 +29,11 @@ struct KeyInputs {
   int64_t g = 0;                // the KV head
   float bk = 0;                 // the K scale
   k::AlignedVector<int8_t> k8;  // [L, head_dim] the keys quantized at bk
-  // k8 packed once for the estimate's GEMMs: every row block reads a prefix of its columns
+  // k8 packed once for the estimate's GEMMs: every row block reads a prefix of its columns, or
+  // (topk=fused) per tile of kFusedTileKeys keys
   std::optional<k::PackedWeightsS8> k8_packed;
+  std::vector<k::PackedWeightsS8> k8_tiles;
+  std::optional<k::KeyPrefixSums> k8_sums;  // each row's mean score, the fused top-k's band
   // certified: max over keys of ||k8_j|| and of the rounding residual ||k_j / bk - k8_j||
   double k8_norm_max = 0, k_residual_max = 0;
 };
@@ -76,6 +79,31 @@ int64_t certify_topk(const float* q, const int8_t* q8, const HeadInputs& hi, con
   return n_cand;
 }
 
+// topk=fused: the top-k of rows `spec` (n of them, INT8 queries q8 [n, hd]) fused into the
+// estimate against the keys' tiles (kernels::fused_topk_rows); a row whose band missed is scored
+// again from the same tiles. Row r's keys at idx + offs[r], relative to its lo.
+void select_fused(const KeyInputs& ki, const int8_t* q8, int64_t hd, const k::FusedTopkRow* spec,
+                  int64_t n, k::Isa isa, k::TopkHint& hint, int32_t* idx, int64_t* offs,
+                  k::FusedTopkStats* stats) {
+  const auto tile = [&](int64_t ra, int64_t rb, int64_t key0, int64_t cols, int32_t* S,
+                        int64_t lds) {
+    k::gemm_s8s8s32_packed_cols(q8 + ra * hd, hd, ki.k8_tiles[key0 / k::kFusedTileKeys], S, lds,
+                                rb - ra, cols, isa);
+  };
+  const auto row_scores = [&](int64_t r, int32_t* s) {
+    thread_local std::vector<int32_t> row_buf;
+    const k::FusedTopkRow& row = spec[r];
+    const int64_t t0 = row.lo / k::kFusedTileKeys,
+                  t1 = (row.lo + row.n - 1) / k::kFusedTileKeys + 1;
+    int32_t* tiles = detail::thread_scratch(row_buf, (t1 - t0) * k::kFusedTileKeys);
+    for (int64_t t = t0; t < t1; ++t)
+      k::gemm_s8s8s32_packed(q8 + r * hd, hd, ki.k8_tiles[t], tiles + (t - t0) * k::kFusedTileKeys,
+                             k::kFusedTileKeys, 1, isa);
+    std::copy_n(tiles + (row.lo - t0 * k::kFusedTileKeys), row.n, s);
+  };
+  k::fused_topk_rows(spec, n, tile, row_scores, hint, idx, offs, stats);
+}
+
 class ShadowAttn final : public SchemeKind {
  public:
   const char* name() const override { return "shadow-attn"; }
@@ -95,6 +123,12 @@ class ShadowAttn final : public SchemeKind {
     o.push_back({"certified", int64_t{0},
                  "1: rescore in fp32 the keys within the INT8 error bound of the k-th score, so "
                  "the selection equals the fp32 top-k (beyond the paper)"});
+    o.push_back({"topk",
+                 "rows",
+                 "host execution of the top-k, same selection: ranked row after row on a chunk's "
+                 "scores (rows), or fused into the estimate's key tiles (fused; not with "
+                 "certified); the simulated graph is the paper's either way",
+                 {"rows", "fused"}});
     return o;
   }
   void validate(const AttentionScheme& s) const override {
@@ -110,6 +144,8 @@ class ShadowAttn final : public SchemeKind {
       throw InvalidArgument(k + "step must be a positive number, got " + json_text(step));
     if (certified != 0 && certified != 1)
       throw InvalidArgument(k + "certified must be 0 or 1, got " + std::to_string(certified));
+    if (certified && s.text("topk") == "fused")
+      throw InvalidArgument(k + "topk=fused keeps no row's scores, which certified=1 rescans");
   }
   bool selects_keys() const override { return true; }
   bool needs_head_importance(const AttentionScheme& s) const override {
@@ -154,7 +190,8 @@ class ShadowAttn final : public SchemeKind {
     detail::check_head_ratios(c, sh.n_heads, "prefill_attention");
     const int64_t T = sh.T, L = sh.past + T, hd = sh.head_dim, H = sh.n_heads;
     const int64_t group = H / sh.n_kv_heads, min_keys = s.integer("min_keys");
-    const bool bucketed = needs_qk_scales(s), certified = s.integer("certified") != 0;
+    const bool bucketed = needs_qk_scales(s), certified = s.integer("certified") != 0,
+               fused_topk = s.text("topk") == "fused";
     if (bucketed && (c.buckets < 1 || static_cast<int64_t>(c.bucket_q.size()) != H * c.buckets ||
                      c.bucket_k.size() != c.bucket_q.size()))
       throw ShapeError("[prefill_attention] shadow-attn needs " + std::to_string(H) +
@@ -209,7 +246,14 @@ class ShadowAttn final : public SchemeKind {
       const int64_t g = ki.g;
       ki.k8.resize(static_cast<size_t>(L * hd));
       k::quantize_rows_s8(kk + g * hd, L, hd, ldkv, ki.bk, ki.k8.data(), hd);
-      ki.k8_packed.emplace(ki.k8.data(), hd, L, hd, isa);
+      if (!fused_topk) {
+        ki.k8_packed.emplace(ki.k8.data(), hd, L, hd, isa);
+      } else {
+        for (int64_t c0 = 0; c0 < L; c0 += k::kFusedTileKeys)
+          ki.k8_tiles.emplace_back(ki.k8.data() + c0 * hd, hd,
+                                   std::min(k::kFusedTileKeys, L - c0), hd, isa);
+        ki.k8_sums.emplace(ki.k8.data(), hd, L, hd);
+      }
       if (certified)
         for (int64_t j = 0; j < L; ++j) {
           double n8 = 0, ne = 0;
@@ -237,48 +281,78 @@ class ShadowAttn final : public SchemeKind {
         const HeadInputs& hi = heads[static_cast<size_t>(h)];
         thread_local std::vector<float> qh_buf, fbuf, cand_score;
         thread_local std::vector<int32_t> idx_buf, S_buf, cand, pick;
-        thread_local std::vector<int64_t> offs_buf;
+        thread_local std::vector<int64_t> offs_buf, offs_chunk_buf;
+        thread_local std::vector<k::FusedTopkRow> spec_buf;
         thread_local std::vector<int8_t> q8_buf;
         float* qh = detail::thread_scratch(qh_buf, rows * hd);
         // every row's kept keys, row i's from offs[i]
         int32_t* idx_all = detail::thread_scratch(idx_buf, rows * keys);
         int64_t* offs = detail::thread_scratch(offs_buf, rows + 1);
-        int32_t* S = detail::thread_scratch(S_buf, std::min(rows, kEstimateRowChunk) * keys);
+        int32_t* S =
+            fused_topk ? nullptr
+                       : detail::thread_scratch(S_buf, std::min(rows, kEstimateRowChunk) * keys);
+        int64_t* offs_chunk = detail::thread_scratch(offs_chunk_buf, kEstimateRowChunk + 1);
         int8_t* q8 = detail::thread_scratch(q8_buf, rows * hd);
         detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
         // INT8 estimate with the bucket's scales, top-k on the int32 scores (§3.2), a chunk of
         // rows at a time against the keys the chunk sees
         k::quantize_rows_s8(qh, rows, hd, hd, hi.bq, q8, hd);
-        int64_t rescored = 0, chunk_begin = 0, chunk_end = 0, chunk_keys = 0;
+        const KeyInputs& ki = *hi.keys;
+        int64_t rescored = 0;
+        k::FusedTopkStats fused;
         k::TopkHint hint;  // the previous row's k-th value and score moments: this row's band
         offs[0] = 0;
-        for (int64_t i = 0; i < rows; ++i) {
-          if (i == chunk_end) {
-            chunk_begin = i, chunk_end = std::min(rows, i + kEstimateRowChunk);
-            chunk_keys = sh.past + r0 + chunk_end;
-            k::gemm_s8s8s32_packed_cols(q8 + i * hd, hd, *hi.keys->k8_packed, S, chunk_keys,
-                                        chunk_end - i, chunk_keys, isa);
+        for (int64_t c0 = 0; c0 < rows; c0 += kEstimateRowChunk) {
+          const int64_t c1 = std::min(rows, c0 + kEstimateRowChunk), chunk_keys = sh.past + r0 + c1;
+          const int8_t* q8c = q8 + c0 * hd;
+          if (!fused_topk) {  // the chunk's scores, in L2 while each row's top-k reads them
+            k::gemm_s8s8s32_packed_cols(q8c, hd, *ki.k8_packed, S, chunk_keys, c1 - c0, chunk_keys,
+                                        isa);
+            for (int64_t i = c0; i < c1; ++i) {
+              const int64_t visible = sh.past + r0 + i + 1,
+                            lo = k::first_visible_key(visible - 1, sh.window);
+              const int32_t* srow = S + (i - c0) * chunk_keys + lo;
+              int32_t* idx = idx_all + offs[i];
+              const int64_t n = k::topk_indices(
+                  srow, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx, hint);
+              if (certified)
+                rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * kv.ld(), kv.ld(),
+                                         hd, srow, visible - lo, n, idx, cand, cand_score, pick,
+                                         fbuf);
+              offs[i + 1] = offs[i] + n;
+            }
+          } else {  // the top-k fused into the estimate, tile by tile of keys
+            k::FusedTopkRow* spec = detail::thread_scratch(spec_buf, c1 - c0);
+            for (int64_t i = c0; i < c1; ++i) {
+              const int64_t visible = sh.past + r0 + i + 1,
+                            lo = k::first_visible_key(visible - 1, sh.window);
+              double qn = 0;
+              for (int64_t d = 0; d < hd; ++d) qn += static_cast<double>(q8[i * hd + d]) * q8[i * hd + d];
+              spec[i - c0] = {lo, visible - lo, keys_kept(visible - lo, ratio, min_keys),
+                              ki.k8_sums->mean_score(q8 + i * hd, lo, visible), std::sqrt(qn)};
+            }
+            select_fused(ki, q8c, hd, spec, c1 - c0, isa, hint, idx_all + offs[c0], offs_chunk,
+                         trace ? &fused : nullptr);
+            for (int64_t i = c0; i < c1; ++i) offs[i + 1] = offs[c0] + offs_chunk[i - c0 + 1];
           }
-          const int64_t visible = sh.past + r0 + i + 1,
-                        lo = k::first_visible_key(visible - 1, sh.window);
-          // the window's keys, from lo
-          const int32_t* srow = S + (i - chunk_begin) * chunk_keys + lo;
-          int32_t* idx = idx_all + offs[i];
-          const int64_t n = k::topk_indices(srow, visible - lo,
-                                            keys_kept(visible - lo, ratio, min_keys), idx, hint);
-          if (certified)
-            rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * kv.ld(), kv.ld(), hd,
-                                     srow, visible - lo, n, idx, cand, cand_score, pick, fbuf);
-          for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
-          detail::trace_keys(trace, h, T, r0 + i, idx, n);
-          offs[i + 1] = offs[i] + n;
+          for (int64_t i = c0; i < c1; ++i) {
+            const int64_t lo = k::first_visible_key(sh.past + r0 + i, sh.window);
+            int32_t* idx = idx_all + offs[i];
+            const int64_t n = offs[i + 1] - offs[i];
+            for (int64_t t = 0; t < n; ++t) idx[t] += static_cast<int32_t>(lo);
+            detail::trace_keys(trace, h, T, r0 + i, idx, n);
+          }
         }
         // fp32 attention over the kept keys, the block's rows together (§3.2)
         k::attend_selected_rows(qh, hd, kg, vg, kv.ld(), hd, idx_all, offs, rows, inv_sqrt, nullptr,
                                 0, out + r0 * ldo + h * hd, ldo);
-        if (trace && certified) {
+        if (trace) {
 #pragma omp atomic
           trace->rescored[static_cast<size_t>(h)] += rescored;
+#pragma omp atomic
+          trace->fused_rows[static_cast<size_t>(h)] += fused.fused_rows + fused.missed_rows;
+#pragma omp atomic
+          trace->missed_rows[static_cast<size_t>(h)] += fused.missed_rows;
         }
       }
   }

@@ -124,6 +124,8 @@ void init_attention(py::module_& m) {
         d["input_q"] = tr.input_q;
         d["input_k"] = tr.input_k;
         d["rescored"] = tr.rescored;
+        d["fused_rows"] = tr.fused_rows;
+        d["missed_rows"] = tr.missed_rows;
         d["kept"] = tr.kept;
         return py::object(d);
       },
@@ -135,7 +137,9 @@ void init_attention(py::module_& m) {
       "window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with "
       "trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse "
       "kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 "
-      "by certified shadow-attn), kept (per head, (row, key) pairs attended). bucket_q/k: "
+      "by certified shadow-attn), fused_rows, missed_rows (per head, shadow-attn: rows whose top-k "
+      "ran fused into the estimate, and those whose predicted band missed and were rescored), "
+      "kept (per head, (row, key) pairs attended). bucket_q/k: "
       "[H * buckets].");
 }
 

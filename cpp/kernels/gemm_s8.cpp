@@ -55,6 +55,19 @@ constexpr int64_t kAvx2PairBlock = 128;      // k-pairs per K block: B 8 KB; 512
 
 using detail::Avx2Pack;
 
+// body(t) for t < n, on the OpenMP team only when the work is worth it (`parallel`). A region
+// whose if clause is false still starts a team of one (in libgomp, a nested one allocates it):
+// on the fused top-k's tiles of 24 rows x 256 keys (issue 38) that cost 7% of shadow-attn.
+template <typename Body>
+void for_tasks(bool parallel, int64_t n, Body&& body) {
+  if (!parallel) {
+    for (int64_t t = 0; t < n; ++t) body(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < n; ++t) body(t);
+}
+
 // Packs B[N, K] into data[lanes][cols]: entry (l, n) = lane(n, l), the int32 holding the k
 // values of lane l of column n; cols >= N (the caller rounds up to its vector width), the
 // padding columns zero.
@@ -84,14 +97,21 @@ Avx2Pack pack_b_avx2(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
   return p;
 }
 
-// A rows widened to int16, each padded to `ld` (even) values with zeros.
+// A rows widened to int16, each padded to `ld` (even) values with zeros, in the calling thread's
+// buffer (valid until its next call: a fresh vector per call was a malloc and a memset on every
+// small GEMM, 5% of the fused top-k's tiles in issue 38).
 template <typename TA>
-std::vector<int16_t> widen_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
-  std::vector<int16_t> out(static_cast<size_t>(M * ld), 0);
-#pragma omp parallel for schedule(static) if (M * K >= (int64_t{1} << 20))
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) out[static_cast<size_t>(m * ld + k)] = A[m * lda + k];
-  return out;
+const int16_t* widen_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
+  thread_local std::vector<int16_t> out;
+  if (out.size() < static_cast<size_t>(M * ld)) out.resize(static_cast<size_t>(M * ld));
+  int16_t* base = out.data();
+  for_tasks(M * K >= (int64_t{1} << 20), M, [&](int64_t m) {
+    const TA* __restrict a = A + m * lda;  // locals: the loop vectorizes
+    int16_t* __restrict o = base + m * ld;
+    for (int64_t k = 0; k < K; ++k) o[k] = a[k];
+    std::fill(o + K, o + ld, int16_t{0});
+  });
+  return base;
 }
 
 // One MR x (vecs * 8) tile over the k-pairs [q0, q1); adds to C when `accumulate` (a later K
@@ -136,15 +156,14 @@ template <typename TA>
 void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t ldc, int64_t M,
                int64_t N, int64_t K) {
   const int64_t lda2 = pb.pairs * 2;
-  const std::vector<int16_t> a16 = widen_pad_a(A, lda, M, K, lda2);
+  const int16_t* a16 = widen_pad_a(A, lda, M, K, lda2);
   constexpr int64_t block_cols = kAvx2Cols * kAvx2Vecs, row_block = 16 * kAvx2Rows;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
   const int64_t n_row_blocks = (M + row_block - 1) / row_block;
   // Tasks of (column block, row block), K blocks of kAvx2PairBlock pairs inside: a column
   // block's packed B block stays in a 32 KB L1 across the task's rows, and its A block in L2.
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
-  for (int64_t nb = 0; nb < n_blocks; ++nb)
-    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+  for_tasks(M * N * K >= (int64_t{1} << 20), n_blocks * n_row_blocks, [&](int64_t task) {
+      const int64_t nb = task / n_row_blocks, rb = task % n_row_blocks;
       const int64_t n0 = nb * block_cols;
       const int vecs =
           static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
@@ -154,12 +173,12 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
         const bool acc = q0 > 0;
         int64_t m = rb * row_block;
         for (; m + kAvx2Rows <= m1; m += kAvx2Rows)
-          tile_avx2<kAvx2Rows>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
+          tile_avx2<kAvx2Rows>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
                                N, acc);
         for (; m < m1; ++m)
-          tile_avx2<1>(a16.data() + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+          tile_avx2<1>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
       }
-    }
+  });
 }
 
 // ---- AVX-512 VNNI: vpdpbusd on B packed so that one instruction yields 16 output columns ---
@@ -196,16 +215,23 @@ VnniPack pack_b_vnni(const int8_t* B, int64_t ldb, int64_t N, int64_t K) {
 
 // A as uint8 rows padded to a multiple of 4 bytes, ready for 4-byte broadcasts; int8 A gets
 // + 128 per byte (bit 7 flipped), the zero-point shift that VnniPack::shift undoes. Padding
-// bytes meet zero B bytes, so their value does not matter.
+// bytes meet zero B bytes (zeroed all the same). In the calling thread's buffer, like
+// widen_pad_a's.
 template <typename TA>
-std::vector<uint8_t> shift_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
-  std::vector<uint8_t> out(static_cast<size_t>(M * ld), 0);
+const uint8_t* shift_pad_a(const TA* A, int64_t lda, int64_t M, int64_t K, int64_t ld) {
+  thread_local std::vector<uint8_t> out;
+  if (out.size() < static_cast<size_t>(M * ld)) out.resize(static_cast<size_t>(M * ld));
+  uint8_t* base = out.data();
   const uint8_t flip = std::is_same_v<TA, int8_t> ? 0x80 : 0x00;
-#pragma omp parallel for schedule(static) if (M * K >= (int64_t{1} << 20))
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k)
-      out[static_cast<size_t>(m * ld + k)] = static_cast<uint8_t>(A[m * lda + k]) ^ flip;
-  return out;
+  for_tasks(M * K >= (int64_t{1} << 20), M, [&](int64_t m) {
+    // locals: through the captured references the loop reloaded them per byte (12% of
+    // shadow-attn's fused estimate at 24 rows a call)
+    const TA* __restrict a = A + m * lda;
+    uint8_t* __restrict o = base + m * ld;
+    for (int64_t k = 0; k < K; ++k) o[k] = static_cast<uint8_t>(a[k]) ^ flip;
+    std::fill(o + K, o + ld, uint8_t{0});
+  });
+  return base;
 }
 
 template <bool kShift, int MR>
@@ -241,27 +267,26 @@ template <typename TA>
 void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t ldc, int64_t M,
                int64_t N, int64_t K) {
   const int64_t lda4 = pb.groups * 4;
-  const std::vector<uint8_t> a_u8 = shift_pad_a(A, lda, M, K, lda4);
+  const uint8_t* a_u8 = shift_pad_a(A, lda, M, K, lda4);
   constexpr bool kShift = std::is_same_v<TA, int8_t>;
   constexpr int64_t block_cols = kVnniCols * kVnniVecs, row_block = 16 * kVnniRows;
   const int64_t n_blocks = (N + block_cols - 1) / block_cols;
   const int64_t n_row_blocks = (M + row_block - 1) / row_block;
   // Tasks of (column block, row block): a column block's packed B (K * 32 bytes) stays in L2
   // across its row blocks, and both threads get work even when N has few blocks.
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (M * N * K >= (int64_t{1} << 20))
-  for (int64_t nb = 0; nb < n_blocks; ++nb)
-    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
-      const int64_t n0 = nb * block_cols;
-      const int vecs =
-          static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
-      const int64_t m1 = std::min(M, (rb + 1) * row_block);
-      int64_t m = rb * row_block;
-      for (; m + kVnniRows <= m1; m += kVnniRows)
-        tile_vnni<kShift, kVnniRows>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc,
-                                     N);
-      for (; m < m1; ++m)
-        tile_vnni<kShift, 1>(a_u8.data() + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
-    }
+  for_tasks(M * N * K >= (int64_t{1} << 20), n_blocks * n_row_blocks, [&](int64_t task) {
+    const int64_t nb = task / n_row_blocks, rb = task % n_row_blocks;
+    const int64_t n0 = nb * block_cols;
+    const int vecs =
+        static_cast<int>(std::min<int64_t>(kVnniVecs, (N - n0 + kVnniCols - 1) / kVnniCols));
+    const int64_t m1 = std::min(M, (rb + 1) * row_block);
+    int64_t m = rb * row_block;
+    for (; m + kVnniRows <= m1; m += kVnniRows)
+      tile_vnni<kShift, kVnniRows>(a_u8 + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc,
+                                   N);
+    for (; m < m1; ++m)
+      tile_vnni<kShift, 1>(a_u8 + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
+  });
 }
 
 // ---- AMX-INT8: 16 x 16 int32 tiles from 16 x 64 int8 A tiles and the VNNI-packed B ----------
@@ -975,19 +1000,19 @@ void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, i
   if (isa == Isa::Avx512Vnni && gs % 4 != 0) isa = Isa::Avx2;
   if (isa == Isa::Avx2 && gs % 2 != 0) isa = Isa::Scalar;
   if (isa == Isa::Avx512Vnni) {
-    const std::vector<uint8_t> a = shift_pad_a(A, lda, M, K, K);
+    const uint8_t* a = shift_pad_a(A, lda, M, K, K);
     grouped_blocks<6, 2>(M, K, kVnniCols, W.codes().vnni()->cols, col_begin, col_end,
                          [&](auto r, auto v, int64_t m, int64_t n0) {
                            tile_grouped_vnni<decltype(r)::value, decltype(v)::value>(
-                               a.data() + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
+                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
                                ldc, col_begin, col_end);
                          });
   } else if (isa == Isa::Avx2) {
-    const std::vector<int16_t> a = widen_pad_a(A, lda, M, K, K);
+    const int16_t* a = widen_pad_a(A, lda, M, K, K);
     grouped_blocks<6, 2>(M, K, kAvx2Cols, W.codes().avx2()->cols, col_begin, col_end,
                          [&](auto r, auto v, int64_t m, int64_t n0) {
                            tile_grouped_avx2<decltype(r)::value, decltype(v)::value>(
-                               a.data() + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
+                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
                                ldc, col_begin, col_end);
                          });
   } else {

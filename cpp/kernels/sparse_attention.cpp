@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/core.h"
 #include "kernels/aligned_vector.h"
 #include "kernels/float_simd.h"
 #include "kernels/kernels.h"
@@ -226,12 +227,17 @@ KeyBand sample_band(const T* s, int64_t n, int64_t k) {
 // others take the same passes one key at a time.
 #if defined(__AVX512F__)
 constexpr int64_t kKeyLanes = 16;
+// Masked loads with an explicit zero source: GCC 12's maskz forms warn of an uninitialized
+// source once inlined deeply enough (-Wmaybe-uninitialized).
+inline __m512i load_lanes(const void* p, __mmask16 valid) {
+  return _mm512_mask_loadu_epi32(_mm512_setzero_si512(), valid, p);
+}
 inline __m512i order_keys(const int32_t* s, __mmask16 valid) {
-  return _mm512_xor_si512(_mm512_maskz_loadu_epi32(valid, s), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_xor_si512(load_lanes(s, valid), _mm512_set1_epi32(INT32_MIN));
 }
 inline __m512i order_keys(const float* s, __mmask16 valid) {
   const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-  __m512i b = _mm512_maskz_loadu_epi32(valid, s);
+  __m512i b = load_lanes(s, valid);
   const __m512i zero = _mm512_setzero_si512();
   b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(b, sign), zero);  // -0 ties with +0
   // negatives: all bits flipped; the rest: the sign bit set
@@ -244,19 +250,40 @@ inline __mmask16 tail_mask(int64_t left) {
 }
 #endif
 
-// One pass: how many keys lie above hi, and the indices and keys of those above lo, in index
-// order (cidx, ckey hold n + 16: whole registers are stored; compressing in a register, then
-// storing, is fast on every AVX-512 core, where a compressing store is microcoded on Zen 4).
-// Returns {above_hi, above_lo}.
+// The sum and the sum of squares of a row's scores, gathered while they pass (the fused top-k's
+// hint for the next rows).
+struct ScoreSums {
+  double sum = 0, sq = 0;
+};
+
+// One pass: how many keys lie above hi, and the indices (from base) and keys of those above lo,
+// in index order (cidx, ckey hold n + 16: whole registers are stored; compressing in a register,
+// then storing, is fast on every AVX-512 core, where a compressing store is microcoded on Zen 4).
+// With sums, also adds the values and their squares. Returns {above_hi, above_lo}.
 template <class T>
 std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint32_t hi,
-                                       int32_t* cidx, uint32_t* ckey) {
+                                       int32_t* cidx, uint32_t* ckey, int32_t base = 0,
+                                       ScoreSums* sums = nullptr) {
   int64_t above_hi = 0, m = 0;
 #if defined(__AVX512F__)
   const __m512i lov = _mm512_set1_epi32(static_cast<int32_t>(lo)),
                 hiv = _mm512_set1_epi32(static_cast<int32_t>(hi)), step = _mm512_set1_epi32(16),
                 step2 = _mm512_set1_epi32(32);
-  __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i j = _mm512_add_epi32(_mm512_set1_epi32(base),
+                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  simd::VecF sum = {}, sq = {};
+  const auto add_sums = [&](const T* p, __mmask16 valid) {
+    const __m512i raw = load_lanes(p, valid);
+    simd::VecF x;
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(&x, &raw, sizeof x);
+    } else {
+      simd::VecI xi;
+      std::memcpy(&xi, &raw, sizeof xi);
+      x = __builtin_convertvector(xi, simd::VecF);
+    }
+    sum += x, sq += x * x;
+  };
   // the keys above lo of one register (valid: a row's tail) and their indices, stored at `at`
   const auto put = [&](__m512i key, __mmask16 take, __m512i jv, int64_t at) {
     above_hi += std::popcount(static_cast<unsigned>(_mm512_mask_cmpgt_epu32_mask(take, key, hiv)));
@@ -275,6 +302,7 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
     put(key0, take0, j, m);
     put(key1, take1, _mm512_add_epi32(j, step), m1);
     m = m1 + std::popcount(static_cast<unsigned>(take1));
+    if (sums) add_sums(s + j0, 0xffff), add_sums(s + j0 + kKeyLanes, 0xffff);
   }
   for (; j0 < n; j0 += kKeyLanes, j = _mm512_add_epi32(j, step)) {
     const __mmask16 valid = tail_mask(n - j0);
@@ -282,38 +310,70 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
     const __mmask16 take = _mm512_mask_cmpgt_epu32_mask(valid, key, lov);
     put(key, take, j, m);
     m += std::popcount(static_cast<unsigned>(take));
+    if (sums) add_sums(s + j0, valid);
   }
+  if (sums) sums->sum += simd::hsum(sum), sums->sq += simd::hsum(sq);
 #else
   for (int64_t j = 0; j < n; ++j) {
     const uint32_t x = order_key(s[j]);
-    cidx[m] = static_cast<int32_t>(j);
+    cidx[m] = base + static_cast<int32_t>(j);
     ckey[m] = x;
     m += x > lo;
     above_hi += x > hi;
+    if (sums) sums->sum += static_cast<double>(s[j]), sums->sq += double{s[j]} * s[j];
   }
 #endif
   return {above_hi, m};
 }
 
-// out = the keys <= hi, in order (out holds their count + 16). Returns how many.
-int64_t keys_at_most(const uint32_t* keys, int64_t c, uint32_t hi, uint32_t* out) {
+// out = the keys <= x (kAbove: > x), in order (out holds their count + 16). Returns how many.
+template <bool kAbove>
+int64_t keys_beside(const uint32_t* keys, int64_t c, uint32_t x, uint32_t* out) {
   int64_t m = 0;
 #if defined(__AVX512F__)
-  const __m512i hiv = _mm512_set1_epi32(static_cast<int32_t>(hi));
+  const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(x));
   for (int64_t t = 0; t < c; t += kKeyLanes) {
     const __mmask16 valid = tail_mask(c - t);
-    const __m512i key = _mm512_maskz_loadu_epi32(valid, keys + t);
-    const __mmask16 take = _mm512_mask_cmple_epu32_mask(valid, key, hiv);
+    const __m512i key = load_lanes(keys + t, valid);
+    const __mmask16 take = kAbove ? _mm512_mask_cmpgt_epu32_mask(valid, key, xv)
+                                  : _mm512_mask_cmple_epu32_mask(valid, key, xv);
     _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(take, key));
     m += std::popcount(static_cast<unsigned>(take));
   }
 #else
   for (int64_t t = 0; t < c; ++t) {
     out[m] = keys[t];
-    m += keys[t] <= hi;
+    m += kAbove ? keys[t] > x : keys[t] <= x;
   }
 #endif
   return m;
+}
+
+// How many of keys[0, c) lie above hi, and those in (lo, hi] compressed to out (c + 16 room).
+// Returns {above_hi, in_band}.
+std::pair<int64_t, int64_t> keys_in_band(const uint32_t* keys, int64_t c, uint32_t lo, uint32_t hi,
+                                         uint32_t* out) {
+  int64_t above_hi = 0, m = 0;
+#if defined(__AVX512F__)
+  const __m512i lov = _mm512_set1_epi32(static_cast<int32_t>(lo)),
+                hiv = _mm512_set1_epi32(static_cast<int32_t>(hi));
+  for (int64_t t = 0; t < c; t += kKeyLanes) {
+    const __mmask16 valid = tail_mask(c - t);
+    const __m512i key = load_lanes(keys + t, valid);
+    const __mmask16 over = _mm512_mask_cmpgt_epu32_mask(valid, key, hiv);
+    const __mmask16 take = _mm512_mask_cmpgt_epu32_mask(valid & ~over, key, lov);
+    above_hi += std::popcount(static_cast<unsigned>(over));
+    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(take, key));
+    m += std::popcount(static_cast<unsigned>(take));
+  }
+#else
+  for (int64_t t = 0; t < c; ++t) {
+    out[m] = keys[t];
+    above_hi += keys[t] > hi;
+    m += keys[t] > lo && keys[t] <= hi;
+  }
+#endif
+  return {above_hi, m};
 }
 
 // idx = the first k candidates whose key is >= thr (all_equal: no tie to break) or > thr or,
@@ -327,7 +387,7 @@ int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, in
     for (int64_t t = 0; t < c; t += kKeyLanes) {
       const __mmask16 valid = tail_mask(c - t);
       const __mmask16 take =
-          _mm512_mask_cmpge_epu32_mask(valid, _mm512_maskz_loadu_epi32(valid, ckey + t), thr_v);
+          _mm512_mask_cmpge_epu32_mask(valid, load_lanes(ckey + t, valid), thr_v);
       const int got = std::popcount(static_cast<unsigned>(take));
       // a masked store of the compressed lanes: never past idx[k - 1]
       _mm512_mask_storeu_epi32(idx + m, tail_mask(got),
@@ -345,6 +405,34 @@ int64_t take_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, in
   return take_in_order(
       c, k, [&](int64_t t) { return ckey[t]; }, [&](int64_t t) { return cidx[t]; }, thr, equal_left,
       idx);
+}
+
+// The top k of a row from its candidates: every key above lo, in index order (c >= k of them),
+// above_hi of them above hi. Sets thr to the k-th key. Returns how many (k).
+int64_t select_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, int64_t above_hi,
+                          int64_t k, uint32_t lo, uint32_t hi, int32_t* idx, uint32_t& thr) {
+  thread_local std::vector<uint32_t> band_keys;
+  // the k-th lies in (lo, hi] when fewer than k keys are above hi, else above hi
+  const bool in_band = above_hi < k;
+  const int64_t m = in_band ? c - above_hi : above_hi;
+  band_keys.resize(static_cast<size_t>(m + 16));
+  if (in_band) {
+    keys_beside<false>(ckey, c, hi, band_keys.data());
+  } else {
+    keys_beside<true>(ckey, c, hi, band_keys.data());
+  }
+  const int64_t need = in_band ? k - above_hi : k;  // 1 <= need <= m
+  int64_t above = 0, equal = 0;
+  thr = in_band ? kth_largest_key(band_keys.data(), m, need, lo + 1, hi, above, equal)
+                : kth_largest_key(band_keys.data(), m, need, hi + 1, ~0u, above, equal);
+  const int64_t equal_left = need - above;
+  return take_candidates(cidx, ckey, c, k, thr, equal == equal_left, equal_left, idx);
+}
+
+// The hint after a row whose k-th value is `value` (err: how far its prediction missed).
+void update_hint(TopkHint& hint, double value, double mean, double sd, double err) {
+  hint.moved = hint.valid && std::isfinite(hint.moved) ? 0.75 * hint.moved + 0.25 * err : err;
+  hint.valid = true, hint.value = value, hint.mean = mean, hint.sd = sd;
 }
 
 template <class T>
@@ -386,14 +474,9 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
       }
       continue;
     }
-    const int64_t c = above_lo;
-    const int64_t m = above_lo - above_hi;  // the band's keys: (lo, hi]
-    band_keys.resize(static_cast<size_t>(m + 16));
-    keys_at_most(ckey.data(), c, hi, band_keys.data());
-    const int64_t need = k - above_hi;  // 1 <= need <= m
-    int64_t above = 0, equal = 0;
-    const uint32_t thr = kth_largest_key(band_keys.data(), m, need, lo + 1, hi, above, equal);
-    const int64_t equal_left = need - above;
+    uint32_t thr = 0;
+    const int64_t taken =
+        select_candidates(cidx.data(), ckey.data(), above_lo, above_hi, k, lo, hi, idx, thr);
     // the next row's band: kBandErrors running-mean errors of the prediction each side (a
     // band from a sample starts the mean at its own half-width)
     const double value = key_value(thr, T{});
@@ -402,14 +485,139 @@ int64_t topk_hinted_impl(const T* s, int64_t n, int64_t k, int32_t* idx, TopkHin
             ? std::abs(value - pred)
             : (static_cast<double>(key_value(hi, T{})) - static_cast<double>(key_value(lo, T{}))) /
                   (2 * kBandErrors);
-    hint.moved = hint.valid && std::isfinite(hint.moved) ? 0.75 * hint.moved + 0.25 * err : err;
-    hint.valid = true, hint.value = value, hint.mean = mean, hint.sd = sd;
-    return take_candidates(cidx.data(), ckey.data(), c, k, thr, equal == equal_left, equal_left,
-                           idx);
+    update_hint(hint, value, mean, sd, err);
+    return taken;
   }
   hint.valid = false;
   thread_local std::vector<T> buf;
   return topk_impl(s, n, k, idx, buf);
+}
+
+// ---- top-k fused into the estimate ----------------------------------------------------------
+
+template <class T>
+void fused_topk_rows_impl(const FusedTopkRow* rows, int64_t n_rows, const ScoreTileFn<T>& tile,
+                          const RowScoresFn<T>& row_scores, TopkHint& hint, int32_t* idx,
+                          int64_t* offs, FusedTopkStats* stats) {
+  struct RowBand {
+    double pred = std::numeric_limits<double>::quiet_NaN();
+    uint32_t lo = 0, hi = ~0u;
+    bool fused = false;
+    int64_t above_hi = 0, above_lo = 0;
+    ScoreSums sums;
+  };
+  thread_local std::vector<RowBand> band_of;
+  thread_local std::vector<int32_t> cidx;
+  thread_local std::vector<uint32_t> ckey;
+  thread_local std::vector<int64_t> cand_at;
+  thread_local std::vector<uint32_t> band_keys;
+  thread_local std::vector<T> tile_buf, row_buf;
+  offs[0] = 0;
+  // a row without a band, or whose band missed: its scores, then the row-after-row selection
+  const auto by_scores = [&](int64_t r, bool missed) {
+    const FusedTopkRow& row = rows[r];
+    row_buf.resize(static_cast<size_t>(row.n));
+    row_scores(r, row_buf.data());
+    offs[r + 1] = offs[r] + topk_hinted_impl(row_buf.data(), row.n, row.k, idx + offs[r], hint);
+    hint.q_norm = row.q_norm;
+    if (stats) ++(missed ? stats->missed_rows : stats->rescored_rows);
+  };
+  const auto usable = [&] { return hint.valid && std::isfinite(hint.moved) && hint.q_norm > 0; };
+  int64_t r_begin = 0;
+  for (; r_begin < n_rows && !usable(); ++r_begin) by_scores(r_begin, false);
+  if (r_begin == n_rows) return;
+  // the other rows' bands from the hint, before any of their scores exist: the mean is the row's
+  // own, the deviation the hint row's scaled by the query norms, the k-th at the hint's
+  // standardised position
+  const int64_t n_fused = n_rows - r_begin;
+  band_of.assign(static_cast<size_t>(n_fused), RowBand{});
+  // the error of this prediction starts at the row-after-row one's
+  if (!(hint.moved_fused >= 0)) hint.moved_fused = hint.moved;
+  const double z = hint.sd > 0 ? (hint.value - hint.mean) / hint.sd : 0,
+               half = kBandErrors * hint.moved_fused;
+  int64_t key_begin = std::numeric_limits<int64_t>::max(), key_end = 0;
+  cand_at.assign(static_cast<size_t>(n_fused + 1), 0);
+  for (int64_t r = r_begin; r < n_rows; ++r) {
+    const FusedTopkRow& row = rows[r];
+    RowBand& b = band_of[static_cast<size_t>(r - r_begin)];
+    b.pred = hint.sd > 0 ? row.mean + z * hint.sd * row.q_norm / hint.q_norm
+                         : hint.value + (row.mean - hint.mean);
+    b.fused = row.n >= kHintedMinN && row.k > 0 && row.k < row.n && std::isfinite(b.pred) &&
+              std::isfinite(half);
+    // candidates of row r from cand_at: room for all its keys and one register
+    cand_at[static_cast<size_t>(r - r_begin + 1)] =
+        cand_at[static_cast<size_t>(r - r_begin)] + (b.fused ? row.n + 16 : 0);
+    if (!b.fused) continue;
+    b.lo = key_near(b.pred - half, T{}), b.hi = key_near(b.pred + half, T{});
+    key_begin = std::min(key_begin, row.lo), key_end = std::max(key_end, row.lo + row.n);
+  }
+  cidx.resize(static_cast<size_t>(cand_at.back() + 16));
+  ckey.resize(static_cast<size_t>(cand_at.back() + 16));
+  if (key_end > key_begin) {
+    tile_buf.resize(static_cast<size_t>(n_fused * kFusedTileKeys));
+    for (int64_t c0 = key_begin / kFusedTileKeys * kFusedTileKeys; c0 < key_end;
+         c0 += kFusedTileKeys) {
+      const int64_t cols = std::min(kFusedTileKeys, key_end - c0);
+      tile(r_begin, n_rows, c0, cols, tile_buf.data(), kFusedTileKeys);
+      for (int64_t r = r_begin; r < n_rows; ++r) {
+        const size_t i = static_cast<size_t>(r - r_begin);
+        RowBand& b = band_of[i];
+        const int64_t a = std::max(rows[r].lo, c0), e = std::min(rows[r].lo + rows[r].n, c0 + cols);
+        if (!b.fused || a >= e) continue;
+        const int64_t at = cand_at[i] + b.above_lo;
+        const auto [ahi, alo] = keys_above(
+            tile_buf.data() + static_cast<int64_t>(i) * kFusedTileKeys + (a - c0), e - a, b.lo,
+            b.hi, cidx.data() + at, ckey.data() + at, static_cast<int32_t>(a - rows[r].lo),
+            &b.sums);
+        b.above_hi += ahi, b.above_lo += alo;
+      }
+    }
+  }
+  for (int64_t r = r_begin; r < n_rows; ++r) {
+    const FusedTopkRow& row = rows[r];
+    const size_t i = static_cast<size_t>(r - r_begin);
+    const RowBand& b = band_of[i];
+    if (!b.fused || b.above_lo < row.k) {  // without a band, or the k-th lies below it
+      by_scores(r, b.fused);
+      continue;
+    }
+    // Every key of the top k is a candidate. The row's moments are known now: a narrow band from
+    // them and the previous row (topk_indices' own prediction) usually holds the k-th, and only
+    // its keys are ranked; else the whole band of the fused pass is.
+    const int32_t* ci = cidx.data() + cand_at[i];
+    const uint32_t* ck = ckey.data() + cand_at[i];
+    const double n = static_cast<double>(row.n), mean = b.sums.sum / n,
+                 sd = std::sqrt(std::max(0.0, b.sums.sq / n - mean * mean));
+    const double pred = hint.sd > 0 ? mean + (hint.value - hint.mean) / hint.sd * sd
+                                    : hint.value + (mean - hint.mean),
+                 half_row = kBandErrors * hint.moved;
+    uint32_t thr = 0;
+    int64_t taken = -1;
+    if (std::isfinite(pred) && std::isfinite(half_row)) {
+      const uint32_t lo = std::max(key_near(pred - half_row, T{}), b.lo),
+                     hi = key_near(pred + half_row, T{});
+      band_keys.resize(static_cast<size_t>(b.above_lo + 16));
+      const auto [above_hi, m] = hi > lo ? keys_in_band(ck, b.above_lo, lo, hi, band_keys.data())
+                                         : std::pair<int64_t, int64_t>{0, 0};
+      if (above_hi < row.k && row.k <= above_hi + m) {
+        int64_t above = 0, equal = 0;
+        const int64_t need = row.k - above_hi;
+        thr = kth_largest_key(band_keys.data(), m, need, lo + 1, hi, above, equal);
+        const int64_t equal_left = need - above;
+        taken = take_candidates(ci, ck, b.above_lo, row.k, thr, equal == equal_left, equal_left,
+                                idx + offs[r]);
+      }
+    }
+    if (taken < 0)
+      taken = select_candidates(ci, ck, b.above_lo, b.above_hi, row.k, b.lo, b.hi, idx + offs[r],
+                                thr);
+    offs[r + 1] = offs[r] + taken;
+    const double value = key_value(thr, T{});
+    update_hint(hint, value, mean, sd, std::abs(value - (std::isfinite(pred) ? pred : b.pred)));
+    hint.moved_fused = 0.75 * hint.moved_fused + 0.25 * std::abs(value - b.pred);
+    hint.q_norm = row.q_norm;
+    if (stats) ++stats->fused_rows;
+  }
 }
 
 using simd::hsum;
@@ -579,6 +787,42 @@ int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, TopkHin
 
 int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint) {
   return topk_hinted_impl(s, n, k, idx, hint);
+}
+
+void fused_topk_rows(const FusedTopkRow* rows, int64_t n_rows, const ScoreTileFn<int32_t>& tile,
+                     const RowScoresFn<int32_t>& row_scores, TopkHint& hint, int32_t* idx,
+                     int64_t* offs, FusedTopkStats* stats) {
+  fused_topk_rows_impl<int32_t>(rows, n_rows, tile, row_scores, hint, idx, offs, stats);
+}
+void fused_topk_rows(const FusedTopkRow* rows, int64_t n_rows, const ScoreTileFn<float>& tile,
+                     const RowScoresFn<float>& row_scores, TopkHint& hint, int32_t* idx,
+                     int64_t* offs, FusedTopkStats* stats) {
+  fused_topk_rows_impl<float>(rows, n_rows, tile, row_scores, hint, idx, offs, stats);
+}
+
+KeyPrefixSums::KeyPrefixSums(const int8_t* k8, int64_t ldk, int64_t L, int64_t head_dim)
+    : L_(L), hd_(head_dim) {
+  if (L < 0 || head_dim < 0 || ldk < head_dim)
+    throw ShapeError("[KeyPrefixSums] keys [" + std::to_string(L) + ", " +
+                     std::to_string(head_dim) + "] with row stride " + std::to_string(ldk));
+  if (L > kMaxPrefixKeys)
+    throw ShapeError("[KeyPrefixSums] " + std::to_string(L) + " keys, at most " +
+                     std::to_string(kMaxPrefixKeys) + " fit int32 sums");
+  sums_.assign(static_cast<size_t>((L + 1) * head_dim), 0);
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t d = 0; d < head_dim; ++d)
+      sums_[static_cast<size_t>((j + 1) * head_dim + d)] =
+          sums_[static_cast<size_t>(j * head_dim + d)] + k8[j * ldk + d];
+}
+
+double KeyPrefixSums::mean_score(const int8_t* q8, int64_t lo, int64_t hi) const {
+  if (lo < 0 || hi <= lo || hi > keys())
+    throw ShapeError("[KeyPrefixSums] keys [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     ") of " + std::to_string(keys()));
+  const int32_t *a = sums_.data() + lo * hd_, *b = sums_.data() + hi * hd_;
+  int64_t dot = 0;
+  for (int64_t d = 0; d < hd_; ++d) dot += int64_t{q8[d]} * (b[d] - a[d]);
+  return static_cast<double>(dot) / static_cast<double>(hi - lo);
 }
 
 void score_selected(const float* q, const float* k, int64_t ldkv, int64_t head_dim,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace socllm::kernels {
@@ -21,6 +22,9 @@ struct TopkHint {
   bool valid = false;
   double value = 0, mean = 0, sd = 0;
   double moved = 0;
+  // fused_topk_rows: the row's query norm (0: not known) and the running mean of how far the
+  // prediction made before the scores missed (negative: not known yet)
+  double q_norm = 0, moved_fused = -1;
 };
 
 // topk_indices with the same result (tested against it), for consecutive rows: a band around the
@@ -30,6 +34,63 @@ struct TopkHint {
 // whole row's selection runs. Updates the hint.
 int64_t topk_indices(const float* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
 int64_t topk_indices(const int32_t* s, int64_t n, int64_t k, int32_t* idx, TopkHint& hint);
+
+// ---- top-k fused into the estimate (issue 38 item 3) ----
+//
+// A chunk of rows' scores arrive tile by tile of kFusedTileKeys keys, and each tile is compressed
+// against every row's band while it is in L1: no row's scores are stored whole, and no pass reads
+// them again. The band must exist before the scores, so it is predicted: the row's mean is exact
+// from the keys' prefix sums (q·Σk / n), its deviation is the hint row's scaled by the ratio of the
+// query norms, and the k-th score keeps the hint row's standardised position (on WikiText-2 Q/K of
+// SmolLM2-135M, keep 0.2, chunks of 24 rows: 27% of the keys are candidates, 1% of rows miss). A
+// row whose band misses (fewer than k keys above it), or that has no hint yet, gets its scores from
+// row_scores and the row-after-row selection: the result is always topk_indices'.
+
+// Keys per score tile: a chunk's tile (24 rows x 256 int32, 24 KB) is compressed while in L1.
+constexpr int64_t kFusedTileKeys = 512;
+
+// One row of a chunk: visible keys [lo, lo + n), the k to keep, and what predicts its band: the
+// mean of its scores and its query's norm.
+struct FusedTopkRow {
+  int64_t lo = 0, n = 0, k = 0;
+  double mean = 0, q_norm = 0;
+};
+// How the rows went: selected from their band while fused, missed (rescored), or without a band
+// (no hint yet, or fewer than 64 keys).
+struct FusedTopkStats {
+  int64_t fused_rows = 0, missed_rows = 0, rescored_rows = 0;
+};
+// tile(r0, r1, c0, cols, S, lds): rows [r0, r1)'s scores of keys [c0, c0 + cols) (c0 a multiple
+// of kFusedTileKeys, cols <= kFusedTileKeys), row r's at S + (r - r0) * lds. row_scores(r, s):
+// row r's scores of its n visible keys, from its lo.
+template <class T>
+using ScoreTileFn =
+    std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t cols, T* S, int64_t lds)>;
+template <class T>
+using RowScoresFn = std::function<void(int64_t r, T* s)>;
+// Every row's topk_indices (ascending, relative to its lo; row r's at idx + offs[r], offs holds
+// n_rows + 1), in row order, the hint carried from row to row and out to the next chunk.
+void fused_topk_rows(const FusedTopkRow* rows, int64_t n_rows, const ScoreTileFn<int32_t>& tile,
+                     const RowScoresFn<int32_t>& row_scores, TopkHint& hint, int32_t* idx,
+                     int64_t* offs, FusedTopkStats* stats = nullptr);
+void fused_topk_rows(const FusedTopkRow* rows, int64_t n_rows, const ScoreTileFn<float>& tile,
+                     const RowScoresFn<float>& row_scores, TopkHint& hint, int32_t* idx,
+                     int64_t* offs, FusedTopkStats* stats = nullptr);
+
+// Prefix sums of int8 keys [L, head_dim] (exact in int32 up to kMaxPrefixKeys keys): the mean
+// INT8 score of a query over any key range in head_dim multiply-adds.
+class KeyPrefixSums {
+ public:
+  static constexpr int64_t kMaxPrefixKeys = (int64_t{1} << 31) / 128 - 1;
+  KeyPrefixSums(const int8_t* k8, int64_t ldk, int64_t L, int64_t head_dim);
+  int64_t keys() const { return L_; }
+  // mean over j in [lo, hi) of q8·k8_j (0 <= lo < hi <= keys())
+  double mean_score(const int8_t* q8, int64_t lo, int64_t hi) const;
+
+ private:
+  int64_t L_, hd_;
+  std::vector<int32_t> sums_;  // [(L + 1), head_dim]
+};
 
 // out[j] = q·k[idx_j] for j < n (k rows of stride ldkv): fp32 scores of selected keys.
 void score_selected(const float* q, const float* k, int64_t ldkv, int64_t head_dim,

@@ -12,6 +12,8 @@
 #include "attention/attention_scheme.h"
 #include "core/core.h"
 #include "expect_error.h"
+#include "kernels/gemm_s8.h"
+#include "kernels/kernels.h"
 #include "kernels/sparse_attention.h"
 #include "plan/plan.h"
 
@@ -397,6 +399,154 @@ TEST(SparseAttention, HintedTopkEqualsStableSortOnEveryPath) {
   // both paths ran: the band (the hint stays valid) and the whole-row fallback (it is dropped)
   EXPECT_GT(band_rows, 100);
   EXPECT_GT(fallback_rows, 0);
+}
+
+namespace {
+// Queries and keys like a prefill's: consecutive queries close to each other, keys from a few
+// directions, so rows' scores shift and scale from row to row as the fused band expects.
+struct FusedCase {
+  int64_t T = 0, L = 0, hd = 0;
+  std::vector<int8_t> q8, k8;  // [T, hd], [L, hd]
+  std::vector<int32_t> S;      // [T, L] exact scores
+};
+FusedCase fused_case(int64_t T, int64_t L, int64_t hd, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> nd;
+  FusedCase c{T, L, hd, {}, {}, {}};
+  std::vector<double> drift(static_cast<size_t>(hd));
+  for (auto& x : drift) x = nd(rng);
+  const auto clamp8 = [](double x) { return static_cast<int8_t>(std::clamp(std::lround(x), -127L, 127L)); };
+  for (int64_t i = 0; i < T; ++i) {
+    const double scale = i == T / 2 ? 6.0 : 1.0;  // one query far off: its band misses
+    for (int64_t d = 0; d < hd; ++d) {
+      drift[d] = 0.97 * drift[d] + 0.25 * nd(rng);
+      c.q8.push_back(clamp8(scale * 12 * (drift[d] + 0.3 * nd(rng))));
+    }
+  }
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t d = 0; d < hd; ++d) c.k8.push_back(clamp8(20 * nd(rng) + (d % 3 == 0 ? 15 : 0)));
+  c.S.resize(static_cast<size_t>(T * L));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < L; ++j) {
+      int32_t dot = 0;
+      for (int64_t d = 0; d < hd; ++d) dot += int32_t{c.q8[i * hd + d]} * c.k8[j * hd + d];
+      c.S[static_cast<size_t>(i * L + j)] = dot;
+    }
+  return c;
+}
+}  // namespace
+
+// The top-k fused into the estimate equals the stable sort on every row: on every INT8 GEMM path
+// producing the tiles, causal and windowed rows, rows too short for a band, a query whose band
+// misses, and rows whose given mean is far off on either side (a band above every key: rescored;
+// below: the k-th ranked among the keys above the band).
+TEST(SparseAttention, FusedTopkEqualsStableSortOnEveryPath) {
+  const int64_t T = 700, hd = 40, chunk = 24;
+  const FusedCase c = fused_case(T, T, hd, 5);
+  const k::KeyPrefixSums sums(c.k8.data(), hd, T, hd);
+  for (k::Isa isa : k::supported_isas())
+    for (int64_t window : {int64_t{0}, int64_t{300}}) {
+      std::vector<k::PackedWeightsS8> tiles;
+      for (int64_t c0 = 0; c0 < T; c0 += k::kFusedTileKeys)
+        tiles.emplace_back(c.k8.data() + c0 * hd, hd, std::min(k::kFusedTileKeys, T - c0), hd, isa);
+      k::TopkHint hint;
+      k::FusedTopkStats stats;
+      for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+        const int64_t n = std::min(chunk, T - r0);
+        std::vector<k::FusedTopkRow> spec;
+        for (int64_t i = r0; i < r0 + n; ++i) {
+          const int64_t lo = k::first_visible_key(i, window), cnt = i + 1 - lo;
+          double qn = 0;
+          for (int64_t d = 0; d < hd; ++d) qn += double{1} * c.q8[i * hd + d] * c.q8[i * hd + d];
+          double mean = sums.mean_score(c.q8.data() + i * hd, lo, i + 1);
+          if (i % 97 == 50) mean += 1e7;  // a band above every key
+          if (i % 97 == 80) mean -= 1e7;  // a band below every key
+          spec.push_back({lo, cnt, std::max<int64_t>(1, cnt / 5), mean, std::sqrt(qn)});
+        }
+        const auto tile = [&](int64_t ra, int64_t rb, int64_t key0, int64_t cols, int32_t* S,
+                              int64_t lds) {
+          k::gemm_s8s8s32_packed_cols(c.q8.data() + (r0 + ra) * hd, hd,
+                                      tiles[key0 / k::kFusedTileKeys], S, lds, rb - ra, cols, isa);
+        };
+        const auto row_scores = [&](int64_t r, int32_t* s) {
+          const int64_t i = r0 + r;
+          std::copy_n(c.S.data() + i * T + spec[r].lo, spec[r].n, s);
+        };
+        std::vector<int32_t> idx(static_cast<size_t>(n * T), -1);
+        std::vector<int64_t> offs(static_cast<size_t>(n + 1));
+        k::fused_topk_rows(spec.data(), n, tile, row_scores, hint, idx.data(), offs.data(), &stats);
+        for (int64_t r = 0; r < n; ++r) {
+          const auto& row = spec[static_cast<size_t>(r)];
+          const std::vector<int32_t> s(c.S.begin() + (r0 + r) * T + row.lo,
+                                       c.S.begin() + (r0 + r) * T + row.lo + row.n);
+          ASSERT_EQ(std::vector<int32_t>(idx.begin() + offs[r], idx.begin() + offs[r + 1]),
+                    reference_topk(s, row.k))
+              << k::isa_name(isa) << " window " << window << " row " << r0 + r;
+        }
+      }
+      EXPECT_GT(stats.fused_rows, T / 2) << k::isa_name(isa);
+      EXPECT_GT(stats.missed_rows, 0) << k::isa_name(isa);
+      EXPECT_GT(stats.rescored_rows, 0) << k::isa_name(isa);  // the short rows
+    }
+}
+
+// Float scores (C/G-Sparse's kind): ties, signed zeros and infinities rank as the sort does.
+TEST(SparseAttention, FusedTopkFloatScoresEqualStableSort) {
+  const int64_t T = 400, hd = 16;
+  const FusedCase c = fused_case(T, T, hd, 9);
+  std::vector<float> S(c.S.size());
+  for (size_t j = 0; j < S.size(); ++j)
+    S[j] = c.S[j] % 7 == 0 ? -0.0f : static_cast<float>(c.S[j] / 64) * 0.37f;  // many ties
+  S[static_cast<size_t>(300 * T + 10)] = INFINITY;
+  S[static_cast<size_t>(301 * T + 11)] = -INFINITY;
+  const k::KeyPrefixSums sums(c.k8.data(), hd, T, hd);
+  k::TopkHint hint;
+  k::FusedTopkStats stats;
+  for (int64_t r0 = 0; r0 < T; r0 += 24) {
+    const int64_t n = std::min<int64_t>(24, T - r0);
+    std::vector<k::FusedTopkRow> spec;
+    for (int64_t i = r0; i < r0 + n; ++i) {
+      double qn = 0;
+      for (int64_t d = 0; d < hd; ++d) qn += double{1} * c.q8[i * hd + d] * c.q8[i * hd + d];
+      spec.push_back({0, i + 1, (i + 1) / 3,
+                      sums.mean_score(c.q8.data() + i * hd, 0, i + 1) * 0.37 / 64, std::sqrt(qn)});
+    }
+    const auto tile = [&](int64_t ra, int64_t rb, int64_t key0, int64_t cols, float* St,
+                          int64_t lds) {
+      for (int64_t r = ra; r < rb; ++r)
+        std::copy_n(S.data() + (r0 + r) * T + key0, cols, St + (r - ra) * lds);
+    };
+    const auto row_scores = [&](int64_t r, float* s) {
+      std::copy_n(S.data() + (r0 + r) * T, spec[r].n, s);
+    };
+    std::vector<int32_t> idx(static_cast<size_t>(n * T), -1);
+    std::vector<int64_t> offs(static_cast<size_t>(n + 1));
+    k::fused_topk_rows(spec.data(), n, tile, row_scores, hint, idx.data(), offs.data(), &stats);
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<float> s(S.begin() + (r0 + r) * T, S.begin() + (r0 + r) * T + r0 + r + 1);
+      ASSERT_EQ(std::vector<int32_t>(idx.begin() + offs[r], idx.begin() + offs[r + 1]),
+                reference_topk(s, spec[r].k))
+          << "row " << r0 + r;
+    }
+  }
+  EXPECT_GT(stats.fused_rows, T / 2);
+}
+
+// The mean INT8 score from prefix sums against the sum over the keys; ranges outside are errors.
+TEST(SparseAttention, KeyPrefixSumsMeanEqualsBruteForce) {
+  const FusedCase c = fused_case(3, 300, 24, 3);
+  const k::KeyPrefixSums sums(c.k8.data(), 24, 300, 24);
+  EXPECT_EQ(sums.keys(), 300);
+  for (int64_t i = 0; i < 3; ++i)
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, 300}, {17, 18}, {5, 260}}) {
+      int64_t sum = 0;
+      for (int64_t j = lo; j < hi; ++j) sum += c.S[static_cast<size_t>(i * 300 + j)];
+      EXPECT_DOUBLE_EQ(sums.mean_score(c.q8.data() + i * 24, lo, hi),
+                       static_cast<double>(sum) / static_cast<double>(hi - lo));
+    }
+  expect_error<ShapeError>([&] { sums.mean_score(c.q8.data(), 5, 5); }, "keys [5, 5) of 300");
+  expect_error<ShapeError>([&] { sums.mean_score(c.q8.data(), 0, 301); }, "of 300");
+  expect_error<ShapeError>([&] { k::KeyPrefixSums(c.k8.data(), 10, 300, 24); }, "row stride 10");
 }
 
 namespace {

@@ -32,7 +32,9 @@ def test_bench_attention_quick(tmp_path):
         v = row["variants"]
         assert (
             set(v)
-            == {"fp32", "sparse", "shadow-attn", "certified", "block-sparse", "npu-int8"} | peers
+            == {"fp32", "sparse", "shadow-attn", "shadow-fused", "certified", "block-sparse"}
+            | {"npu-int8"}
+            | peers
         )
         assert v["fp32"]["speedup_vs_fp32"] == 1.0
         # causal pairs T (T + 1) / 2, 4 flop per pair and head dim, 9 heads of 64

@@ -186,6 +186,39 @@ def test_shadow_attn_bucket_and_int8_estimate_match_numpy():
     np.testing.assert_allclose(r["out"], _np_attention(q, k, v, r["selected"]), atol=2e-6)
 
 
+@pytest.mark.parametrize("past,window", [(0, 0), (30, 0), (0, 150)])
+def test_shadow_attn_fused_topk_selects_the_numpy_int8_top_k(past, window):
+    """topk=fused (the top-k fused into the estimate's key tiles) selects what the INT8 scores'
+    stable top-k selects, and what topk=rows does, on rows long enough for its bands."""
+    rng = np.random.default_rng(8)
+    H, G, T, hd = 3, 1, 420, 32
+    # queries drifting slowly, as consecutive positions do: the fused band holds for most rows
+    q = np.cumsum(rng.standard_normal((H, T, hd)), 1) * 0.2 + rng.standard_normal((H, T, hd))
+    q = q.astype(np.float32)
+    k = rng.standard_normal((G, past + T, hd)).astype(np.float32) + 0.5
+    v = rng.standard_normal((G, past + T, hd)).astype(np.float32)
+    scheme = "shadow-attn:keep=0.2,ratios=uniform,scales=dynamic"
+    kw = {"past": past, "window": window, "trace": True}
+    fused = ops.prefill_attention(q, k, v, scheme + ",topk=fused", **kw)
+    rows = ops.prefill_attention(q, k, v, scheme, **kw)
+    np.testing.assert_array_equal(fused["selected"], rows["selected"])
+    np.testing.assert_array_equal(fused["out"], rows["out"])
+    k8 = np.clip(np.round(k[0] / (np.abs(k[0]).max() / 127)), -127, 127).astype(np.int64)
+    for h in range(H):
+        q8 = np.clip(np.round(q[h] / (np.abs(q[h]).max() / 127)), -127, 127).astype(np.int64)
+        s = q8 @ k8.T
+        for t in range(0, T, 7):
+            vis = past + t + 1
+            lo = max(0, vis - window) if window else 0
+            want = lo + _np_topk(s[t, lo:vis], ops.keys_kept(vis - lo, 0.2))
+            np.testing.assert_array_equal(np.flatnonzero(fused["selected"][h, t]), want)
+    assert all(f > T // 2 for f in fused["fused_rows"])  # most rows ran fused
+    assert all(0 <= m < f for m, f in zip(fused["missed_rows"], fused["fused_rows"], strict=True))
+    assert rows["fused_rows"] == [0] * H
+    with pytest.raises(socllm.InvalidArgumentError, match="topk=fused keeps no row's scores"):
+        ops.prefill_attention(q, k, v, scheme + ",topk=fused,certified=1", past=past)
+
+
 @pytest.mark.parametrize("scale", [1.0, 0.3, 4.0])  # own, clamping (too fine), too coarse
 def test_certified_shadow_attn_selects_the_fp32_top_k(scale):
     q, k, v = _inputs(T=96, hd=32, past=20, seed=5)

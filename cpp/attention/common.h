@@ -19,11 +19,12 @@ constexpr int64_t kRowBlock = 64;
 // tokens (64: 6% slower, 256: 13% slower, its score block no longer in L2; measured before the
 // estimate ran in kEstimateRowChunk chunks).
 constexpr int64_t kSelectRowBlock = 128;
-// Rows of a block whose INT8 estimate is computed, then ranked, together: their scores (24 x 4,096
-// int32, 384 KB) are still in L2 when each row's top-k reads them, and each chunk multiplies only
-// the keys its rows see. Measured on Zen 4 at 4,096 tokens: estimate + top-k 87 ms with the whole
-// 128-row block at once, 81 ms in chunks of 24 (a multiple of the VNNI kernel's 6-row tile).
-// shadow-attn only: C/G-Sparse's sgemm (OpenBLAS) on 24-row chunks made it 0.84x, not 0.98x.
+// Rows of a block whose estimate is computed, then ranked, together: their scores (24 x 4,096,
+// 384 KB) are still in L2 when each row's top-k reads them, and each chunk multiplies only the
+// keys its rows see. Measured on Zen 4 at 4,096 tokens: shadow-attn's estimate + top-k 87 ms with
+// the whole 128-row block at once, 81 ms in chunks of 24 (a multiple of the micro-kernels' 6-row
+// tiles). C/G-Sparse's fp32 estimate runs in the same chunks on the dense kernel's micro-kernel
+// (OpenBLAS's sgemm on such chunks had made it 0.84x dense, not 0.98x).
 constexpr int64_t kEstimateRowChunk = 24;
 
 // A thread's scratch of at least n elements, kept across the work items it runs: a fresh

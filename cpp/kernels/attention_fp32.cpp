@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 
+#include "core/core.h"
 #include "kernels/float_simd.h"
 #include "kernels/kernels.h"
 #include "parallel_threshold.h"
@@ -266,6 +268,41 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
         }
     }
   }
+}
+
+int64_t KeyPanelsF32::panel_keys() { return kQkCols; }
+
+KeyPanelsF32::KeyPanelsF32(const float* k, int64_t ldk, int64_t L, int64_t head_dim)
+    : L_(L), hd_(head_dim) {
+  if (L < 0 || head_dim <= 0 || ldk < head_dim)
+    throw ShapeError("[KeyPanelsF32] keys [" + std::to_string(L) + ", " +
+                     std::to_string(head_dim) + "] with row stride " + std::to_string(ldk));
+  const int64_t panels = (L + kQkCols - 1) / kQkCols;
+  data_.assign(static_cast<size_t>(panels * head_dim * kQkCols), 0.0f);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t j = p * kQkCols; j < std::min(L, (p + 1) * kQkCols); ++j)
+      for (int64_t c = 0; c < head_dim; ++c)
+        data_[static_cast<size_t>((p * head_dim + c) * kQkCols + j - p * kQkCols)] = k[j * ldk + c];
+}
+
+void causal_scores_f32(const float* q, int64_t rows, const KeyPanelsF32& kp, int64_t keys_before,
+                       float* S, int64_t lds) {
+  const int64_t d = kp.head_dim(), last_keys = keys_before + rows;
+  if (keys_before < 0 || last_keys > kp.keys() || lds < round_up(last_keys, kQkCols))
+    throw ShapeError("[causal_scores_f32] rows seeing up to " + std::to_string(last_keys) +
+                     " of " + std::to_string(kp.keys()) + " keys, lds " + std::to_string(lds));
+  // panel by panel (in L1 while every row tile uses it); a tile skips the panels beyond its
+  // last row's keys
+  const int64_t panels = (last_keys + kQkCols - 1) / kQkCols;
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t r = 0; r < rows; r += kTileRows) {
+      const int64_t R = std::min<int64_t>(kTileRows, rows - r);
+      if (p * kQkCols >= keys_before + r + R) continue;  // beyond this tile's keys
+      with_tile_rows(R, [&](auto rows_c) {
+        qk_tile<decltype(rows_c)::value>(q + r * d, d, kp.panel(p), kQkCols,
+                                         S + r * lds + p * kQkCols, lds);
+      });
+    }
 }
 
 }  // namespace socllm::kernels

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 namespace socllm::kernels {
 
@@ -47,6 +48,28 @@ void attention_causal(const float* q, int64_t ldq, const float* k, const float* 
                       int64_t window = 0);
 int64_t attention_scratch_floats(int64_t T, int64_t L, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim);
+// fp32 keys [L, head_dim] as Kᵀ panels of panel_keys() keys ([panels][head_dim][panel_keys()],
+// zero-padded): the dense kernel's Q·Kᵀ micro-kernel operand, packed once for every query row of
+// a prefill (C/G-Sparse's estimate; issue 38 item 3).
+class KeyPanelsF32 {
+ public:
+  KeyPanelsF32(const float* k, int64_t ldk, int64_t L, int64_t head_dim);
+  static int64_t panel_keys();
+  int64_t keys() const { return L_; }
+  int64_t head_dim() const { return hd_; }
+  const float* panel(int64_t p) const { return data_.data() + p * hd_ * panel_keys(); }
+
+ private:
+  int64_t L_, hd_;
+  std::vector<float> data_;
+};
+// S[r, j] = q_r · k_j for the rows r < rows of q ([rows, head_dim], contiguous) and the keys
+// j < keys_before + r + 1 they see (causal), each computed as the dense kernel does. Row r's
+// entries from there up to the next multiple of panel_keys() are unspecified: lds must hold the
+// last row's keys rounded up to it.
+void causal_scores_f32(const float* q, int64_t rows, const KeyPanelsF32& kp, int64_t keys_before,
+                       float* S, int64_t lds);
+
 // First key the query at absolute position `pos` sees: pos + 1 - window with a sliding window
 // (window > 0, at least 0), else 0. Every attention scheme and the graph's pair counts use it.
 inline int64_t first_visible_key(int64_t pos, int64_t window) {

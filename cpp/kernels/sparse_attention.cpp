@@ -846,7 +846,8 @@ void attend_selected_scored(const float* s, const float* v, int64_t ldkv, int64_
 
 void attend_selected_rows(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                           int64_t head_dim, const int32_t* idx, const int64_t* offs, int64_t rows,
-                          float scale, const float* scores, int64_t lds, float* out, int64_t ldo) {
+                          float scale, const float* scores, int64_t lds, float* out, int64_t ldo,
+                          bool scores_by_pair) {
   if (rows <= 0) return;
   thread_local AlignedVector<float> O_buf;  // rows of whole registers
   thread_local std::vector<float> p_buf, m_buf, l_buf;
@@ -870,9 +871,13 @@ void attend_selected_rows(const float* q, int64_t ldq, const float* k, const flo
         if (e == b) continue;
         const int64_t n = e - b;
         at_buf[static_cast<size_t>(r)] = e;
-        if (scores)
+        if (scores_by_pair) {
+          std::copy_n(scores + b, n, p);
+        } else if (scores) {
           for (int64_t j = 0; j < n; ++j) p[j] = scores[r * lds + idx[b + j]];
-        else score_rows<NV>(q + r * ldq, k, ldkv, head_dim, idx + b, n, p);
+        } else {
+          score_rows<NV>(q + r * ldq, k, ldkv, head_dim, idx + b, n, p);
+        }
         // online softmax (Dao et al. 2022, Alg. 1): rescale the row's sum and output when the
         // running max grows
         float& m = m_buf[static_cast<size_t>(r)];

@@ -109,11 +109,12 @@ void attend_selected_scored(const float* s, const float* v, int64_t ldkv, int64_
 // with an online softmax per row (Dao et al. 2022, Alg. 1): a tile's K and V rows serve every row
 // of the block from cache, where row-by-row gathers fetch them again for each row (the
 // "blocked gather-attention" of issue 38). scores: null computes q·k; else row r's scores by
-// key are scores + r * lds (C/G-Sparse reuses its estimate). Same result as attend_selected per
-// row up to float rounding.
+// key are scores + r * lds, or with scores_by_pair one per kept key, aligned with idx (C/G-Sparse
+// reuses its estimate). Same result as attend_selected per row up to float rounding.
 void attend_selected_rows(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                           int64_t head_dim, const int32_t* idx, const int64_t* offs, int64_t rows,
-                          float scale, const float* scores, int64_t lds, float* out, int64_t ldo);
+                          float scale, const float* scores, int64_t lds, float* out, int64_t ldo,
+                          bool scores_by_pair = false);
 
 // y[r, c] = saturate(round_half_even(x[r, c] / scale)) to [-127, 127] for rows of `cols` values
 // (x row stride ldx, y row stride ldy): a static-scale INT8 quantizer as an NPU graph applies

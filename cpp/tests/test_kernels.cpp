@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "core/core.h"
+#include "expect_error.h"
 #include "kernels/kernels.h"
 
 namespace k = socllm::kernels;
@@ -290,4 +292,42 @@ TEST(ExpNonpositive, RelativeErrorBelow3e7) {
   EXPECT_LT(worst, 3e-7);
   EXPECT_EQ(k::exp_nonpositive(0.0f), 1.0f);
   EXPECT_LT(k::exp_nonpositive(-1000.0f), 1e-37f);  // clamped, finite, ~0
+}
+
+// C/G-Sparse's estimate: every causal score against a double-precision dot product, over head
+// sizes on and off the vector width, row counts off the micro-kernel's 6, keys off the panel
+// width, and rows that start after earlier keys; shapes outside the panels are errors.
+TEST(CausalScoresF32, MatchesDoubleDotProducts) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int64_t hd : {64, 40, 16, 7})
+    for (auto [before, rows] : {std::pair<int64_t, int64_t>{0, 70}, {45, 13}, {100, 1}}) {
+      const int64_t L = before + rows, ldk = hd + 3, P = k::KeyPanelsF32::panel_keys();
+      const int64_t lds = (L + P - 1) / P * P + 5;
+      std::vector<float> keys(static_cast<size_t>(L * ldk)), q(static_cast<size_t>(rows * hd));
+      for (auto& x : keys) x = nd(rng);
+      for (auto& x : q) x = nd(rng);
+      const k::KeyPanelsF32 panels(keys.data(), ldk, L, hd);
+      std::vector<float> S(static_cast<size_t>(rows * lds), NAN);
+      k::causal_scores_f32(q.data(), rows, panels, before, S.data(), lds);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j <= before + r; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t c = 0; c < hd; ++c) {
+            ref += double{q[r * hd + c]} * keys[j * ldk + c];
+            mag += std::abs(double{q[r * hd + c]} * keys[j * ldk + c]);
+          }
+          ASSERT_NEAR(S[r * lds + j], ref, 1e-6 * mag + 1e-7)
+              << "hd " << hd << " before " << before << " row " << r << " key " << j;
+        }
+    }
+  const std::vector<float> keys(64 * 8, 1.0f), q(8, 1.0f);
+  const k::KeyPanelsF32 panels(keys.data(), 8, 64, 8);
+  std::vector<float> S(1024);
+  expect_error<socllm::ShapeError>(
+      [&] { k::causal_scores_f32(q.data(), 1, panels, 64, S.data(), 128); }, "65 of 64 keys");
+  expect_error<socllm::ShapeError>(
+      [&] { k::causal_scores_f32(q.data(), 1, panels, 40, S.data(), 8); }, "lds 8");
+  expect_error<socllm::ShapeError>([&] { k::KeyPanelsF32(keys.data(), 4, 64, 8); },
+                                   "row stride 4");
 }

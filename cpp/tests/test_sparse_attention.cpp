@@ -591,7 +591,8 @@ TEST(SparseAttention, BlockedGatherAttentionEqualsReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.5f);
   for (int64_t hd : {32, 64, 128, 256, 40})
-    for (bool given_scores : {false, true}) {
+    for (int given : {0, 1, 2}) {  // computed, by key, by kept pair
+      const bool given_scores = given > 0;
       const int64_t L = 1100, rows = 9, ldkv = 2 * hd + 8;  // K then V in each row, padded
       std::vector<float> kv(static_cast<size_t>(L * ldkv)), q(static_cast<size_t>(rows * hd));
       for (auto& x : kv) x = nd(rng);
@@ -608,17 +609,23 @@ TEST(SparseAttention, BlockedGatherAttentionEqualsReference) {
       }
       std::vector<float> scores(static_cast<size_t>(rows * L));
       for (auto& x : scores) x = nd(rng) * 4.0f;
+      std::vector<float> pair_scores;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int32_t j : keys[r]) pair_scores.push_back(scores[r * L + j]);
       const float scale = 0.125f;
       std::vector<float> out(static_cast<size_t>(rows * (hd + 3)), NAN);
       k::attend_selected_rows(q.data(), hd, kv.data(), kv.data() + hd, ldkv, hd, idx.data(),
-                              offs.data(), rows, scale, given_scores ? scores.data() : nullptr, L,
-                              out.data(), hd + 3);
+                              offs.data(), rows, scale,
+                              given == 0   ? nullptr
+                              : given == 1 ? scores.data()
+                                           : pair_scores.data(),
+                              L, out.data(), hd + 3, given == 2);
       const auto ref = reference_attention_rows(q, kv, ldkv, hd, hd, keys,
                                                 given_scores ? &scores : nullptr, L, scale);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < hd; ++c)
           ASSERT_NEAR(out[r * (hd + 3) + c], ref[r * hd + c],
                       2e-5 * (1 + std::abs(ref[r * hd + c])))
-              << "hd " << hd << " row " << r << " dim " << c << " given scores " << given_scores;
+              << "hd " << hd << " row " << r << " dim " << c << " given scores " << given;
     }
 }

@@ -130,7 +130,7 @@ struct Trace {
   // [n_heads] rows whose top-k was fused into the estimate (shadow-attn), and those of them whose
   // predicted band missed and whose scores were computed again
   std::vector<int64_t> fused_rows, missed_rows;
-  bool record_keys = true;                 // false: only buckets, pair counts and input scales
+  bool record_keys = true;  // false: only buckets, pair counts and input scales
 };
 
 // The head-wise tasks of one layer's attention in one chunk (seed 000 §3.4, Eq. 4).

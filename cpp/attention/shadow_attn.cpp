@@ -250,8 +250,8 @@ class ShadowAttn final : public SchemeKind {
         ki.k8_packed.emplace(ki.k8.data(), hd, L, hd, isa);
       } else {
         for (int64_t c0 = 0; c0 < L; c0 += k::kFusedTileKeys)
-          ki.k8_tiles.emplace_back(ki.k8.data() + c0 * hd, hd,
-                                   std::min(k::kFusedTileKeys, L - c0), hd, isa);
+          ki.k8_tiles.emplace_back(ki.k8.data() + c0 * hd, hd, std::min(k::kFusedTileKeys, L - c0),
+                                   hd, isa);
         ki.k8_sums.emplace(ki.k8.data(), hd, L, hd);
       }
       if (certified)
@@ -288,9 +288,9 @@ class ShadowAttn final : public SchemeKind {
         // every row's kept keys, row i's from offs[i]
         int32_t* idx_all = detail::thread_scratch(idx_buf, rows * keys);
         int64_t* offs = detail::thread_scratch(offs_buf, rows + 1);
-        int32_t* S =
-            fused_topk ? nullptr
-                       : detail::thread_scratch(S_buf, std::min(rows, kEstimateRowChunk) * keys);
+        int32_t* S = fused_topk
+                         ? nullptr
+                         : detail::thread_scratch(S_buf, std::min(rows, kEstimateRowChunk) * keys);
         int64_t* offs_chunk = detail::thread_scratch(offs_chunk_buf, kEstimateRowChunk + 1);
         int8_t* q8 = detail::thread_scratch(q8_buf, rows * hd);
         detail::gather_head(q + r0 * ldq, ldq, rows, h * hd, hd, qh);
@@ -316,9 +316,9 @@ class ShadowAttn final : public SchemeKind {
               const int64_t n = k::topk_indices(
                   srow, visible - lo, keys_kept(visible - lo, ratio, min_keys), idx, hint);
               if (certified)
-                rescored += certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * kv.ld(), kv.ld(),
-                                         hd, srow, visible - lo, n, idx, cand, cand_score, pick,
-                                         fbuf);
+                rescored +=
+                    certify_topk(qh + i * hd, q8 + i * hd, hi, kg + lo * kv.ld(), kv.ld(), hd, srow,
+                                 visible - lo, n, idx, cand, cand_score, pick, fbuf);
               offs[i + 1] = offs[i] + n;
             }
           } else {  // the top-k fused into the estimate, tile by tile of keys
@@ -327,7 +327,8 @@ class ShadowAttn final : public SchemeKind {
               const int64_t visible = sh.past + r0 + i + 1,
                             lo = k::first_visible_key(visible - 1, sh.window);
               double qn = 0;
-              for (int64_t d = 0; d < hd; ++d) qn += static_cast<double>(q8[i * hd + d]) * q8[i * hd + d];
+              for (int64_t d = 0; d < hd; ++d)
+                qn += static_cast<double>(q8[i * hd + d]) * q8[i * hd + d];
               spec[i - c0] = {lo, visible - lo, keys_kept(visible - lo, ratio, min_keys),
                               ki.k8_sums->mean_score(q8 + i * hd, lo, visible), std::sqrt(qn)};
             }

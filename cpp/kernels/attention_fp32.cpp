@@ -275,8 +275,8 @@ int64_t KeyPanelsF32::panel_keys() { return kQkCols; }
 KeyPanelsF32::KeyPanelsF32(const float* k, int64_t ldk, int64_t L, int64_t head_dim)
     : L_(L), hd_(head_dim) {
   if (L < 0 || head_dim <= 0 || ldk < head_dim)
-    throw ShapeError("[KeyPanelsF32] keys [" + std::to_string(L) + ", " +
-                     std::to_string(head_dim) + "] with row stride " + std::to_string(ldk));
+    throw ShapeError("[KeyPanelsF32] keys [" + std::to_string(L) + ", " + std::to_string(head_dim) +
+                     "] with row stride " + std::to_string(ldk));
   const int64_t panels = (L + kQkCols - 1) / kQkCols;
   data_.assign(static_cast<size_t>(panels * head_dim * kQkCols), 0.0f);
   for (int64_t p = 0; p < panels; ++p)
@@ -289,8 +289,8 @@ void causal_scores_f32(const float* q, int64_t rows, const KeyPanelsF32& kp, int
                        float* S, int64_t lds) {
   const int64_t d = kp.head_dim(), last_keys = keys_before + rows;
   if (keys_before < 0 || last_keys > kp.keys() || lds < round_up(last_keys, kQkCols))
-    throw ShapeError("[causal_scores_f32] rows seeing up to " + std::to_string(last_keys) +
-                     " of " + std::to_string(kp.keys()) + " keys, lds " + std::to_string(lds));
+    throw ShapeError("[causal_scores_f32] rows seeing up to " + std::to_string(last_keys) + " of " +
+                     std::to_string(kp.keys()) + " keys, lds " + std::to_string(lds));
   // panel by panel (in L1 while every row tile uses it); a tile skips the panels beyond its
   // last row's keys
   const int64_t panels = (last_keys + kQkCols - 1) / kQkCols;

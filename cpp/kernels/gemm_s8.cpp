@@ -163,21 +163,20 @@ void gemm_avx2(const TA* A, int64_t lda, const Avx2Pack& pb, int32_t* C, int64_t
   // Tasks of (column block, row block), K blocks of kAvx2PairBlock pairs inside: a column
   // block's packed B block stays in a 32 KB L1 across the task's rows, and its A block in L2.
   for_tasks(M * N * K >= (int64_t{1} << 20), n_blocks * n_row_blocks, [&](int64_t task) {
-      const int64_t nb = task / n_row_blocks, rb = task % n_row_blocks;
-      const int64_t n0 = nb * block_cols;
-      const int vecs =
-          static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
-      const int64_t m1 = std::min(M, (rb + 1) * row_block);
-      for (int64_t q0 = 0; q0 == 0 || q0 < pb.pairs; q0 += kAvx2PairBlock) {  // once for K = 0
-        const int64_t q1 = std::min(pb.pairs, q0 + kAvx2PairBlock);
-        const bool acc = q0 > 0;
-        int64_t m = rb * row_block;
-        for (; m + kAvx2Rows <= m1; m += kAvx2Rows)
-          tile_avx2<kAvx2Rows>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc,
-                               N, acc);
-        for (; m < m1; ++m)
-          tile_avx2<1>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
-      }
+    const int64_t nb = task / n_row_blocks, rb = task % n_row_blocks;
+    const int64_t n0 = nb * block_cols;
+    const int vecs =
+        static_cast<int>(std::min<int64_t>(kAvx2Vecs, (N - n0 + kAvx2Cols - 1) / kAvx2Cols));
+    const int64_t m1 = std::min(M, (rb + 1) * row_block);
+    for (int64_t q0 = 0; q0 == 0 || q0 < pb.pairs; q0 += kAvx2PairBlock) {  // once for K = 0
+      const int64_t q1 = std::min(pb.pairs, q0 + kAvx2PairBlock);
+      const bool acc = q0 > 0;
+      int64_t m = rb * row_block;
+      for (; m + kAvx2Rows <= m1; m += kAvx2Rows)
+        tile_avx2<kAvx2Rows>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+      for (; m < m1; ++m)
+        tile_avx2<1>(a16 + m * lda2, lda2, pb, q0, q1, n0, vecs, C + m * ldc, ldc, N, acc);
+    }
   });
 }
 
@@ -282,8 +281,7 @@ void gemm_vnni(const TA* A, int64_t lda, const VnniPack& pb, int32_t* C, int64_t
     const int64_t m1 = std::min(M, (rb + 1) * row_block);
     int64_t m = rb * row_block;
     for (; m + kVnniRows <= m1; m += kVnniRows)
-      tile_vnni<kShift, kVnniRows>(a_u8 + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc,
-                                   N);
+      tile_vnni<kShift, kVnniRows>(a_u8 + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
     for (; m < m1; ++m)
       tile_vnni<kShift, 1>(a_u8 + m * lda4, lda4, pb, n0, vecs, C + m * ldc, ldc, N);
   });
@@ -1004,16 +1002,16 @@ void gemm_grouped_s8s8f32(const int8_t* A, int64_t lda, const float* a_scales, i
     grouped_blocks<6, 2>(M, K, kVnniCols, W.codes().vnni()->cols, col_begin, col_end,
                          [&](auto r, auto v, int64_t m, int64_t n0) {
                            tile_grouped_vnni<decltype(r)::value, decltype(v)::value>(
-                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
-                               ldc, col_begin, col_end);
+                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc, ldc,
+                               col_begin, col_end);
                          });
   } else if (isa == Isa::Avx2) {
     const int16_t* a = widen_pad_a(A, lda, M, K, K);
     grouped_blocks<6, 2>(M, K, kAvx2Cols, W.codes().avx2()->cols, col_begin, col_end,
                          [&](auto r, auto v, int64_t m, int64_t n0) {
                            tile_grouped_avx2<decltype(r)::value, decltype(v)::value>(
-                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc,
-                               ldc, col_begin, col_end);
+                               a + m * K, K, a_scales + m * lds, lds, W, n0, C + m * ldc, ldc,
+                               col_begin, col_end);
                          });
   } else {
     gemm_grouped_scalar(A, lda, a_scales, lds, W, C, ldc, M, col_begin, col_end);

@@ -269,8 +269,9 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
   const __m512i lov = _mm512_set1_epi32(static_cast<int32_t>(lo)),
                 hiv = _mm512_set1_epi32(static_cast<int32_t>(hi)), step = _mm512_set1_epi32(16),
                 step2 = _mm512_set1_epi32(32);
-  __m512i j = _mm512_add_epi32(_mm512_set1_epi32(base),
-                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i j =
+      _mm512_add_epi32(_mm512_set1_epi32(base),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   simd::VecF sum = {}, sq = {};
   const auto add_sums = [&](const T* p, __mmask16 valid) {
     const __m512i raw = load_lanes(p, valid);
@@ -565,10 +566,10 @@ void fused_topk_rows_impl(const FusedTopkRow* rows, int64_t n_rows, const ScoreT
         const int64_t a = std::max(rows[r].lo, c0), e = std::min(rows[r].lo + rows[r].n, c0 + cols);
         if (!b.fused || a >= e) continue;
         const int64_t at = cand_at[i] + b.above_lo;
-        const auto [ahi, alo] = keys_above(
-            tile_buf.data() + static_cast<int64_t>(i) * kFusedTileKeys + (a - c0), e - a, b.lo,
-            b.hi, cidx.data() + at, ckey.data() + at, static_cast<int32_t>(a - rows[r].lo),
-            &b.sums);
+        const auto [ahi, alo] =
+            keys_above(tile_buf.data() + static_cast<int64_t>(i) * kFusedTileKeys + (a - c0), e - a,
+                       b.lo, b.hi, cidx.data() + at, ckey.data() + at,
+                       static_cast<int32_t>(a - rows[r].lo), &b.sums);
         b.above_hi += ahi, b.above_lo += alo;
       }
     }
@@ -609,8 +610,8 @@ void fused_topk_rows_impl(const FusedTopkRow* rows, int64_t n_rows, const ScoreT
       }
     }
     if (taken < 0)
-      taken = select_candidates(ci, ck, b.above_lo, b.above_hi, row.k, b.lo, b.hi, idx + offs[r],
-                                thr);
+      taken =
+          select_candidates(ci, ck, b.above_lo, b.above_hi, row.k, b.lo, b.hi, idx + offs[r], thr);
     offs[r + 1] = offs[r] + taken;
     const double value = key_value(thr, T{});
     update_hint(hint, value, mean, sd, std::abs(value - (std::isfinite(pred) ? pred : b.pred)));

@@ -328,6 +328,5 @@ TEST(CausalScoresF32, MatchesDoubleDotProducts) {
       [&] { k::causal_scores_f32(q.data(), 1, panels, 64, S.data(), 128); }, "65 of 64 keys");
   expect_error<socllm::ShapeError>(
       [&] { k::causal_scores_f32(q.data(), 1, panels, 40, S.data(), 8); }, "lds 8");
-  expect_error<socllm::ShapeError>([&] { k::KeyPanelsF32(keys.data(), 4, 64, 8); },
-                                   "row stride 4");
+  expect_error<socllm::ShapeError>([&] { k::KeyPanelsF32(keys.data(), 4, 64, 8); }, "row stride 4");
 }

@@ -415,7 +415,9 @@ FusedCase fused_case(int64_t T, int64_t L, int64_t hd, uint32_t seed) {
   FusedCase c{T, L, hd, {}, {}, {}};
   std::vector<double> drift(static_cast<size_t>(hd));
   for (auto& x : drift) x = nd(rng);
-  const auto clamp8 = [](double x) { return static_cast<int8_t>(std::clamp(std::lround(x), -127L, 127L)); };
+  const auto clamp8 = [](double x) {
+    return static_cast<int8_t>(std::clamp(std::lround(x), -127L, 127L));
+  };
   for (int64_t i = 0; i < T; ++i) {
     const double scale = i == T / 2 ? 6.0 : 1.0;  // one query far off: its band misses
     for (int64_t d = 0; d < hd; ++d) {

@@ -8,9 +8,11 @@
 
 #include "common.h"
 #include "kernels/gemm_s8.h"
+#include "kernels/hadamard.h"
 #include "kernels/kernels.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/weightlet.h"
+#include "quant/rotation.h"
 
 namespace socllm::py_bind {
 
@@ -235,10 +237,64 @@ static void init_weightlet(py::module_& ops) {
           "(int8 [rows, cols], SIMD operation counts of the 128-bit path).");
 }
 
+static void init_hadamard(py::module_& ops) {
+  using H = kernels::HadamardTransform;
+  py::class_<H>(ops, "HadamardTransform",
+                "The orthonormal Hadamard transform H_n / sqrt(n), H_n = H_m ⊗ H_(2^k) with H_m by "
+                "Paley's constructions (hadamard.h): issue 39's rotations.")
+      .def(py::init<int64_t>(), py::arg("n"))
+      .def_property_readonly("size", &H::size)
+      .def_property_readonly("base_order", &H::base_order)
+      .def_property_readonly("construction", &H::construction)
+      .def(
+          "apply",
+          [](const H& t, const py::handle& x_obj, bool transpose, const std::string& path) {
+            if (path != "vector" && path != "scalar")
+              throw InvalidArgument("[HadamardTransform] path must be vector or scalar, got " +
+                                    path);
+            auto x = numeric_array<float>(x_obj, "[HadamardTransform] x");
+            if (x.ndim() < 1 || x.shape(x.ndim() - 1) != t.size())
+              throw ShapeError("[HadamardTransform] x must end in " + std::to_string(t.size()) +
+                               " values, got shape " + shape_str(x));
+            py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+            std::copy_n(x.data(), x.size(), y.mutable_data());
+            const int64_t rows = x.size() / t.size();
+            py::gil_scoped_release nogil;
+            t.apply(y.mutable_data(), rows, t.size(), transpose,
+                    path == "scalar" ? H::Path::Scalar : H::Path::Vector);
+            return y;
+          },
+          py::arg("x"), py::arg("transpose") = false, py::arg("path") = "vector",
+          "H x / sqrt(n) along x's last axis (transpose: the inverse); path scalar is the "
+          "reference loops, vector the build's SIMD (the same bits).")
+      .def(
+          "matrix",
+          [](const H& t) {
+            py::array_t<float> M({t.size(), t.size()});
+            const auto m = t.matrix();
+            std::copy(m.begin(), m.end(), M.mutable_data());
+            return M;
+          },
+          "H / sqrt(n) as a dense [n, n] array.");
+  ops.def(
+      "rotation_matrix",
+      [](const std::string& rotate, int64_t d, uint64_t seed) {
+        const quant::ResidualRotation rot(quant::rotation_from_name(rotate), d, seed);
+        py::array_t<float> Q({d, d});
+        const auto q = rot.matrix();
+        std::copy(q.begin(), q.end(), Q.mutable_data());
+        return Q;
+      },
+      py::arg("rotate"), py::arg("d"), py::arg("seed") = 0,
+      "The orthogonal Q [d, d] of Model.rotated(rotate, seed) at d = d_model: the residual stream "
+      "x becomes x Q.");
+}
+
 void init_kernels(py::module_& m) {
   py::module_ ops = m.def_submodule("ops", "Exact kernels (INT8 GEMM, weightlet unpacking).");
   init_weightlet(ops);
   init_topk(ops);
+  init_hadamard(ops);
   ops.def(
       "max_exact_k",
       [] {

@@ -7,6 +7,7 @@
 #include "common.h"
 #include "model/decoder_block.h"
 #include "model/model.h"
+#include "quant/rotation.h"
 
 namespace socllm::py_bind {
 
@@ -88,6 +89,19 @@ void init_model(py::module_& m) {
       .def_property_readonly_static(
           "attribute_checksum_format_version",
           [](const py::object&) { return Model::kAttributeChecksumFormatVersion; })
+      .def(
+          "rotated",
+          [](const Model& mdl, const std::string& rotate, uint64_t seed) {
+            const quant::ResidualRotation rot(quant::rotation_from_name(rotate),
+                                              mdl.config().d_model, seed);
+            py::gil_scoped_release nogil;
+            return std::const_pointer_cast<Model>(quant::rotate_residual(mdl, rot));
+          },
+          py::arg("rotate"), py::arg("seed") = 0,
+          "The model with its residual stream rotated (quant/rotation.h: QuaRot's computational "
+          "invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar "
+          "orthogonal), from seed; the same function in fp32. UnsupportedError for models with "
+          "post-linear norms (Gemma 3).")
       .def_property_readonly("path", &Model::path)
       .def_property_readonly("weight_bytes", &Model::weight_bytes)
       .def_property_readonly(

@@ -335,4 +335,53 @@ int64_t Model::weight_bytes() const {
   return n * static_cast<int64_t>(sizeof(float));
 }
 
+std::shared_ptr<const Model> Model::with_weights(TensorF32 embed, TensorF32 lm_head,
+                                                 TensorF32 final_norm,
+                                                 std::vector<LayerWeights> layers,
+                                                 const std::string& label) const {
+  const std::string who = "[Model] " + label + ": ";
+  if (packed_)
+    throw InvalidArgument(who + "'" + path_ + "' holds prequantized linears, no fp32 weights");
+  const auto same = [&](const TensorF32& a, const TensorF32& b, const std::string& name) {
+    if (a.shape != b.shape)
+      throw ShapeError(who + name + " is " + shape_str(a.shape) + ", the model's " +
+                       shape_str(b.shape));
+  };
+  same(embed, embed_, "embed_tokens");
+  same(final_norm, final_norm_, "final_norm");
+  if (!lm_head.data.empty()) same(lm_head, embed_, "lm_head");
+  if (layers.size() != layers_.size())
+    throw ShapeError(who + std::to_string(layers.size()) + " layers, the model has " +
+                     std::to_string(layers_.size()));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights &a = layers[l], &b = layers_[l];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    same(a.attn_norm, b.attn_norm, p + "attn_norm");
+    same(a.wqkv, b.wqkv, p + "wqkv");
+    same(a.bqkv, b.bqkv, p + "bqkv");
+    same(a.wo, b.wo, p + "wo");
+    same(a.ffn_norm, b.ffn_norm, p + "ffn_norm");
+    same(a.w_gate_up, b.w_gate_up, p + "w_gate_up");
+    same(a.w_down, b.w_down, p + "w_down");
+    same(a.q_norm, b.q_norm, p + "q_norm");
+    same(a.k_norm, b.k_norm, p + "k_norm");
+    same(a.post_attn_norm, b.post_attn_norm, p + "post_attn_norm");
+    same(a.post_ffn_norm, b.post_ffn_norm, p + "post_ffn_norm");
+  }
+  auto m = std::make_shared<Model>();  // not a copy: the weights are all replaced
+  m->config_ = config_;
+  m->path_ = path_ + " (" + label + ")";
+  m->embed_ = std::move(embed);
+  m->final_norm_ = std::move(final_norm);
+  m->layers_ = std::move(layers);
+  if (!lm_head.data.empty()) {
+    m->lm_head_ = std::move(lm_head);
+    m->own_head_ = true;
+  } else {
+    m->lm_head_ = lm_head_;
+    m->own_head_ = own_head_;
+  }
+  return m;
+}
+
 }  // namespace socllm

@@ -136,7 +136,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
   const TensorF32& embed_tokens() const { return embed_; }  // [vocab, d_model]
-  const TensorF32& lm_head() const { return config_.tie_embeddings ? embed_ : lm_head_; }
+  const TensorF32& lm_head() const {
+    return config_.tie_embeddings && !own_head_ ? embed_ : lm_head_;
+  }
   const TensorF32& final_norm() const { return final_norm_; }
   const LayerWeights& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
   int64_t weight_bytes() const;
@@ -144,10 +146,22 @@ class Model {
   // only the plan it was converted under runs.
   const PackedModelLinears* packed_linears() const { return packed_.get(); }
 
+  // The fp32 weights a transformation of this model gives (a rotation, issue 39), everything else
+  // this model's; the LM head stored apart when `lm_head` is not empty (config unchanged). `label`
+  // says what was done (path() returns this model's path and it). ShapeError for a tensor whose
+  // shape is not this model's, InvalidArgument for a model of prequantized linears (no fp32 weights
+  // to replace).
+  std::shared_ptr<const Model> with_weights(TensorF32 embed, TensorF32 lm_head,
+                                            TensorF32 final_norm, std::vector<LayerWeights> layers,
+                                            const std::string& label) const;
+
  private:
   ModelConfig config_;
   std::string path_;
   TensorF32 embed_, lm_head_, final_norm_;
+  // The LM head is stored apart though the config ties it (a rotated model's head folds the final
+  // norm's gain, its embeddings do not; the config stays the file's, so calibrations match).
+  bool own_head_ = false;
   std::vector<LayerWeights> layers_;
   std::shared_ptr<const PackedModelLinears> packed_;
 };

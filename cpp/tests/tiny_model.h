@@ -25,9 +25,10 @@ inline constexpr int64_t kVocab = 16, kDModel = 8, kLayers = 2, kHeads = 2, kKvH
 inline constexpr int64_t kHeadDim = kDModel / kHeads, kContext = 64;
 
 // A tiny llama model file written through the io layer's writer (random weights, tied
-// embeddings). `n_layers_attr` is the config's claim, kLayers are stored.
+// embeddings). `n_layers_attr` is the config's claim, kLayers are stored; post_norms adds Gemma
+// 3's post-attention and post-MLP norms.
 inline void write_tiny_model(const std::string& path, int64_t n_layers_attr = kLayers,
-                             int64_t format_version = 2) {
+                             int64_t format_version = 2, bool post_norms = false) {
   H5Writer w(path);
   w.attr("/", "format", "socllm-model");
   w.attr("/", "format_version", format_version);
@@ -47,6 +48,7 @@ inline void write_tiny_model(const std::string& path, int64_t n_layers_attr = kL
                               {"tie_embeddings", 1},
                               {"qkv_bias", 0}};
   for (const auto& [k, v] : cfg.items()) w.attr("/config", k, v);
+  if (post_norms) w.attr("/config", "post_norms", int64_t{1});
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   auto put = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -70,6 +72,7 @@ inline void write_tiny_model(const std::string& path, int64_t n_layers_attr = kL
     put(p + "w_gate", {kDff, kDModel});
     put(p + "w_up", {kDff, kDModel});
     put(p + "w_down", {kDModel, kDff});
+    if (post_norms) put(p + "post_attn_norm", {kDModel}), put(p + "post_ffn_norm", {kDModel});
   }
   w.commit();
 }

@@ -318,7 +318,9 @@ def cmd_calibrate(args) -> int:
     check_distinct_outputs({"--out": args.out, "--json": args.json})
     _check_outputs({"--out": args.out}, model_files, hdf5=["--out"])
     _check_outputs({"--json": args.json}, [*model_files, *_inputs(None, args.calib)])
-    model = load(args.model, progress=not args.quiet)
+    model = load(
+        args.model, progress=not args.quiet, rotate=args.rotate, rotate_seed=args.rotate_seed
+    )
     data = load_calibration(args.calib, model) if args.calib else None
     t0 = time.perf_counter()
     # each finished step is saved (atomically) before the next starts: a later step that fails
@@ -772,6 +774,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from this calibration file (e.g. --steps pruning-rate); --out may name "
         "the same file to update it",
     )
+    k.add_argument(
+        "--rotate",
+        default="none",
+        choices=["none", "hadamard", "random"],
+        help="calibrate the model with its residual stream rotated (QuaRot; issue 39): the file "
+        "records the rotation, and a model with another one refuses it",
+    )
+    k.add_argument("--rotate-seed", type=int, default=0, help="the rotation's seed")
     # one flag per step option, from the core's registry (cpp/calibrate/steps.h)
     takers: dict = {}
     for s in STEPS.values():

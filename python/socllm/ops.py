@@ -22,12 +22,16 @@ into the kernels' [N, K] layout. The result is a new C-contiguous int32 array.
   ``keys_kept``, ``bucket_offsets``, ``nearest_bucket``, ``head_keep_ratios``.
 - EdgeFlow's packed weights: ``WeightletTensor``, ``weightlet_parts``,
   ``supported_unpack_isas``.
+- Rotations (issue 39): ``HadamardTransform(n)`` (H_n / sqrt(n) by Paley x Sylvester:
+  ``apply``, ``matrix``, ``construction``), ``rotation_matrix(rotate, d, seed)`` (the Q of
+  ``socllm.load(..., rotate=...)``).
 - Host synchronization (cpp/core/handoff.h): ``measure_handoff(method, ...)``,
   ``wait_methods()``.
 """
 
 from ._core import measure_handoff, wait_methods  # noqa: F401
 from ._core.ops import (  # noqa: F401
+    HadamardTransform,
     PackedGroupedWeightsS8,
     PackedWeightsS8,
     WeightletTensor,
@@ -43,6 +47,7 @@ from ._core.ops import (  # noqa: F401
     max_exact_k,
     nearest_bucket,
     prefill_attention,
+    rotation_matrix,
     supported_isas,
     supported_unpack_isas,
     topk_indices,

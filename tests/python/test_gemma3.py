@@ -123,3 +123,10 @@ def test_sparse_schemes_stay_near_fp32_past_the_window(gemma, past_the_window):
         got = gemma.logits(ids, f"fp32:attention={scheme}")
         agree = (got.argmax(-1) == fp32.argmax(-1)).mean()
         assert agree > floor, scheme
+
+
+def test_a_residual_rotation_is_refused_for_its_post_norms(gemma):
+    """Gemma 3 scales the attention and MLP outputs per channel before the residual adds: a
+    rotated stream would not pass those gains unchanged (quant/rotation.h), so it is refused."""
+    with pytest.raises(socllm.UnsupportedError, match="post norms"):
+        gemma._model.rotated("hadamard")

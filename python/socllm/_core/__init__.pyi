@@ -73,6 +73,10 @@ class Model:
         """
         Load a socllm HDF5 model file (docs/MODEL_FORMAT.md).
         """
+    def rotated(self, rotate: str, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> Model:
+        """
+        The model with its residual stream rotated (quant/rotation.h: QuaRot's computational invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar orthogonal), from seed; the same function in fp32. UnsupportedError for models with post-linear norms (Gemma 3).
+        """
     @property
     def config(self) -> typing.Any:
         ...

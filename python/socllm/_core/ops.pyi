@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'attention_schemes', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'topk_rows', 'weightlet_parts']
+__all__: list[str] = ['HadamardTransform', 'PackedGroupedWeightsS8', 'PackedWeightsS8', 'WeightletTensor', 'attention_schemes', 'bucket_offsets', 'gemm_grouped_s8s8f32', 'gemm_s8s8s32', 'gemm_u8s8s32', 'head_keep_ratios', 'isa', 'keys_kept', 'linear_f32', 'max_exact_k', 'nearest_bucket', 'prefill_attention', 'rotation_matrix', 'supported_isas', 'supported_unpack_isas', 'topk_indices', 'topk_rows', 'weightlet_parts']
 class WeightletTensor:
     """
     EdgeFlow's packed per-channel-bit-width weights (seed 004 §4.2; format in weightlet.h).
@@ -48,6 +48,29 @@ class WeightletTensor:
         ...
     @property
     def shape(self) -> tuple[int, int]:
+        ...
+class HadamardTransform:
+    """
+    The orthonormal Hadamard transform H_n / sqrt(n), H_n = H_m ⊗ H_(2^k) with H_m by Paley's constructions (hadamard.h): issue 39's rotations.
+    """
+    def __init__(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def apply(self, x: typing.Any, transpose: bool = False, path: str = 'vector') -> numpy.typing.NDArray[numpy.float32]:
+        """
+        H x / sqrt(n) along x's last axis (transpose: the inverse); path scalar is the reference loops, vector the build's SIMD (the same bits).
+        """
+    def matrix(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        H / sqrt(n) as a dense [n, n] array.
+        """
+    @property
+    def base_order(self) -> int:
+        ...
+    @property
+    def construction(self) -> str:
+        ...
+    @property
+    def size(self) -> int:
         ...
 class PackedWeightsS8:
     """
@@ -127,6 +150,10 @@ def nearest_bucket(lq: typing.SupportsFloat | typing.SupportsIndex, lk: typing.S
 def prefill_attention(q: numpy.ndarray, k: numpy.ndarray, v: numpy.ndarray, scheme: typing.Any, past: typing.SupportsInt | typing.SupportsIndex = 0, head_ratio: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_q: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, bucket_k: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, static_qkv: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"] | None = None, trace: bool = False, window: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
     """
     One layer's prefill attention under a scheme (attention_scheme.h): out [H, T, hd]; window > 0: a sliding-window layer (position p sees keys p - window + 1 .. p); with trace a dict of out, selected [H, T, L] (uint8 mask of the keys each row kept; sparse kinds), bucket, input_q, input_k (shadow-attn), rescored (per head, keys rescored in fp32 by certified shadow-attn), fused_rows, missed_rows (per head, shadow-attn: rows whose top-k ran fused into the estimate, and those whose predicted band missed and were rescored), kept (per head, (row, key) pairs attended). bucket_q/k: [H * buckets].
+    """
+def rotation_matrix(rotate: str, d: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    The orthogonal Q [d, d] of Model.rotated(rotate, seed) at d = d_model: the residual stream x becomes x Q.
     """
 def supported_isas() -> list[str]:
     ...

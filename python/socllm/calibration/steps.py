@@ -65,7 +65,11 @@ class StepContext:
     def ensure_data(self) -> CalibrationData:
         """The statistics, created empty for the model when no earlier step ran."""
         if self.data is None:
-            provenance = {"slice": f"first {CALIB_SLICE_FRACTION:g} of the tokenized corpus"}
+            provenance = {
+                "slice": f"first {CALIB_SLICE_FRACTION:g} of the tokenized corpus",
+                # the statistics hold for this rotation of the model only (load_calibration checks)
+                "rotation": getattr(self.model, "rotation", "none"),
+            }
             self.data = CalibrationData(_core.Calibration.empty_for(self.model._model), provenance)
         return self.data
 

@@ -100,8 +100,9 @@ void init_model(py::module_& m) {
           py::arg("rotate"), py::arg("seed") = 0,
           "The model with its residual stream rotated (quant/rotation.h: QuaRot's computational "
           "invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar "
-          "orthogonal), from seed; the same function in fp32. UnsupportedError for models with "
-          "post-linear norms (Gemma 3).")
+          "orthogonal), from seed; the same function in fp32. rotate none folds the RMSNorm gains "
+          "into the linears with Q = I (a diagnostic: what folding alone does to quantization). "
+          "UnsupportedError for models with post-linear norms (Gemma 3).")
       .def_property_readonly("path", &Model::path)
       .def_property_readonly("weight_bytes", &Model::weight_bytes)
       .def_property_readonly(

@@ -50,13 +50,13 @@ TEST(Rotation, RowMapsAreOrthogonalAndMatchTheirMatrices) {
 }
 
 // The rotated model: unit norm gains, its own head, the same config, and the same logits as the
-// original in fp32 (QuaRot's computational invariance).
+// original in fp32 (QuaRot's computational invariance); kind None folds the gains alone.
 TEST(Rotation, RotatedTinyModelComputesTheSameLogits) {
   const auto model = tiny_model::load_tiny_model("rotation");
   const Engine plain(model);
   const std::vector<std::vector<int32_t>> seqs = {{1, 5, 3, 9, 2, 7, 11, 4}};
   const auto want = plain.logits(seqs, Plan());
-  for (auto kind : {q::RotationKind::Hadamard, q::RotationKind::Random}) {
+  for (auto kind : {q::RotationKind::None, q::RotationKind::Hadamard, q::RotationKind::Random}) {
     const auto rotated =
         q::rotate_residual(*model, q::ResidualRotation(kind, model->config().d_model, 3));
     EXPECT_EQ(rotated->config().to_json(), model->config().to_json());

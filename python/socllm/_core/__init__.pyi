@@ -75,7 +75,7 @@ class Model:
         """
     def rotated(self, rotate: str, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> Model:
         """
-        The model with its residual stream rotated (quant/rotation.h: QuaRot's computational invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar orthogonal), from seed; the same function in fp32. UnsupportedError for models with post-linear norms (Gemma 3).
+        The model with its residual stream rotated (quant/rotation.h: QuaRot's computational invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar orthogonal), from seed; the same function in fp32. rotate none folds the RMSNorm gains into the linears with Q = I (a diagnostic: what folding alone does to quantization). UnsupportedError for models with post-linear norms (Gemma 3).
         """
     @property
     def config(self) -> typing.Any:

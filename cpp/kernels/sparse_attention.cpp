@@ -327,29 +327,6 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
   return {above_hi, m};
 }
 
-// out = the keys <= x (kAbove: > x), in order (out holds their count + 16). Returns how many.
-template <bool kAbove>
-int64_t keys_beside(const uint32_t* keys, int64_t c, uint32_t x, uint32_t* out) {
-  int64_t m = 0;
-#if defined(__AVX512F__)
-  const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(x));
-  for (int64_t t = 0; t < c; t += kKeyLanes) {
-    const __mmask16 valid = tail_mask(c - t);
-    const __m512i key = load_lanes(keys + t, valid);
-    const __mmask16 take = kAbove ? _mm512_mask_cmpgt_epu32_mask(valid, key, xv)
-                                  : _mm512_mask_cmple_epu32_mask(valid, key, xv);
-    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(take, key));
-    m += std::popcount(static_cast<unsigned>(take));
-  }
-#else
-  for (int64_t t = 0; t < c; ++t) {
-    out[m] = keys[t];
-    m += kAbove ? keys[t] > x : keys[t] <= x;
-  }
-#endif
-  return m;
-}
-
 // How many of keys[0, c) lie above hi, and those in (lo, hi] compressed to out (c + 16 room).
 // Returns {above_hi, in_band}.
 std::pair<int64_t, int64_t> keys_in_band(const uint32_t* keys, int64_t c, uint32_t lo, uint32_t hi,
@@ -417,10 +394,11 @@ int64_t select_candidates(const int32_t* cidx, const uint32_t* ckey, int64_t c, 
   const bool in_band = above_hi < k;
   const int64_t m = in_band ? c - above_hi : above_hi;
   band_keys.resize(static_cast<size_t>(m + 16));
+  // every candidate is above lo: the band's keys are those in (lo, hi], else those above hi
   if (in_band) {
-    keys_beside<false>(ckey, c, hi, band_keys.data());
+    keys_in_band(ckey, c, lo, hi, band_keys.data());
   } else {
-    keys_beside<true>(ckey, c, hi, band_keys.data());
+    keys_in_band(ckey, c, hi, ~0u, band_keys.data());
   }
   const int64_t need = in_band ? k - above_hi : k;  // 1 <= need <= m
   int64_t above = 0, equal = 0;

@@ -34,7 +34,7 @@ ResidualRotation::ResidualRotation(RotationKind kind, int64_t d, uint64_t seed)
     throw ShapeError("[ResidualRotation] size must be positive, got " + std::to_string(d));
   std::mt19937_64 rng(seed);
   if (kind == RotationKind::Hadamard) {
-    kernels::HadamardTransform check(d);  // InvalidArgument now if d has no construction
+    hadamard_.emplace(d);  // InvalidArgument now if d has no construction
     signs_.resize(static_cast<size_t>(d));
     for (auto& s : signs_) s = (rng() & 1) ? 1.0f : -1.0f;
   } else if (kind == RotationKind::Random) {
@@ -63,11 +63,9 @@ void ResidualRotation::apply_rows(float* x, int64_t rows, int64_t ld) const {
   if (kind_ == RotationKind::None || rows == 0) return;
   if (kind_ == RotationKind::Hadamard) {
     // x Q = (x ⊙ s) Hᵀ / sqrt(d): each row, as a column vector, is H (s ⊙ x) / sqrt(d)
-    thread_local std::unique_ptr<kernels::HadamardTransform> h;
-    if (!h || h->size() != d_) h = std::make_unique<kernels::HadamardTransform>(d_);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < d_; ++j) x[r * ld + j] *= signs_[static_cast<size_t>(j)];
-    h->apply(x, rows, ld);
+    hadamard_->apply(x, rows, ld);
     return;
   }
   std::vector<float> y(static_cast<size_t>(rows * d_));
@@ -80,7 +78,7 @@ std::vector<float> ResidualRotation::matrix() const {
   if (kind_ == RotationKind::None) {
     for (int64_t i = 0; i < d_; ++i) Q[static_cast<size_t>(i * d_ + i)] = 1.0f;
   } else if (kind_ == RotationKind::Hadamard) {
-    const auto M = kernels::HadamardTransform(d_).matrix();  // H / sqrt(d)
+    const auto M = hadamard_->matrix();  // H / sqrt(d)
     for (int64_t i = 0; i < d_; ++i)
       for (int64_t j = 0; j < d_; ++j)
         Q[static_cast<size_t>(i * d_ + j)] = signs_[static_cast<size_t>(i)] * M[j * d_ + i];

@@ -17,9 +17,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/hadamard.h"
 #include "model/model.h"
 
 namespace socllm::quant {
@@ -52,8 +54,9 @@ class ResidualRotation {
   RotationKind kind_;
   int64_t d_;
   uint64_t seed_;
-  std::vector<float> signs_;  // Hadamard: s
-  std::vector<float> q_t_;    // Random: Qᵀ [d, d] (the linear kernel's weight layout)
+  std::optional<kernels::HadamardTransform> hadamard_;  // Hadamard: H
+  std::vector<float> signs_;                            // Hadamard: s
+  std::vector<float> q_t_;  // Random: Qᵀ [d, d] (the linear kernel's weight layout)
 };
 
 // The model with its residual stream rotated by `rot` (the table above). Unsupported for models

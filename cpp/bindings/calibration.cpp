@@ -42,8 +42,10 @@ void calib_set(Calibration& c, const std::string& name, const std::optional<std:
     ok_shape = a.shape[k] == -1 ? arr.shape(k) >= 1 : arr.shape(k) == a.shape[k];
   if (!ok_shape) {
     std::string want = "[";
-    for (size_t k = 0; k < a.shape.size(); ++k)
-      want += (k ? ", " : "") + std::to_string(a.shape[k]);
+    for (size_t k = 0; k < a.shape.size(); ++k) {
+      if (k) want += ", ";
+      want += std::to_string(a.shape[k]);
+    }
     throw ShapeError("[Calibration] '" + name + "' of site '" + site + "' needs shape " + want +
                      "], got " + shape_str(arr));
   }
@@ -72,10 +74,16 @@ void init_calibration(py::module_& m) {
       .def_static(
           "empty_for",
           [](const Model& mdl) {
-            return std::make_shared<Calibration>(Calibration::empty_for(mdl.config()));
+            auto cal = std::make_shared<Calibration>(Calibration::empty_for(mdl.config()));
+            cal->rotation = mdl.rotation();
+            return cal;
           },
-          py::arg("model"))
+          py::arg("model"),
+          "Empty statistics for the model, recording its rotation (Model.rotation).")
       .def_readwrite("tokens", &Calibration::tokens)
+      .def_readonly("rotation", &Calibration::rotation,
+                    "The rotation of the model the statistics were observed on: they serve the "
+                    "plans with that rotation (Plan rotate parts) only.")
       .def_static(
           "schema",
           [] {

@@ -88,6 +88,9 @@ void init_engine(py::module_& m) {
              auto c = e.calibration();
              return c ? std::make_shared<Calibration>(*c) : std::shared_ptr<Calibration>();
            })
+      .def("calibrated_rotations", &Engine::calibrated_rotations,
+           "The rotations with statistics loaded (set_calibration routes a rotated model's "
+           "statistics to the plans of its rotation).")
       .def(
           "observe_activations",
           [](const Engine& e, const py::handle& seqs, Calibration& into) {

@@ -91,18 +91,21 @@ void init_model(py::module_& m) {
           [](const py::object&) { return Model::kAttributeChecksumFormatVersion; })
       .def(
           "rotated",
-          [](const Model& mdl, const std::string& rotate, uint64_t seed) {
-            const quant::ResidualRotation rot(quant::rotation_from_name(rotate),
-                                              mdl.config().d_model, seed);
+          [](std::shared_ptr<Model> mdl, const std::string& rotation) {
+            const auto spec = quant::RotationSpec::from_name(rotation);
             py::gil_scoped_release nogil;
-            return std::const_pointer_cast<Model>(quant::rotate_residual(mdl, rot));
+            return std::const_pointer_cast<Model>(quant::rotate_model(mdl, spec));
           },
-          py::arg("rotate"), py::arg("seed") = 0,
-          "The model with its residual stream rotated (quant/rotation.h: QuaRot's computational "
-          "invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar "
-          "orthogonal), from seed; the same function in fp32. rotate none folds the RMSNorm gains "
-          "into the linears with Q = I (a diagnostic: what folding alone does to quantization). "
-          "UnsupportedError for models with post-linear norms (Gemma 3).")
+          py::arg("rotation"),
+          "The model rotated as a plan's rotation parts say (quant/rotation.h, issue 39; QuaRot's "
+          "computational invariance): rotation is a rotation's name, its parts joined by ',': "
+          "'hadamard,seed=N' (randomized Hadamard) or 'random,seed=N' (Haar orthogonal) rotates "
+          "the residual stream, 'fold' only folds the RMSNorm gains into the linears (Q = I), "
+          "'down' the down projection's input (online Hadamard), 'heads' every head's values; "
+          "e.g. 'hadamard,seed=0,down'. The same function in fp32. UnsupportedError for a "
+          "residual rotation of a model with post-linear norms (Gemma 3).")
+      .def_property_readonly("rotation", &Model::rotation,
+                             "The rotation the weights carry ('none' as loaded; rotated()).")
       .def_property_readonly("path", &Model::path)
       .def_property_readonly("weight_bytes", &Model::weight_bytes)
       .def_property_readonly(

@@ -25,6 +25,10 @@ void init_plan(py::module_& m) {
       .def_readonly("name", &Plan::name)
       .def_readonly("chunk_len", &Plan::chunk_len)
       .def_property_readonly("needs_calibration", &Plan::needs_calibration)
+      .def_property_readonly(
+          "rotation", [](const Plan& p) { return p.rotation.name(); },
+          "The rotations it folds into the weights, by name ('none', 'hadamard,seed=0,down', "
+          "...; quant/rotation.h): the model it runs on, and the calibration it needs.")
       .def("to_json", [](const Plan& p) { return json_to_py(p.to_json()); })
       .def_property_readonly(
           "attention", [](const Plan& p) { return json_to_py(p.attention.to_json()); },
@@ -145,7 +149,11 @@ void init_plan(py::module_& m) {
                     return out;
                   })
       .def_static("known", &Plan::known)
-      .def_static("describe", &Plan::describe, py::arg("name"))
+      .def_static("describe", &Plan::describe, py::arg("name"),
+                  "One line naming the source of a preset, or of a part (Plan.parts()).")
+      .def_static("parts", &Plan::parts,
+                  "The parts that compose with every preset and come from a paper (rotate, "
+                  "rotate_down, rotate_heads, rounding): Plan.describe(part).")
       .def("__repr__",
            [](const Plan& p) { return "Plan(" + json_text(p.to_json(), std::string::npos) + ")"; });
 }

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "quant/bitwidth.h"
+#include "quant/gptq.h"
 #include "quant/linear_scheme.h"
 #include "quant/quant.h"
 
@@ -45,6 +46,29 @@ double summed_table(const py::handle& t_obj, const py::handle& b_obj, const char
   return quant::allocation_cost(t, {b.data(), static_cast<size_t>(b.size())});
 }
 
+// (q int8 [rows, cols], scales: [1] per-tensor, [rows] per-channel, [rows, cols / group]).
+py::tuple codes_and_scales(const quant::QuantizedWeights& w) {
+  py::array_t<int8_t> qa({w.rows, w.cols});
+  std::copy(w.q.begin(), w.q.end(), qa.mutable_data());
+  std::vector<py::ssize_t> sshape;
+  if (w.spec.granularity == quant::Granularity::PerTensor)
+    sshape = {static_cast<py::ssize_t>(w.scales.size())};
+  else if (w.spec.granularity == quant::Granularity::PerChannel) sshape = {w.rows};
+  else sshape = {w.rows, w.cols / w.spec.group_size};
+  py::array_t<float> sa(sshape);
+  std::copy(w.scales.begin(), w.scales.end(), sa.mutable_data());
+  return py::make_tuple(qa, sa);
+}
+
+// H as a [in, in] float32 array.
+py::array_t<float> hessian_arg(const py::handle& H_obj, int64_t in, const char* fn) {
+  auto H = numeric_array<float>(H_obj, std::string("[") + fn + "] H");
+  if (H.ndim() != 2 || H.shape(0) != in || H.shape(1) != in)
+    throw ShapeError(std::string("[") + fn + "] H must be [" + std::to_string(in) + ", " +
+                     std::to_string(in) + "], got " + shape_str({H.shape(), H.shape() + H.ndim()}));
+  return H;
+}
+
 }  // namespace
 
 void init_quant(py::module_& m) {
@@ -75,20 +99,53 @@ void init_quant(py::module_& m) {
           py::gil_scoped_release nogil;
           w = quant::quantize_weights(W.data(), rows, cols, spec);
         }
-        py::array_t<int8_t> qa({rows, cols});
-        std::copy(w.q.begin(), w.q.end(), qa.mutable_data());
-        std::vector<py::ssize_t> sshape;
-        if (spec.granularity == quant::Granularity::PerTensor)
-          sshape = {static_cast<py::ssize_t>(w.scales.size())};
-        else if (spec.granularity == quant::Granularity::PerChannel) sshape = {rows};
-        else sshape = {rows, cols / group_size};
-        py::array_t<float> sa(sshape);
-        std::copy(w.scales.begin(), w.scales.end(), sa.mutable_data());
-        return py::make_tuple(qa, sa);
+        return codes_and_scales(w);
       },
       py::arg("W"), py::arg("bits") = 8, py::arg("granularity") = "per-channel",
       py::arg("group_size") = 32,
       "(q int8 [out, in], scales float32: [1] per-tensor, [out] per-channel, [out, in/group]).");
+  q.def(
+      "gptq",
+      [](const py::handle& W_obj, const py::handle& H_obj, int bits, const std::string& granularity,
+         int64_t group_size, double damp, int64_t block, bool act_order,
+         const py::object& row_bits_obj) {
+        const auto W = weights_2d(W_obj, "gptq");
+        const int64_t rows = W.shape(0), cols = W.shape(1);
+        const auto H = hessian_arg(H_obj, cols, "gptq");
+        std::vector<uint8_t> row_bits;
+        if (!row_bits_obj.is_none()) {
+          const auto b = numeric_array<uint8_t>(row_bits_obj, "[gptq] row_bits");
+          row_bits.assign(b.data(), b.data() + b.size());
+        }
+        const quant::QuantSpec spec{bits, quant::granularity_from_name(granularity), group_size};
+        const quant::GptqOptions o{damp, block, act_order};
+        quant::QuantizedWeights w;
+        {
+          py::gil_scoped_release nogil;
+          w = quant::gptq_quantize(W.data(), rows, cols, {H.data(), static_cast<size_t>(H.size())},
+                                   spec, o, row_bits);
+        }
+        return codes_and_scales(w);
+      },
+      py::arg("W"), py::arg("H"), py::arg("bits") = 8, py::arg("granularity") = "per-channel",
+      py::arg("group_size") = 32, py::arg("damp") = 0.01, py::arg("block") = 128,
+      py::arg("act_order") = false, py::arg("row_bits") = py::none(),
+      "GPTQ's rounding (quant/gptq.h): W [out, in] quantized against H = XᵀX/n [in, in] of its "
+      "inputs; (q, scales) as quantize gives them (row_bits: EdgeFlow's per-row widths, "
+      "per-channel).");
+  q.def(
+      "gptq_objective",
+      [](const py::handle& W_obj, const py::handle& Wh_obj, const py::handle& H_obj) {
+        const auto W = weights_2d(W_obj, "gptq_objective");
+        const auto Wh = weights_2d(Wh_obj, "gptq_objective");
+        if (Wh.shape(0) != W.shape(0) || Wh.shape(1) != W.shape(1))
+          throw ShapeError("[gptq_objective] W_hat must have W's shape");
+        const auto H = hessian_arg(H_obj, W.shape(1), "gptq_objective");
+        return quant::gptq_objective(W.data(), Wh.data(), W.shape(0), W.shape(1),
+                                     {H.data(), static_cast<size_t>(H.size())});
+      },
+      py::arg("W"), py::arg("W_hat"), py::arg("H"),
+      "tr((W - W_hat) H (W - W_hat)ᵀ) / out: the output error GPTQ minimises.");
   q.def(
       "dequantize",
       [](const py::handle& q_obj, const py::handle& scales_obj) {

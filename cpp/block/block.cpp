@@ -220,7 +220,7 @@ int64_t GraphRecorder::add_task(sched::Task t, bool reads_kv) {
 void GraphRecorder::close_open() {
   if (!open_) return;
   std::unique_ptr<Open> o = std::move(open_);
-  const auto ops = decoder_block(c_);
+  const auto ops = decoder_block(c_, plan_.rotation.online_down);
   // Named by the subgraph when it holds all of it, else by its first op.
   const bool whole = (o->first_op == 0 || ops[o->first_op - 1].subgraph != o->subgraph) &&
                      (o->last_op + 1 == ops.size() || ops[o->last_op + 1].subgraph != o->subgraph);
@@ -253,7 +253,7 @@ void GraphRecorder::close_open() {
 
 void GraphRecorder::add_op(const BlockOpInfo& op, soc::Processor processor,
                            std::vector<soc::OpDesc> ops) {
-  const auto block = decoder_block(c_);
+  const auto block = decoder_block(c_, plan_.rotation.online_down);
   const auto it =
       std::find_if(block.begin(), block.end(), [&](const BlockOpInfo& b) { return b.op == op.op; });
   const size_t index = static_cast<size_t>(it - block.begin());
@@ -618,7 +618,7 @@ std::vector<ShadowLoad> expected_loads(const ModelConfig& c, const Plan& plan,
 void record_chunk(GraphRecorder& rec, const ModelConfig& c, int64_t chunk, int64_t rows,
                   int64_t kv_len, bool decode, std::span<const ShadowLoad> loads) {
   rec.begin_chunk(chunk, rows, kv_len, decode, loads);
-  const auto ops = decoder_block(c);
+  const auto ops = decoder_block(c, rec.plan().rotation.online_down);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     rec.begin_layer(l);
     run_layer(ops, nullptr, &rec);
@@ -682,7 +682,7 @@ npu::StaticGraph describe_subgraph(const ModelConfig& c, const Plan& plan, Subgr
   g.key = {kind, layer, rows, chunk_index};
   const int64_t kv_len = (std::max<int64_t>(chunk_index, 0) + 1) * rows;
   bool first = true;
-  for (const BlockOpInfo& info : decoder_block(c)) {
+  for (const BlockOpInfo& info : decoder_block(c, plan.rotation.online_down)) {
     if (info.subgraph != kind) continue;
     if (first) g.in_cols = op_in_width(c, info.op);
     first = false;

@@ -104,6 +104,9 @@ struct LayerRun {
   // The NPU's tile grid (rows, columns) on the plan's device: float linears off the CPU compute
   // tile by tile, so a partition aligned to it computes every tile as the whole linear does.
   int64_t tile_m = 32, tile_n = 256;
+  // Plan::residual_scale as resolved (1: none): what the embeddings and the outputs the residual
+  // adds carry, and eps·c² in the norms reading the stream.
+  float residual_scale = 1.0f;
   // Per layer:
   int64_t layer = 0;
   const LayerWeights* weights = nullptr;

@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "io/model_store.h"
+#include "kernels/kernels.h"
 
 namespace socllm {
 
@@ -85,6 +86,11 @@ void Calibration::check_matches(const ModelConfig& c) const {
     check_sized(smooth_alpha_error[s].size(), static_cast<size_t>(n_layers * kSmoothAlphaGrid),
                 "smooth_alpha_error");
     check_sized(channel_bits[s].size(), ow, "channel_bits");
+    check_sized(hessian[s].size(), static_cast<size_t>(n_layers * w * w), "hessian");
+    for (float v : hessian[s])
+      if (!std::isfinite(v))
+        throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
+                              "' has a non-finite Hessian entry");
     for (float v : out_absmax[s])
       if (!std::isfinite(v) || v < 0.0f)
         throw InvalidArgument(std::string("[Calibration] site '") + linear_site_name(site) +
@@ -123,6 +129,7 @@ void Calibration::check_attention_matches(const ModelConfig& c) const {
                               std::to_string(x));
   };
   check(head_importance, "head_importance", n_layers * n_heads, false);
+  check(residual_absmax, "residual_absmax", n_layers + 1, false);
   check(layer_importance, "layer_importance", n_layers, false);
   check(q_absmax, "q_absmax", n_layers * n_heads, true);
   check(k_absmax, "k_absmax", n_layers * n_kv_heads, true);
@@ -140,6 +147,7 @@ std::span<const float> Calibration::absmax(int64_t layer, LinearSite s) const {
 
 void Calibration::observe(int64_t layer, LinearSite s, const float* x, int64_t rows, int64_t ld) {
   const int si = static_cast<int>(s);
+  if (!hessian[si].empty()) observe_hessian(layer, s, x, rows, ld);
   const int64_t w = width[si];
   float* m = channel_absmax[si].data() + layer * w;
   int64_t* hist = abs_hist[si].empty() ? nullptr : abs_hist[si].data() + layer * kAbsHistBins;
@@ -161,6 +169,44 @@ void Calibration::observe(int64_t layer, LinearSite s, const float* x, int64_t r
   }
   outlier_seq_channels[si][static_cast<size_t>(layer)] += channels;
   ++outlier_seqs[si][static_cast<size_t>(layer)];
+}
+
+void Calibration::observe_hessian(int64_t layer, LinearSite s, const float* x, int64_t rows,
+                                  int64_t ld) {
+  const int si = static_cast<int>(s);
+  const int64_t w = width[si];
+  if (hessian[si].empty()) hessian[si].assign(static_cast<size_t>(n_layers * w * w), 0.0f);
+  kernels::add_gram_upper(x, rows, w, ld, hessian[si].data() + layer * w * w, w);
+  if (layer == 0 && s == LinearSite::AttnIn) hessian_rows += rows;
+}
+
+void Calibration::finish_hessians() {
+  if (hessian_rows <= 0) throw InvalidArgument("[Calibration] no rows observed for the Hessians");
+  const float inv = 1.0f / static_cast<float>(hessian_rows);
+  for (int si = 0; si < kNumLinearSites; ++si) {
+    const int64_t w = width[si];
+    for (int64_t l = 0; l < n_layers; ++l) {
+      float* H = hessian[si].data() + l * w * w;
+      for (int64_t a = 0; a < w; ++a) {
+        H[a * w + a] *= inv;
+        for (int64_t b = a + 1; b < w; ++b) H[b * w + a] = H[a * w + b] *= inv;
+      }
+    }
+  }
+}
+
+void Calibration::observe_residual(int64_t index, const float* x, int64_t rows, int64_t d) {
+  if (residual_absmax.empty()) residual_absmax.assign(static_cast<size_t>(n_layers + 1), 0.0f);
+  float& m = residual_absmax.at(static_cast<size_t>(index));
+  for (int64_t i = 0; i < rows * d; ++i) m = std::max(m, std::abs(x[i]));
+}
+
+std::span<const float> Calibration::hessian_of(int64_t layer, LinearSite s) const {
+  const int si = static_cast<int>(s);
+  const int64_t w = width[si];
+  if (hessian[si].empty())
+    throw InvalidArgument("[Calibration] no Hessians (socllm calibrate --steps ...,gptq)");
+  return {hessian[si].data() + layer * w * w, static_cast<size_t>(w * w)};
 }
 
 std::span<const float> Calibration::output_absmax(int64_t layer, LinearSite s) const {
@@ -269,7 +315,7 @@ std::vector<quant::ShadowLinearConfig> Calibration::shadow_configs(
 
 namespace {
 
-constexpr std::array<CalibrationArraySpec, 15> kSchema = {{
+constexpr std::array<CalibrationArraySpec, 17> kSchema = {{
     {"act_absmax", "float32", "[n_layers, width]", "act-scales", false,
      "running max of |x| per input channel (static scales: max / 127)"},
     {"abs_hist", "int64", "[n_layers, 16384]", "act-scales", false,
@@ -302,6 +348,12 @@ constexpr std::array<CalibrationArraySpec, 15> kSchema = {{
      "relative output error of the quantized linear at alpha = 0, 0.1, ..., 1"},
     {"channel_bits", "int64", "[n_layers, out_width]", "bitwidths", false,
      "bit-width (1..8) of every output channel of the site's linear (seed 004 Algorithm 1)"},
+    {"residual_absmax", "float32", "[n_layers + 1]", "act-scales", false,
+     "max |x| of the residual stream entering each layer and after the last (residual_scale=auto)",
+     false},
+    {"hessian", "float32", "[n_layers, width, width]", "gptq", false,
+     "mean X^T X of the site's inputs over the calibration rows (GPTQ's Hessian, Frantar et al. "
+     "2023; rows: attribute hessian_rows)"},
 }};
 
 // The config keys that decide whether statistics fit a model (its name may differ).
@@ -355,6 +407,7 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
   if (name == "q_absmax") return {&q_absmax, nullptr, windows(n_heads)};
   if (name == "k_absmax") return {&k_absmax, nullptr, windows(n_kv_heads)};
   if (name == "v_absmax") return {&v_absmax, nullptr, windows(n_kv_heads)};
+  if (name == "residual_absmax") return {&residual_absmax, nullptr, {n_layers + 1}};
   const auto sh = [&](const char* spec_name) {
     for (const auto& spec : kSchema)
       if (std::string(spec.name) == spec_name) {
@@ -364,6 +417,8 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
         if (shape == "[n_layers, out_width]") return std::vector<int64_t>{n_layers, out_width[s]};
         static_assert(kSmoothAlphaGrid == 11, "the schema's smooth_alpha_error shape");
         if (shape == "[n_layers, 11]") return std::vector<int64_t>{n_layers, kSmoothAlphaGrid};
+        if (shape == "[n_layers, width, width]")
+          return std::vector<int64_t>{n_layers, width[s], width[s]};
         return std::vector<int64_t>{n_layers, kAbsHistBins};
       }
     return std::vector<int64_t>{};
@@ -380,6 +435,7 @@ Calibration::ArrayRef Calibration::array(const std::string& name, LinearSite sit
   if (name == "smooth_alpha_error")
     return {&smooth_alpha_error[s], nullptr, sh("smooth_alpha_error")};
   if (name == "channel_bits") return {nullptr, &channel_bits[s], sh("channel_bits")};
+  if (name == "hessian") return {&hessian[s], nullptr, sh("hessian")};
   spec(name);  // throws listing the names
   return {};
 }
@@ -398,6 +454,8 @@ void Calibration::save(const std::string& path, const ModelConfig& model,
   w.attr("/", "model_name", model.name);
   w.attr("/", "model_config", model.to_json().dump());
   w.attr("/", "tokens", tokens);
+  w.attr("/", "rotation", rotation);
+  if (has_hessians()) w.attr("/", "hessian_rows", hessian_rows);
   auto& self = const_cast<Calibration&>(*this);  // array() hands out mutable views
   for (const auto& spec : kSchema) {
     if (std::string(spec.step) == "act-scales" && !has_act_scales()) continue;  // did not run
@@ -555,6 +613,13 @@ Calibration Calibration::load(const std::string& path, const ModelConfig& model,
                       "': act_absmax holds only zeros (step act-scales writes it only after "
                       "observing activations: the file is damaged or was edited)");
   c.tokens = f.has_attr("/", "tokens") ? f.attr_int("/", "tokens") : 0;
+  c.hessian_rows = f.has_attr("/", "hessian_rows") ? f.attr_int("/", "hessian_rows") : 0;
+  if (f.has_attr("/", "rotation")) {
+    const nlohmann::json r = f.attr_json("/", "rotation");
+    if (!r.is_string())
+      throw FormatError("[Calibration] '" + path + "': attribute rotation is " + json_text(r));
+    c.rotation = r.get<std::string>();
+  }
   c.check_matches(model);
   if (provenance) {
     *provenance = nlohmann::json::object();

@@ -62,6 +62,9 @@ struct Calibration {
   // Per site: [n_layers, width] row-major running max of |x| per input channel.
   std::array<std::vector<float>, kNumLinearSites> channel_absmax;
   int64_t tokens = 0;  // rows observed
+  // The rotation of the model the statistics were observed on (Model::rotation(), quant/
+  // rotation.h): they hold for that rotation only, and a plan with another one refuses them.
+  std::string rotation = "none";
   // Per site: [n_layers, kAbsHistBins] histogram of |x| (step act-scales), for percentile
   // thresholds. Bin b holds the floats whose bit pattern >> kAbsHistShift is b: 64 bins per
   // octave, so a percentile read off it is exact to within 1.1% (relative).
@@ -89,6 +92,19 @@ struct Calibration {
   std::array<std::vector<float>, kNumLinearSites> smooth_alpha;
   std::array<std::vector<float>, kNumLinearSites> smooth_alpha_error;
   std::array<std::vector<int64_t>, kNumLinearSites> channel_bits;
+  // gptq: per site [n_layers, width, width] the mean XᵀX / rows of the site's inputs (GPTQ's
+  // Hessian, quant/gptq.h), rows counted in hessian_rows. While allocated (the step's own
+  // statistics), observe() also accumulates XᵀX into it (upper triangle; finish_hessians()
+  // mirrors and divides).
+  std::array<std::vector<float>, kNumLinearSites> hessian;
+  int64_t hessian_rows = 0;
+  bool has_hessians() const { return !hessian[0].empty(); }
+  std::span<const float> hessian_of(int64_t layer, LinearSite s) const;
+  void finish_hessians();
+  // act-scales: max |x| of the residual stream entering each layer and after the last one
+  // ([n_layers + 1]; residual_scale=auto).
+  std::vector<float> residual_absmax;
+  void observe_residual(int64_t index, const float* x, int64_t rows, int64_t d);
   bool has_output_absmax() const { return !out_absmax[0].empty(); }
   bool has_smoothing() const { return !smooth_alpha[0].empty(); }
   bool has_channel_bits() const { return !channel_bits[0].empty(); }
@@ -122,6 +138,8 @@ struct Calibration {
   std::span<const float> absmax(int64_t layer, LinearSite s) const;
   // Folds rows x[rows, width] (ld) of one sequence into the statistics of (layer, site).
   void observe(int64_t layer, LinearSite s, const float* x, int64_t rows, int64_t ld);
+  // Adds XᵀX of rows x into hessian (allocated on first use; step gptq).
+  void observe_hessian(int64_t layer, LinearSite s, const float* x, int64_t rows, int64_t ld);
 
   // The |x| below which a fraction p in (0, 1] of the observed values of (layer, site) lie:
   // the upper edge of the histogram bin where the count reaches p (p = 1: the exact max).

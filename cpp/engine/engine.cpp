@@ -108,25 +108,91 @@ TensorF32 LinearGraph::run(const float* x, int64_t rows, int64_t cols) const {
   return y;
 }
 
-void Engine::embed_rows(std::span<const int32_t> tokens, float* x) const {
+void Engine::embed_rows(std::span<const int32_t> tokens, float* x, float scale) const {
   const int64_t d = model_->config().d_model;
   const float* E = model_->embed_tokens().ptr();
   for (size_t t = 0; t < tokens.size(); ++t)
     std::memcpy(x + static_cast<int64_t>(t) * d, E + static_cast<int64_t>(tokens[t]) * d,
                 d * sizeof(float));
+  const int64_t n = static_cast<int64_t>(tokens.size()) * d;
   if (model_->config().embed_scale) {  // Gemma: embeddings times sqrt(d_model), in fp32
-    const float scale = std::sqrt(static_cast<float>(d));
-    for (int64_t i = 0; i < static_cast<int64_t>(tokens.size()) * d; ++i) x[i] *= scale;
+    const float gemma = std::sqrt(static_cast<float>(d));
+    for (int64_t i = 0; i < n; ++i) x[i] *= gemma;
   }
+  if (scale != 1.0f)  // a plan's residual_scale, folded into the table
+    for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+float Engine::residual_scale(const Plan& plan) const {
+  if (!plan.residual_scale_auto) return static_cast<float>(plan.residual_scale.value_or(1.0));
+  const auto calib = calibration();
+  if (!calib || calib->residual_absmax.empty())
+    throw InvalidArgument("[Engine] plan '" + plan.name +
+                          "': residual_scale=auto needs the calibrated maxima of the residual "
+                          "stream, and the loaded calibration has none (socllm calibrate --steps "
+                          "act-scales; files from before issue 39 lack them)");
+  const float m = *std::max_element(calib->residual_absmax.begin(), calib->residual_absmax.end());
+  const int k = std::max(0, static_cast<int>(std::ceil(std::log2(m / Plan::kAutoResidualMax))));
+  return std::ldexp(1.0f, -k);
+}
+
+Engine& Engine::rotated_engine(const quant::RotationSpec& r) const {
+  const std::string name = r.name();
+  if (model_->rotation() != "none")
+    throw InvalidArgument("[Engine] the model is rotated already (" + model_->rotation() +
+                          "): it runs plans of that rotation, not '" + name +
+                          "' (rotate the model as loaded)");
+  std::lock_guard lock(mu_);
+  auto& e = rotated_[name];
+  if (!e) {
+    e = std::make_shared<Engine>(quant::rotate_model(model_, r));
+    e->graphs_ = graphs_;
+  }
+  return *e;
+}
+
+const Engine& Engine::for_rotation(const quant::RotationSpec& r) const {
+  if (r.none() || r.name() == model_->rotation()) return *this;
+  return rotated_engine(r);
 }
 
 void Engine::set_calibration(std::shared_ptr<const Calibration> calib) {
   if (calib) calib->check_matches(model_->config());
-  std::lock_guard lock(mu_);
-  calib_ = std::move(calib);
-  prepared_.clear();
-  prepared_attention_.clear();
-  graphs_.clear();
+  if (calib && calib->rotation != model_->rotation()) {
+    rotated_engine(quant::RotationSpec::from_name(calib->rotation)).set_calibration(calib);
+    return;
+  }
+  std::map<std::string, std::shared_ptr<Engine>> rotated;
+  {
+    std::lock_guard lock(mu_);
+    if (!calib) rotated = rotated_;
+    calib_ = std::move(calib);
+    prepared_.clear();
+    prepared_attention_.clear();
+    graphs_->clear();
+  }
+  for (auto& [name, e] : rotated) e->set_calibration(nullptr);
+}
+
+void Engine::check_rotation_matches(const Calibration& into, const char* fn) const {
+  if (into.rotation != model_->rotation())
+    throw InvalidArgument(std::string("[") + fn +
+                          "] the statistics are of the model with rotation '" + into.rotation +
+                          "', this engine's model has '" + model_->rotation() +
+                          "' (Engine.for_rotation / Calibration.empty_for(rotated model))");
+}
+
+std::vector<std::string> Engine::calibrated_rotations() const {
+  std::vector<std::string> out;
+  std::map<std::string, std::shared_ptr<Engine>> rotated;
+  {
+    std::lock_guard lock(mu_);
+    if (calib_) out.push_back(model_->rotation());
+    rotated = rotated_;
+  }
+  for (const auto& [name, e] : rotated)
+    if (e->calibration()) out.push_back(name);
+  return out;
 }
 
 std::shared_ptr<const Calibration> Engine::calibration() const {
@@ -141,6 +207,7 @@ struct Engine::SiteContext {
   std::vector<float> row_post;  // the next input's divisor folded into these rows
   std::vector<int64_t> tensor_rows;
   std::vector<uint8_t> row_bits;
+  std::span<const float> hessian;
   quant::LinearContext context() const {
     quant::LinearContext ctx;
     ctx.act_absmax = act_absmax;
@@ -150,6 +217,7 @@ struct Engine::SiteContext {
     ctx.row_post = row_post;
     ctx.tensor_rows = tensor_rows;
     ctx.row_bits = row_bits;
+    ctx.hessian = hessian;
     return ctx;
   }
 };
@@ -171,11 +239,22 @@ namespace {
 void check_calibration_for(const Plan& plan, const Calibration* calib, bool alpha_given,
                            const std::string& where) {
   const auto& ls = plan.linear;
-  if (ls.needs_calibration() && (!calib || !calib->has_act_scales()))
+  if (ls.needs_calibration() && (!calib || !calib->has_act_scales())) {
+    const auto& r = plan.rotation;
+    // the calibrate flags that make statistics of this rotation (cli.py)
+    std::string flags;
+    if (r.residual) flags += " --rotate " + quant::rotation_name(*r.residual);
+    if (r.residual && *r.residual != quant::RotationKind::Fold)
+      flags += " --rotate-seed " + std::to_string(r.seed);
+    if (r.online_down) flags += " --rotate-down hadamard";
+    if (r.heads) flags += " --rotate-heads hadamard";
     throw InvalidArgument(where + " plan '" + plan.name +
                           "' fixes static activation scales or smoothing factors from "
-                          "calibration, and none is loaded (socllm calibrate --steps act-scales, "
-                          "then --calib PATH / calib=PATH)");
+                          "calibration, and none is loaded" +
+                          (r.none() ? "" : " for its rotation '" + r.name() + "'") +
+                          " (socllm calibrate" + flags +
+                          " --steps act-scales, then --calib PATH / calib=PATH)");
+  }
   if (!calib) return;
   if (ls.needs_output_absmax() && !calib->has_output_absmax())
     throw InvalidArgument(where + " plan '" + plan.name +
@@ -190,6 +269,10 @@ void check_calibration_for(const Plan& plan, const Calibration* calib, bool alph
     throw InvalidArgument(where + " plan '" + plan.name +
                           "' uses stored bit-widths, and the loaded calibration has none "
                           "(socllm calibrate --steps ...,bitwidths)");
+  if (ls.needs_hessians() && !calib->has_hessians())
+    throw InvalidArgument(where + " plan '" + plan.name +
+                          "' rounds its weights with GPTQ, and the loaded calibration has no "
+                          "Hessians (socllm calibrate --steps ...,gptq)");
   if (ls.needs_outlier_calibration() && !calib->has_outlier_stats())
     throw InvalidArgument(where + " plan '" + plan.name +
                           "' needs outlier thresholds and statistics, and the loaded calibration "
@@ -203,9 +286,13 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
   const auto& c = model_->config();
   const quant::LinearScheme& ls = plan.linear;
   SiteContext sc;
-  sc.folded = fold;
+  // A rotated model's online Hadamard sits between up_proj and down_proj (down_rotate), so
+  // down_proj's input divisor cannot ride on up_proj's rows: down divides its input itself.
+  const bool down_folds = !model_->transform().online_down_hadamard;
+  sc.folded = fold && (site != LinearSite::MlpAct || down_folds);
   if (calib) sc.act_absmax = calib->absmax(layer, site);
   if (ls.needs_output_absmax()) sc.out_absmax = calib->output_absmax(layer, site);
+  if (ls.needs_hessians()) sc.hessian = calib->hessian_of(layer, site);
   if (site == LinearSite::AttnIn) sc.tensor_rows = {c.q_dim(), c.kv_dim(), c.kv_dim()};
   if (site == LinearSite::MlpIn) sc.tensor_rows = {c.d_ff, c.d_ff};
   if (ls.channel_bits && ls.channel_bits->stored) {
@@ -245,7 +332,7 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
       for (int64_t g = 0; g < c.n_kv_heads; ++g)
         for (int64_t e2 = 0; e2 < hd; ++e2)
           sc.row_post[c.q_dim() + c.kv_dim() + g * hd + e2] = 1.0f / next[g * group * hd + e2];
-    } else {  // up rows carry down_proj's input divisor
+    } else if (down_folds) {  // up rows carry down_proj's input divisor
       const auto next = divisor(LinearSite::MlpAct, {});
       for (int64_t j = 0; j < c.d_ff; ++j) sc.row_post[c.d_ff + j] = 1.0f / next[j];
     }
@@ -254,6 +341,7 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
 }
 
 std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this) return e.prepare(plan);
   check_linears_available(plan);
   if (plan.linear.is_fp32()) return nullptr;
   std::lock_guard lock(mu_);
@@ -317,6 +405,7 @@ std::shared_ptr<const PreparedLinears> Engine::prepare(const Plan& plan) const {
 
 std::shared_ptr<const std::vector<attention::LayerConsts>> Engine::prepare_attention(
     const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this) return e.prepare_attention(plan);
   const attention::AttentionScheme& a = plan.attention;
   if (a.is_fp32()) return nullptr;
   std::lock_guard lock(mu_);
@@ -343,6 +432,8 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
                                                               LinearSite site,
                                                               std::optional<double> alpha,
                                                               const Calibration* given) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.prepare_linear(plan, layer, site, alpha, given);
   const auto& c = model_->config();
   if (layer < 0 || layer >= c.n_layers)
     throw InvalidArgument("[Engine.prepare_linear] layer " + std::to_string(layer) +
@@ -373,6 +464,8 @@ std::unique_ptr<quant::PreparedLinear> Engine::prepare_linear(const Plan& plan, 
 std::vector<float> Engine::input_smoothing(const Plan& plan, int64_t layer, LinearSite site,
                                            std::optional<double> alpha,
                                            const Calibration* given) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.input_smoothing(plan, layer, site, alpha, given);
   std::shared_ptr<const Calibration> loaded;
   {
     std::lock_guard lock(mu_);
@@ -407,6 +500,8 @@ std::vector<std::array<TensorF32, kNumLinearSites>> Engine::linear_inputs(
 
 LinearGraph Engine::linear_graph(const Plan& plan, int64_t layer, LinearSite site,
                                  int64_t rows) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.linear_graph(plan, layer, site, rows);
   const auto& c = model_->config();
   if (layer < 0 || layer >= c.n_layers)
     throw InvalidArgument("[Engine.linear_graph] layer " + std::to_string(layer) + " outside [0, " +
@@ -442,6 +537,10 @@ class Engine::Hooks final : public OpHooks {
 
   void layer_start(int64_t l, const float* x) {
     current_.reset();
+    if (observe_)
+      for (const auto& s : b_.seqs)
+        observe_->observe_residual(l, x + s.row0 * e_.model_->config().d_model, s.T,
+                                   e_.model_->config().d_model);
     if (h_ && h_->layer_inputs)
       (*h_->layer_inputs)[l].assign(x, x + b_.N * e_.model_->config().d_model);
   }
@@ -452,7 +551,7 @@ class Engine::Hooks final : public OpHooks {
     if (chunk_index_ >= 0 && op.subgraph != current_) {
       current_ = op.subgraph;
       const npu::StaticGraph& g =
-          e_.graphs_.acquire(e_.subgraph(plan_, prep_, op.subgraph, r.layer, r.N, chunk_index_));
+          e_.graphs_->acquire(e_.subgraph(plan_, prep_, op.subgraph, r.layer, r.N, chunk_index_));
       g.check_input(r.N, g.in_cols);
     }
     if (!op.site) return;
@@ -577,6 +676,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, bool decode,
   r.model = model_.get();
   r.config = &c;
   r.plan = &plan;
+  r.residual_scale = residual_scale(plan);
   r.decode = decode;
   r.chunk = rec ? rec->chunk : -1;
   r.N = N;
@@ -600,7 +700,7 @@ void Engine::run_blocks(Batch& b, float* x, const Plan& plan, bool decode,
     if (rec->graph) rec->graph->observe(&seen);
   }
   Hooks eh(*this, b, plan, prep, chunk_index, observe, hooks);
-  const auto ops = decoder_block(c);
+  const auto ops = decoder_block(c, model_->transform().online_down_hadamard);
   for (int64_t l = first_layer; l <= last_layer; ++l) {
     const LayerWeights& L = model_->layer(l);
     r.layer = l;
@@ -631,6 +731,7 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
                                   Recording* rec) const {
   const auto& c = model_->config();
   const int64_t d = c.d_model;
+  const float rs = residual_scale(plan);
   int64_t total = 0;
   for (const auto& s : seqs) total += static_cast<int64_t>(s.size());
   TensorF32 out({total, d});
@@ -650,7 +751,7 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       // Padding rows are zero vectors after the real rows (any value would do: every
       // operator but attention is row-wise, and attention skips them).
       std::fill(x.begin(), x.end(), 0.0f);
-      embed_rows(seq.subspan(static_cast<size_t>(c0), static_cast<size_t>(valid)), x.data());
+      embed_rows(seq.subspan(static_cast<size_t>(c0), static_cast<size_t>(valid)), x.data(), rs);
       for (int64_t t = 0; t < C; ++t) b.pos[static_cast<size_t>(t)] = past + t;
       b.seqs = {{caches[si], 0, valid, true}};
       b.segments = {{0, valid}};
@@ -661,7 +762,7 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
       }
       run_blocks(b, x.data(), plan, false, prep, past / C, nullptr, nullptr, rec);
       if (rec && rec->graph) rec->graph->end_chunk();
-      k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps,
+      k::rms_norm(x.data(), model_->final_norm().ptr(), valid, d, c.rms_eps * rs * rs,
                   out.ptr() + out_row * d);
       if (plan.at(OpClass::LmHead).format == soc::DType::Fp16)
         k::round_to_fp16(out.ptr() + out_row * d, valid * d);
@@ -674,6 +775,8 @@ TensorF32 Engine::forward_chunked(const std::vector<KVCache*>& caches,
 TensorF32 Engine::forward_hidden(const std::vector<KVCache*>& caches,
                                  const std::vector<std::span<const int32_t>>& seqs,
                                  const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.forward_hidden(caches, seqs, plan);
   return forward(caches, seqs, plan, nullptr);
 }
 
@@ -681,6 +784,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
                           const std::vector<std::span<const int32_t>>& seqs, const Plan& plan,
                           Recording* rec) const {
   const auto& c = model_->config();
+  const float rs = residual_scale(plan);
   if (seqs.empty()) throw InvalidArgument("[Engine.forward] no sequences given");
   if (caches.size() != seqs.size())
     throw ShapeError("[Engine.forward] " + std::to_string(seqs.size()) + " sequences but " +
@@ -777,7 +881,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   b.pos.resize(static_cast<size_t>(N));
   for (size_t si = 0; si < b.seqs.size(); ++si) {
     const auto& s = b.seqs[si];
-    embed_rows(seqs[si], x.ptr() + s.row0 * d);
+    embed_rows(seqs[si], x.ptr() + s.row0 * d, rs);
     for (int64_t t = 0; t < s.T; ++t)
       b.pos[static_cast<size_t>(s.row0 + t)] = s.cache->length() + t;
   }
@@ -786,7 +890,7 @@ TensorF32 Engine::forward(const std::vector<KVCache*>& caches,
   run_blocks(b, x.ptr(), phase_plan, decode, prep.get(), -1, nullptr, nullptr, rec);
   if (rec && rec->graph) rec->graph->end_chunk();
   TensorF32 out({N, d});
-  k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps, out.ptr());
+  k::rms_norm(x.ptr(), model_->final_norm().ptr(), N, d, c.rms_eps * rs * rs, out.ptr());
   if (phase_plan.at(OpClass::LmHead).format == soc::DType::Fp16) k::round_to_fp16(out.ptr(), N * d);
   in_use.commit();
   return out;
@@ -805,6 +909,8 @@ AttentionTimingOptions Engine::attention_timing(const Plan& plan) const {
 Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& plan,
                                 bool all_positions, bool return_graph, int64_t decode_tokens,
                                 bool return_records) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.prefill(tokens, plan, all_positions, return_graph, decode_tokens, return_records);
   check_tokens(tokens, "Engine.prefill");
   const int64_t T = static_cast<int64_t>(tokens.size());
   const auto& c = model_->config();
@@ -862,6 +968,8 @@ Engine::Prefill Engine::prefill(std::span<const int32_t> tokens, const Plan& pla
 }
 
 std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.expected_shadow_loads(plan);
   if (!plan.linear.shadow) return {};
   const auto prep = prepare(plan);
   const auto calib = calibration();
@@ -887,6 +995,8 @@ std::vector<ShadowLoad> Engine::expected_shadow_loads(const Plan& plan) const {
 
 sched::TaskGraph Engine::task_graph(const Plan& plan, int64_t prompt_len, int64_t chunk_len,
                                     int64_t decode_tokens) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.task_graph(plan, prompt_len, chunk_len, decode_tokens);
   GraphOptions o;
   o.expected = expected_shadow_loads(plan);
   o.attention = attention_timing(plan);
@@ -917,6 +1027,7 @@ Plan Engine::timing_plan(const Plan& plan) const {
 void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
                                  Calibration& into) const {
   into.check_matches(model_->config());
+  check_rotation_matches(into, "Engine.observe_activations");
   for (const auto& s : seqs) {
     check_tokens(s, "Engine.observe_activations");
     KVCache cache = new_cache(static_cast<int64_t>(s.size()));
@@ -930,6 +1041,7 @@ void Engine::observe_activations(const std::vector<std::vector<int32_t>>& seqs,
     embed_rows(s, x.ptr());
     for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = t;
     run_blocks(b, x.ptr(), Plan{}, false, nullptr, -1, &into);
+    into.observe_residual(model_->config().n_layers, x.ptr(), T, d);
   }
 }
 
@@ -966,6 +1078,7 @@ void Engine::observe_attention_scales(const std::vector<std::vector<int32_t>>& s
                                       Calibration& into) const {
   const auto& c = model_->config();
   into.check_matches(c);
+  check_rotation_matches(into, "Engine.observe_attention_scales");
   const int64_t per = c.n_heads + 2 * c.n_kv_heads;
   for (const auto& s : seqs) {
     std::vector<std::vector<float>> absmax(1, std::vector<float>(c.n_layers * per));
@@ -1083,6 +1196,8 @@ std::vector<std::vector<float>> Engine::ablation_logprobs(
 }
 
 TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows, const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.logits_from_hidden(h, rows, plan);
   const auto& c = model_->config();
   TensorF32 out({rows, c.vocab_size});
   const bool fp16 = plan.at(OpClass::LmHead).format == soc::DType::Fp16;
@@ -1102,14 +1217,17 @@ TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows, const Plan& p
       lm_head_linear_.reset();
       lm_head_fp16_.reset();
       if (plan.lm_head_linear) {
-        if (plan.linear.needs_calibration() || plan.linear.shadow || plan.linear.outlier_threshold)
+        // the head's input has no calibrated Hessian: GPTQ plans round the head to nearest
+        quant::LinearScheme head = plan.linear;
+        head.rounding = quant::Rounding::Nearest;
+        if (head.needs_calibration() || head.shadow || head.outlier_threshold)
           throw InvalidArgument("[Engine] plan '" + plan.name +
                                 "': lm_head_weights=linear quantizes the LM head with a "
                                 "weight-only scheme (the head has no calibrated activation "
                                 "scales); its linears are " +
                                 plan.linear.to_json().dump());
         lm_head_linear_ = std::make_shared<const quant::PreparedLinear>(
-            model_->lm_head().ptr(), c.vocab_size, c.d_model, nullptr, plan.linear,
+            model_->lm_head().ptr(), c.vocab_size, c.d_model, nullptr, head,
             quant::LinearContext{});
       } else {
         auto w = std::make_shared<std::vector<float>>(model_->lm_head().data);
@@ -1132,6 +1250,8 @@ TensorF32 Engine::logits_from_hidden(const float* h, int64_t rows, const Plan& p
 }
 
 int64_t Engine::lm_head_weight_bytes(const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.lm_head_weight_bytes(plan);
   const auto& c = model_->config();
   if (plan.lm_head_linear) {
     (void)logits_from_hidden(std::vector<float>(static_cast<size_t>(c.d_model), 0.0f).data(), 1,
@@ -1144,6 +1264,8 @@ int64_t Engine::lm_head_weight_bytes(const Plan& plan) const {
 
 TensorF32 Engine::step(KVCache& cache, std::span<const int32_t> tokens, bool all_positions,
                        const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.step(cache, tokens, all_positions, plan);
   // a decoding step's LM head is placed as the plan's decode phase places it
   const bool decode = tokens.size() == 1 && cache.length() > 0;
   TensorF32 h = forward_hidden({&cache}, {tokens}, plan);
@@ -1179,6 +1301,8 @@ TensorF32 forward_fresh(const Engine& e, const std::vector<std::vector<int32_t>>
 std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& seqs,
                                       const Plan& plan,
                                       const std::vector<int64_t>& last_rows) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.logits(seqs, plan, last_rows);
   if (!last_rows.empty() && last_rows.size() != seqs.size())
     throw InvalidArgument("[Engine.logits] last_rows has " + std::to_string(last_rows.size()) +
                           " counts for " + std::to_string(seqs.size()) + " sequences");
@@ -1234,6 +1358,8 @@ std::vector<TensorF32> Engine::logits(const std::vector<std::vector<int32_t>>& s
 
 std::vector<std::vector<float>> Engine::token_logprobs(
     const std::vector<std::vector<int32_t>>& seqs, const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.token_logprobs(seqs, plan);
   for (const auto& s : seqs)
     if (s.size() < 2)
       throw InvalidArgument("[Engine.token_logprobs] each sequence needs at least 2 tokens, got " +
@@ -1261,6 +1387,8 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt,
                                              int64_t max_new_tokens,
                                              const std::vector<int32_t>& stop_ids,
                                              const Plan& plan) const {
+  if (const Engine& e = for_rotation(plan.rotation); &e != this)
+    return e.generate_greedy(prompt, max_new_tokens, stop_ids, plan);
   if (max_new_tokens < 0)
     throw InvalidArgument("[Engine.generate] max_new_tokens must be >= 0, got " +
                           std::to_string(max_new_tokens));

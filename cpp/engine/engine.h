@@ -24,6 +24,7 @@
 #include "npu/static_graph.h"
 #include "plan/plan.h"
 #include "quant/linear_scheme.h"
+#include "quant/rotation.h"
 
 namespace socllm {
 
@@ -59,6 +60,14 @@ class Engine {
   explicit Engine(std::shared_ptr<const Model> model);
   const Model& model() const { return *model_; }
   std::shared_ptr<const Model> model_ptr() const { return model_; }
+
+  // The engine that runs plans with rotation `r` (Plan::rotation, issue 39): this one when its
+  // model has that rotation (Model::rotation()) or `r` is none (a plan without rotation runs the
+  // model as it is: on an engine of a rotated model, the calibration steps' fp32 runs), else one
+  // over the model rotated so (quant::rotate_model), built on first use and kept, with its own
+  // calibration and this engine's static graph cache. Every call below that takes a plan runs
+  // there. InvalidArgument when this engine's model is rotated already and `r` is another one.
+  const Engine& for_rotation(const quant::RotationSpec& r) const;
 
   // A cache for up to `capacity` tokens (<= context_length; 0 means context_length).
   KVCache new_cache(int64_t capacity = 0) const;
@@ -96,6 +105,10 @@ class Engine {
   // weights as the plan holds them: fp32, rounded to fp16 (lm_head placed in fp16), or
   // quantized with the linear scheme (lm_head_weights=linear).
   TensorF32 logits_from_hidden(const float* h, int64_t rows, const Plan& plan = Plan()) const;
+  // The plan's residual_scale as the numerics apply it: 1 without one; auto: 2^-k for the
+  // smallest k >= 0 that brings the calibration's residual_absmax under Plan::kAutoResidualMax
+  // (InvalidArgument naming the step when the calibration has none).
+  float residual_scale(const Plan& plan) const;
   // The stored bytes of the LM head's weights under the plan (what its numerics read).
   int64_t lm_head_weight_bytes(const Plan& plan) const;
 
@@ -119,8 +132,13 @@ class Engine {
 
   // Calibration statistics for plans with static scales / smoothing (ShapeError if they are
   // from a model with other shapes). Replacing them drops prepared linears and graphs.
+  // Statistics of a rotated model (Calibration::rotation) go to the engine of that rotation
+  // (for_rotation), for the plans that have it; null drops every rotation's.
   void set_calibration(std::shared_ptr<const Calibration> calib);
+  // The statistics of this engine's rotation (null: none loaded).
   std::shared_ptr<const Calibration> calibration() const;
+  // The rotations (names) with statistics loaded, this engine's first if it has some.
+  std::vector<std::string> calibrated_rotations() const;
   // Runs each sequence in fp32 from a fresh context and folds every linear input into `into`.
   void observe_activations(const std::vector<std::vector<int32_t>>& seqs, Calibration& into) const;
   // Step qk-scales (seed 000 §3.3): appends, per sequence (a calibration window) run in fp32,
@@ -176,9 +194,9 @@ class Engine {
       const Plan& plan) const;
 
   // Static graphs built by chunked prefill so far (chunk-sharing cache, seed 001 §3.2).
-  npu::GraphCacheStats graph_stats() const { return graphs_.stats(); }
-  std::vector<npu::GraphBuildEvent> graph_events() const { return graphs_.events(); }
-  void clear_graphs() const { graphs_.clear(); }
+  npu::GraphCacheStats graph_stats() const { return graphs_->stats(); }
+  std::vector<npu::GraphBuildEvent> graph_events() const { return graphs_->events(); }
+  void clear_graphs() const { graphs_->clear(); }
 
  private:
   struct Batch;
@@ -213,8 +231,8 @@ class Engine {
   SiteContext site_context(const Calibration* calib, const Plan& plan, int64_t layer,
                            LinearSite site, bool fold, std::optional<double> alpha) const;
   void check_tokens(std::span<const int32_t> tokens, const char* fn) const;
-  // x[t, :] = embedding of tokens[t] (rows of d_model floats).
-  void embed_rows(std::span<const int32_t> tokens, float* x) const;
+  // x[t, :] = embedding of tokens[t] times scale (a plan's residual_scale).
+  void embed_rows(std::span<const int32_t> tokens, float* x, float scale = 1.0f) const;
   // All decoder blocks on x [batch.N, d_model] in place, op by op (block.h run_layer);
   // chunk_index >= 0 runs each subgraph as the static graph of a chunk of batch.N rows at that
   // index; `plan` is the phase's (Plan::for_decode for decoding steps). A recorded run records
@@ -261,7 +279,13 @@ class Engine {
   mutable std::shared_ptr<const quant::PreparedLinear> lm_head_linear_;
   mutable std::shared_ptr<const std::vector<float>> lm_head_fp16_;
   mutable uint64_t use_clock_ = 0;
-  mutable npu::GraphCache graphs_{true};
+  // Shared with the engines of rotated models (for_rotation).
+  std::shared_ptr<npu::GraphCache> graphs_ = std::make_shared<npu::GraphCache>(true);
+  // The engines of rotated models, by rotation name.
+  mutable std::map<std::string, std::shared_ptr<Engine>> rotated_;
+  Engine& rotated_engine(const quant::RotationSpec& r) const;
+  // InvalidArgument unless `into` holds statistics of this engine's model's rotation.
+  void check_rotation_matches(const Calibration& into, const char* fn) const;
 };
 
 }  // namespace socllm

@@ -13,6 +13,12 @@
 
 namespace socllm::kernels {
 
+void add_gram_upper(const float* x, int64_t rows, int64_t n, int64_t ldx, float* C, int64_t ldc) {
+  if (rows <= 0 || n <= 0) return;
+  cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+              1.0f, x, static_cast<int>(ldx), 1.0f, C, static_cast<int>(ldc));
+}
+
 void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, int64_t out,
             const float* bias, float* y, int64_t ldy, bool accumulate) {
   if (T == 0) return;

@@ -16,6 +16,9 @@ namespace socllm::kernels {
 // is added to y (a fused residual add). OpenBLAS sgemm (sgemv when T == 1).
 void linear(const float* x, int64_t T, int64_t in, int64_t ldx, const float* W, int64_t out,
             const float* bias, float* y, int64_t ldy, bool accumulate = false);
+// C[n, n] (ldc) += xᵀ x of x[rows, n] (ldx), the upper triangle only (row-major; OpenBLAS
+// ssyrk): a Gram matrix accumulated sequence by sequence (GPTQ's Hessian).
+void add_gram_upper(const float* x, int64_t rows, int64_t n, int64_t ldx, float* C, int64_t ldc);
 
 // y[T, d] = x / sqrt(mean(x^2) + eps) * w  (RMSNorm, Zhang & Sennrich 2019; llama).
 void rms_norm(const float* x, const float* w, int64_t T, int64_t d, double eps, float* y);

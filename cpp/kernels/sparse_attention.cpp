@@ -321,7 +321,11 @@ std::pair<int64_t, int64_t> keys_above(const T* s, int64_t n, uint32_t lo, uint3
     ckey[m] = x;
     m += x > lo;
     above_hi += x > hi;
-    if (sums) sums->sum += static_cast<double>(s[j]), sums->sq += double{s[j]} * s[j];
+    if (sums) {
+      const double v = static_cast<double>(s[j]);
+      sums->sum += v;
+      sums->sq += v * v;
+    }
   }
 #endif
   return {above_hi, m};

@@ -28,6 +28,9 @@ constexpr std::array<BlockOpInfo, kNumBlockOps> kBlock = {{
     {BlockOp::FfnNorm, "ffn_norm", OpClass::Norm, S::MlpIn, std::nullopt},
     {BlockOp::GateUp, "gate_up", OpClass::Linear, S::MlpIn, LinearSite::MlpIn},
     {BlockOp::Act, "act", OpClass::Activation, S::MlpAct, std::nullopt},
+    // placed with the activation, whose output it transforms (on the NPU in fp16 under llm.npu's
+    // placement)
+    {BlockOp::DownRotate, "down_rotate", OpClass::Activation, S::MlpAct, std::nullopt},
     {BlockOp::Down, "down", OpClass::Linear, S::Down, LinearSite::MlpAct},
     {BlockOp::PostFfnNorm, "post_ffn_norm", OpClass::Norm, S::Down, std::nullopt},
     {BlockOp::FfnResidual, "ffn_residual", OpClass::Residual, S::Down, std::nullopt},
@@ -136,14 +139,16 @@ bool has_block_op(const ModelConfig& c, BlockOp op) {
     case BlockOp::QkNorm: return c.qk_norm;
     case BlockOp::PostAttnNorm:
     case BlockOp::PostFfnNorm: return c.post_norms;
+    case BlockOp::DownRotate: return false;
     default: return true;
   }
 }
 
-std::vector<BlockOpInfo> decoder_block(const ModelConfig& c) {
+std::vector<BlockOpInfo> decoder_block(const ModelConfig& c, bool online_down_rotation) {
   std::vector<BlockOpInfo> out;
   for (const auto& info : kBlock)
-    if (has_block_op(c, info.op)) out.push_back(info);
+    if (has_block_op(c, info.op) || (online_down_rotation && info.op == BlockOp::DownRotate))
+      out.push_back(info);
   return out;
 }
 
@@ -161,6 +166,7 @@ int64_t op_in_width(const ModelConfig& c, BlockOp op) {
     case BlockOp::Rope:
     case BlockOp::Attention: return c.qkv_dim();
     case BlockOp::Act: return c.mlp_in_dim();
+    case BlockOp::DownRotate: return c.d_ff;
     default: return c.d_model;  // norms, residual adds
   }
 }
@@ -172,7 +178,8 @@ int64_t op_out_width(const ModelConfig& c, BlockOp op) {
     case BlockOp::QkNorm:
     case BlockOp::Rope: return c.qkv_dim();
     case BlockOp::Attention: return c.q_dim();
-    case BlockOp::Act: return c.d_ff;
+    case BlockOp::Act:
+    case BlockOp::DownRotate: return c.d_ff;
     default: return c.d_model;
   }
 }

@@ -10,7 +10,7 @@
 //   attention  rope, attention
 //   o_proj     o_proj, [post_attn_norm], attn_residual
 //   mlp_in     ffn_norm, gate_up
-//   mlp_act    act
+//   mlp_act    act, (down_rotate)
 //   down       down, [post_ffn_norm], ffn_residual
 #pragma once
 
@@ -84,11 +84,12 @@ enum class BlockOp : int {
   FfnNorm,
   GateUp,
   Act,
+  DownRotate,  // a rotated model's online Hadamard on the down projection's input (issue 39)
   Down,
   PostFfnNorm,  // Gemma 3: RMSNorm of the MLP output before the add (post_norms)
   FfnResidual
 };
-constexpr int kNumBlockOps = 14;
+constexpr int kNumBlockOps = 15;
 
 struct BlockOpInfo {
   BlockOp op;
@@ -104,9 +105,10 @@ const BlockOpInfo& block_op(BlockOp op);
 // InvalidArgument naming the value and listing the ops.
 const BlockOpInfo& block_op_from_name(const std::string& name);
 // The ops of one block of this config in execution order (Gemma 3's norms only where the config
-// has them).
-std::vector<BlockOpInfo> decoder_block(const ModelConfig& c);
-// Whether the config's block has the op.
+// has them); down_rotate only with online_down_rotation (a rotation the plan adds and the model's
+// weights expect: quant/rotation.h).
+std::vector<BlockOpInfo> decoder_block(const ModelConfig& c, bool online_down_rotation = false);
+// Whether the config's block has the op (down_rotate: not from a config alone, as above).
 bool has_block_op(const ModelConfig& c, BlockOp op);
 // The linear op of a site ("qkv", "o_proj", "gate_up", "down").
 const BlockOpInfo& linear_op(LinearSite s);

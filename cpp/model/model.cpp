@@ -338,10 +338,13 @@ int64_t Model::weight_bytes() const {
 std::shared_ptr<const Model> Model::with_weights(TensorF32 embed, TensorF32 lm_head,
                                                  TensorF32 final_norm,
                                                  std::vector<LayerWeights> layers,
-                                                 const std::string& label) const {
-  const std::string who = "[Model] " + label + ": ";
+                                                 Transform transform) const {
+  const std::string who = "[Model] rotate " + transform.rotation + ": ";
   if (packed_)
     throw InvalidArgument(who + "'" + path_ + "' holds prequantized linears, no fp32 weights");
+  if (transform_.rotation != "none")
+    throw InvalidArgument(who + "'" + path_ + "' is transformed already (" + transform_.rotation +
+                          "); rotate the model as loaded");
   const auto same = [&](const TensorF32& a, const TensorF32& b, const std::string& name) {
     if (a.shape != b.shape)
       throw ShapeError(who + name + " is " + shape_str(a.shape) + ", the model's " +
@@ -370,7 +373,8 @@ std::shared_ptr<const Model> Model::with_weights(TensorF32 embed, TensorF32 lm_h
   }
   auto m = std::make_shared<Model>();  // not a copy: the weights are all replaced
   m->config_ = config_;
-  m->path_ = path_ + " (" + label + ")";
+  m->path_ = path_ + " (rotate " + transform.rotation + ")";
+  m->transform_ = std::move(transform);
   m->embed_ = std::move(embed);
   m->final_norm_ = std::move(final_norm);
   m->layers_ = std::move(layers);

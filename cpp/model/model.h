@@ -146,14 +146,25 @@ class Model {
   // only the plan it was converted under runs.
   const PackedModelLinears* packed_linears() const { return packed_.get(); }
 
+  // What a transformation of the weights (quant/rotation.h, issue 39) changed in how the model
+  // runs: its name ("none" for a model as loaded; a calibration holds for one rotation only),
+  // and whether the down projection expects its input rotated online by the normalized Hadamard
+  // matrix of size d_ff (its weight W H folded offline: the block's down_rotate op applies H).
+  struct Transform {
+    std::string rotation = "none";
+    bool online_down_hadamard = false;
+  };
+  const Transform& transform() const { return transform_; }
+  const std::string& rotation() const { return transform_.rotation; }
+
   // The fp32 weights a transformation of this model gives (a rotation, issue 39), everything else
-  // this model's; the LM head stored apart when `lm_head` is not empty (config unchanged). `label`
-  // says what was done (path() returns this model's path and it). ShapeError for a tensor whose
+  // this model's; the LM head stored apart when `lm_head` is not empty (config unchanged).
+  // path() returns this model's path and the transform's name. ShapeError for a tensor whose
   // shape is not this model's, InvalidArgument for a model of prequantized linears (no fp32 weights
-  // to replace).
+  // to replace) or one transformed already (transformations are made from the file's weights).
   std::shared_ptr<const Model> with_weights(TensorF32 embed, TensorF32 lm_head,
                                             TensorF32 final_norm, std::vector<LayerWeights> layers,
-                                            const std::string& label) const;
+                                            Transform transform) const;
 
  private:
   ModelConfig config_;
@@ -162,6 +173,7 @@ class Model {
   // The LM head is stored apart though the config ties it (a rotated model's head folds the final
   // norm's gain, its embeddings do not; the config stays the file's, so calibrations match).
   bool own_head_ = false;
+  Transform transform_;
   std::vector<LayerWeights> layers_;
   std::shared_ptr<const PackedModelLinears> packed_;
 };

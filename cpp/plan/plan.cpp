@@ -816,9 +816,42 @@ std::vector<std::string> Plan::known() {
   return out;
 }
 
+namespace {
+// The plan parts that compose with every preset and come from a paper (issue 39).
+constexpr std::pair<const char*, const char*> kPartDescriptions[] = {
+    {"rotate",
+     "rotate=fold|hadamard|random: the residual stream rotated by an orthogonal Q folded into the "
+     "embeddings, linears and LM head, RMSNorm gains folded into the reading linears; the same "
+     "function in fp32, outlier channels spread (QuaRot, Ashkboos et al. 2024 §4.1; random: "
+     "SpinQuant's Haar start, Liu et al. 2024); rotate_seed=N"},
+    {"rotate_down",
+     "rotate_down=hadamard: an online Hadamard transform of the down projection's input, timed "
+     "as op down_rotate with the activation (QuaRot §4.2)"},
+    {"rotate_heads",
+     "rotate_heads=hadamard: each head's values rotated by a head_dim Hadamard folded into v_proj "
+     "and o_proj (QuaRot §4.2, without its online cross-head part)"},
+    {"residual_scale",
+     "residual_scale=<c>|auto: the residual stream scaled by c, folded into the embeddings and the "
+     "outputs the residual adds, the stream's norms taking eps c^2: the same function, fp16 float "
+     "ops without overflow (issue 39; auto: a power of two from the calibrated stream maximum)"},
+    {"rounding",
+     "rounding=gptq: weight integers chosen by GPTQ's error compensation against the calibrated "
+     "input Hessians (Frantar et al. 2023, Algorithm 1; calibration step gptq); gptq_damp, "
+     "gptq_block, gptq_order=natural|act"},
+};
+}  // namespace
+
 std::string Plan::describe(const std::string& name) {
   if (name == "custom") return "a plan composed from 'ops' (see Plan JSON form)";
+  for (const auto& [part, text] : kPartDescriptions)
+    if (name == part) return text;
   return preset_or_throw(name).description;
+}
+
+std::vector<std::string> Plan::parts() {
+  std::vector<std::string> out;
+  for (const auto& [part, text] : kPartDescriptions) out.push_back(part);
+  return out;
 }
 
 std::string Plan::known_list() {
@@ -890,6 +923,30 @@ bool apply_plan_part(Plan& plan, const std::string& key, const json& v,
   } else if (key == "decode") {
     const std::string s = text_of(v, key);
     decode = s == "same" ? std::optional<soc::Processor>() : soc::processor_from_name(s);
+  } else if (key == "residual_scale") {
+    if (v.is_string() && v.get<std::string>() == "auto") {
+      plan.residual_scale_auto = true;
+      plan.residual_scale.reset();
+    } else if (v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>())) {
+      plan.residual_scale = v.get<double>();
+      plan.residual_scale_auto = false;
+    } else {
+      throw InvalidArgument("[Plan] residual_scale must be auto or a number > 0, got " +
+                            json_text(v));
+    }
+  } else if (key == "rotate") {
+    const std::string s = text_of(v, key);
+    if (s == "none") plan.rotation.residual.reset();
+    else plan.rotation.residual = quant::rotation_from_name(s);
+  } else if (key == "rotate_seed") {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw InvalidArgument("[Plan] rotate_seed must be an integer >= 0, got " + json_text(v));
+    plan.rotation.seed = v.get<uint64_t>();
+  } else if (key == "rotate_down" || key == "rotate_heads") {
+    const std::string s = text_of(v, key);
+    if (s != "none" && s != "hadamard")
+      throw InvalidArgument("[Plan] " + key + " must be hadamard or none, got '" + s + "'");
+    (key == "rotate_down" ? plan.rotation.online_down : plan.rotation.heads) = s == "hadamard";
   } else if (key == "lm_head_weights") {
     const std::string s = text_of(v, key);
     if (s != "fp32" && s != "linear")
@@ -901,9 +958,37 @@ bool apply_plan_part(Plan& plan, const std::string& key, const json& v,
   return true;
 }
 
+// The rounding parts: rounding=nearest|gptq, gptq_damp, gptq_block, gptq_order=natural|act.
+void apply_rounding(LinearScheme& s, const json& parts) {
+  for (const auto& [key, v] : parts.items()) {
+    if (key == "rounding") {
+      const std::string r = text_of(v, key);
+      if (r != "nearest" && r != "gptq")
+        throw InvalidArgument("[Plan] rounding must be nearest or gptq, got '" + r + "'");
+      s.rounding = r == "gptq" ? quant::Rounding::Gptq : quant::Rounding::Nearest;
+    } else if (key == "gptq_damp") {
+      if (!v.is_number())
+        throw InvalidArgument("[Plan] gptq_damp must be a number, got " + json_text(v));
+      s.gptq.damp = v.get<double>();
+    } else if (key == "gptq_block") {
+      if (!v.is_number_integer())
+        throw InvalidArgument("[Plan] gptq_block must be an integer, got " + json_text(v));
+      s.gptq.block = v.get<int64_t>();
+    } else {
+      const std::string o = text_of(v, key);
+      if (o != "natural" && o != "act")
+        throw InvalidArgument("[Plan] gptq_order must be natural or act, got '" + o + "'");
+      s.gptq.act_order = o == "act";
+    }
+  }
+  if (s.rounding != quant::Rounding::Gptq && parts.size() > (parts.contains("rounding") ? 1 : 0))
+    throw InvalidArgument("[Plan] gptq_damp, gptq_block and gptq_order need rounding=gptq");
+}
+
 constexpr const char* kPlanParts =
     "partition, partner, npu_share, partitions, device, characterization, sync, decode, "
-    "lm_head_weights";
+    "lm_head_weights, rotate, rotate_seed, rotate_down, rotate_heads, rounding, gptq_damp, "
+    "gptq_block, gptq_order, residual_scale";
 
 }  // namespace
 
@@ -925,8 +1010,13 @@ Plan Plan::from_json(const json& j_in) {
   json attention_options = json::object();
   std::optional<std::optional<soc::Processor>> decode;  // unset: the placement's default
   const auto attention_option_names = attention::AttentionScheme::option_names();
+  json rounding = json::object();  // the linear scheme's rounding parts, applied to it below
   for (const auto& [key, v] : j.items()) {
     if (key == "name" || key == "ops") continue;
+    if (key == "rounding" || key == "gptq_damp" || key == "gptq_block" || key == "gptq_order") {
+      rounding[key] = v;
+      continue;
+    }
     // "attention" is a scheme ("shadow-attn:keep=0.2", {"kind": ...}) or a placement ("gpu").
     if (key == "attention" && is_attention_value(v)) {
       attention_spec = v;
@@ -983,8 +1073,10 @@ Plan Plan::from_json(const json& j_in) {
     if (!j.contains("ops"))
       throw InvalidArgument("[Plan] plan 'custom' needs 'ops' naming how each operator class runs");
     plan.linear = ops_linear_scheme(j["ops"]).value_or(LinearScheme{});
+    apply_rounding(plan.linear, rounding);
   } else {
     plan.linear = preset->linear(plan.options);
+    apply_rounding(plan.linear, rounding);
     plan.linear.validate();
     if (j.contains("ops")) {
       const auto given = ops_linear_scheme(j["ops"]);
@@ -994,6 +1086,10 @@ Plan Plan::from_json(const json& j_in) {
     }
   }
   plan.attention = attention_scheme(attention_spec, attention_options);
+  const auto kind = plan.rotation.residual;
+  if (plan.rotation.seed != 0 && (!kind || *kind == quant::RotationKind::Fold))
+    throw InvalidArgument("[Plan] rotate_seed=" + std::to_string(plan.rotation.seed) +
+                          " seeds no rotation: give rotate=hadamard or rotate=random");
   // Placed first, then cut: a partition is validated against the final placement.
   const PartitionSpec partition = plan.partition;
   const auto partitions = plan.partitions;
@@ -1046,6 +1142,20 @@ json Plan::to_json() const {
   j["sync"] = fast_sync ? "fast" : "conventional";
   j["decode"] = decode_processor ? soc::processor_name(*decode_processor) : "same";
   j["lm_head_weights"] = lm_head_linear ? "linear" : "fp32";
+  if (residual_scale_auto) j["residual_scale"] = "auto";
+  else if (residual_scale) j["residual_scale"] = *residual_scale;
+  if (linear.rounding == quant::Rounding::Gptq) {
+    j["rounding"] = "gptq";
+    j["gptq_damp"] = linear.gptq.damp;
+    j["gptq_block"] = linear.gptq.block;
+    j["gptq_order"] = linear.gptq.act_order ? "act" : "natural";
+  }
+  if (!rotation.none()) {
+    j["rotate"] = rotation.residual ? quant::rotation_name(*rotation.residual) : "none";
+    j["rotate_seed"] = rotation.seed;
+    j["rotate_down"] = rotation.online_down ? "hadamard" : "none";
+    j["rotate_heads"] = rotation.heads ? "hadamard" : "none";
+  }
   json ops = json::object();
   for (int i = 0; i < kNumOpClasses; ++i) {
     const OpPlacement& p = placement[static_cast<size_t>(i)];

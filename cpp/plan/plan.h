@@ -37,6 +37,7 @@
 #include "attention/attention_scheme.h"
 #include "model/decoder_block.h"
 #include "quant/linear_scheme.h"
+#include "quant/rotation.h"
 #include "sched/partition.h"
 #include "soc/soc.h"
 
@@ -106,6 +107,21 @@ struct Plan {
   // The LM head's weights: fp32 (false), or quantized with the linear scheme (W4A16 quantizes
   // it too, seed 002 §5.1; weight-only schemes).
   bool lm_head_linear = false;
+  // Rotations folded into the weights (QuaRot, issue 39; quant/rotation.h): the residual
+  // stream's (rotate=fold|hadamard|random, rotate_seed=N), the down projection's input online
+  // (rotate_down=hadamard: an op of the graph), every head's values (rotate_heads=hadamard).
+  // The engine runs such a plan on the model rotated so (the same function in fp32), and its
+  // calibration must come from that model (socllm calibrate --rotate ...).
+  quant::RotationSpec rotation;
+  // The residual stream scaled by a constant c (issue 39; residual_scale=<c>|auto): the
+  // embeddings and every output the residual adds take (Gemma 3's post-norm outputs, else the
+  // o_proj and down outputs) times c, and the norms reading the stream with eps·c², since
+  // RMSNorm(c·x; eps·c²) = RMSNorm(x; eps) exactly: the same function with a stream c times
+  // smaller, so float ops stored in fp16 do not overflow. nullopt: 1. auto: the power of two that
+  // brings the calibrated stream maximum under kAutoResidualMax (Engine::residual_scale).
+  std::optional<double> residual_scale;
+  bool residual_scale_auto = false;
+  static constexpr double kAutoResidualMax = 4096;  // binary16's max 65504 / 16 of headroom
 
   // The plan a decoding step runs (Plan::decode_processor's placement, fp32 attention: seed 000
   // §4; no chunking).
@@ -138,7 +154,10 @@ struct Plan {
 
   static std::vector<std::string> known();
   static std::string known_list();  // "(known plans: a, b)", for error messages
-  static std::string describe(const std::string& name);  // one line, names the source
+  // One line naming the source, of a preset or of a part that composes with every preset
+  // (parts(): rotate, rotate_down, rotate_heads, rounding).
+  static std::string describe(const std::string& name);
+  static std::vector<std::string> parts();
   // A preset with default options. InvalidArgument naming the plan and listing the known ones.
   static Plan from_name(const std::string& name);
   // "name", "name:key=value,key=value" or a JSON object.

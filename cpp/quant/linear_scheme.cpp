@@ -97,10 +97,12 @@ bool LinearScheme::is_fp32() const {
          output_quant == OutputQuant::None;
 }
 
+std::string rounding_name(Rounding r) { return r == Rounding::Gptq ? "gptq" : "nearest"; }
+
 bool LinearScheme::needs_calibration() const {
   return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value() ||
-         shadow.has_value() || npu_smoothing.has_value() || output_quant != OutputQuant::None ||
-         (channel_bits && channel_bits->stored);
+         needs_hessians() || shadow.has_value() || npu_smoothing.has_value() ||
+         output_quant != OutputQuant::None || (channel_bits && channel_bits->stored);
 }
 
 void LinearScheme::validate() const {
@@ -178,6 +180,13 @@ void LinearScheme::validate() const {
     throw InvalidArgument("[LinearScheme] output_quant '" + output_quant_name(output_quant) +
                           "' models the NPU's static output quantization: it needs static "
                           "per-tensor int8 activations and int8 weights");
+  if (rounding == Rounding::Gptq) {
+    if (weights == WeightFormat::F32)
+      throw InvalidArgument(
+          "[LinearScheme] rounding gptq chooses the integers of quantized weights: these "
+          "weights are fp32");
+    gptq.validate();
+  }
 }
 
 nlohmann::json LinearScheme::to_json() const {
@@ -206,6 +215,11 @@ nlohmann::json LinearScheme::to_json() const {
                           {"beta", npu_smoothing->beta},
                           {"fold", npu_smoothing->fold}};
   if (output_quant != OutputQuant::None) j["output_quant"] = output_quant_name(output_quant);
+  if (rounding == Rounding::Gptq)
+    j["rounding"] = {{"method", "gptq"},
+                     {"damp", gptq.damp},
+                     {"block", gptq.block},
+                     {"order", gptq.act_order ? "act" : "natural"}};
   return j;
 }
 
@@ -299,10 +313,30 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
       s.npu_smoothing = n;
     } else if (key == "output_quant") {
       s.output_quant = parse_enum(v, "output_quant", kOutputQuants, output_quant_name);
+    } else if (key == "rounding") {
+      if (v.is_null()) continue;
+      if (!v.is_object())
+        throw InvalidArgument("[LinearScheme] 'rounding' must be an object or null, got " +
+                              json_text(v));
+      for (const auto& [rk, rv] : v.items()) {
+        if (rk == "method" && rv.is_string() &&
+            (rv.get<std::string>() == "gptq" || rv.get<std::string>() == "nearest"))
+          s.rounding = rv.get<std::string>() == "gptq" ? Rounding::Gptq : Rounding::Nearest;
+        else if (rk == "damp") s.gptq.damp = number_field(rv, "rounding.damp");
+        else if (rk == "block" && rv.is_number_integer()) s.gptq.block = rv.get<int64_t>();
+        else if (rk == "order" && rv.is_string() &&
+                 (rv.get<std::string>() == "act" || rv.get<std::string>() == "natural"))
+          s.gptq.act_order = rv.get<std::string>() == "act";
+        else
+          throw InvalidArgument("[LinearScheme] bad rounding field '" + rk + "': " + json_text(rv) +
+                                " (known: method nearest|gptq, damp number, block integer, "
+                                "order natural|act)");
+      }
     } else {
       throw InvalidArgument("[LinearScheme] unknown field '" + key +
                             "' (known: weights, activations, smoothing_alpha, outlier_threshold, "
-                            "shadow_outliers, channel_bits, npu_smoothing, output_quant)");
+                            "shadow_outliers, channel_bits, npu_smoothing, output_quant, "
+                            "rounding)");
     }
   }
   s.validate();
@@ -488,6 +522,20 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     }
   }
 
+  // GPTQ's Hessian of the input the weights see: x / s_in after an input smoothing, so
+  // H' = diag(1/s) H diag(1/s) (output smoothing scales rows, which GPTQ treats apart).
+  std::vector<float> gptq_h;
+  if (scheme_.rounding == Rounding::Gptq) {
+    if (static_cast<int64_t>(ctx.hessian.size()) != in * in)
+      throw InvalidArgument("[PreparedLinear] rounding gptq needs this input's Hessian [" +
+                            std::to_string(in) + ", " + std::to_string(in) + "], got " +
+                            std::to_string(ctx.hessian.size()) +
+                            " values (calibration step 'gptq')");
+    gptq_h.assign(ctx.hessian.begin(), ctx.hessian.end());
+    if (!s_in.empty())
+      for (int64_t a = 0; a < in; ++a)
+        for (int64_t b = 0; b < in; ++b) gptq_h[a * in + b] /= s_in[a] * s_in[b];
+  }
   if (scheme_.weights == WeightFormat::F32) {
     w_hat_ = std::move(ws);
     stored_weight_bytes_ = out * in * static_cast<int64_t>(sizeof(float));
@@ -512,8 +560,15 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
     }
     std::vector<int8_t> q(static_cast<size_t>(out * in));
     w_scales_.resize(static_cast<size_t>(out));
-    for (int64_t i = 0; i < out; ++i)
-      w_scales_[i] = quantize_row_bits(ws.data() + i * in, in, row_bits_[i], q.data() + i * in);
+    if (gptq_h.empty()) {
+      for (int64_t i = 0; i < out; ++i)
+        w_scales_[i] = quantize_row_bits(ws.data() + i * in, in, row_bits_[i], q.data() + i * in);
+    } else {
+      QuantizedWeights g = gptq_quantize(ws.data(), out, in, gptq_h, {8, Granularity::PerChannel},
+                                         scheme_.gptq, row_bits_);
+      q = std::move(g.q);
+      w_scales_ = std::move(g.scales);
+    }
     stored_weight_bytes_ =
         channel_bits_bytes(row_bits_, in, bit_allocation_metadata_bits(cb.allocation));
     if (integer_activations(scheme_.activations)) {
@@ -526,7 +581,9 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
   } else {
     const QuantSpec spec{scheme_.weights == WeightFormat::Int8 ? scheme_.weight_bits : 4,
                          scheme_.weight_granularity, scheme_.group_size};
-    const QuantizedWeights q = quantize_weights(ws.data(), out, in, spec);
+    const QuantizedWeights q = gptq_h.empty()
+                                   ? quantize_weights(ws.data(), out, in, spec)
+                                   : gptq_quantize(ws.data(), out, in, gptq_h, spec, scheme_.gptq);
     stored_weight_bytes_ = (out * in * spec.bits + 7) / 8 +
                            static_cast<int64_t>(q.scales.size()) * scale_bytes(spec.granularity);
     if (integer_activations(scheme_.activations) &&

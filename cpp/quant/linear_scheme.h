@@ -24,6 +24,9 @@
 //   output quant the NPU's per-tensor static quantization of a linear's output (int8 / int16)
 //                with a scale fixed from calibration, dequantized by the next op (what β is for:
 //                with β = 1 every output channel's range is 1 before the per-tensor grid)
+//   rounding     how the weights' integers are chosen: round-to-nearest, or GPTQ's
+//                error-compensating rounding against the calibrated Hessian of the input
+//                (quant/gptq.h; Frantar et al. 2023): the same scales and format, other codes
 //
 // Execution: integer activations with per-tensor/per-channel weights run the exact
 // s8·s8→s32 GEMM with a float epilogue s_x[row]·s_w[col] (what an NPU computes); per-group
@@ -43,6 +46,7 @@
 #include "kernels/gemm_s8.h"
 #include "model/model.h"
 #include "quant/bitwidth.h"
+#include "quant/gptq.h"
 #include "quant/quant.h"
 #include "quant/shadow_outlier.h"
 
@@ -51,6 +55,8 @@ namespace socllm::quant {
 enum class WeightFormat { F32, Int8, Int4 };
 enum class ActFormat { F32, F16, Int8StaticPerTensor, Int8DynamicPerRow, Int8DynamicPerGroup };
 enum class OutputQuant { None, Int8, Int16 };
+enum class Rounding { Nearest, Gptq };
+std::string rounding_name(Rounding r);  // nearest | gptq
 
 std::string weight_format_name(WeightFormat f);
 std::string act_format_name(ActFormat f);
@@ -92,9 +98,13 @@ struct LinearScheme {
   std::optional<ChannelBits> channel_bits;  // per-channel bit-widths of int8 per-channel weights
   std::optional<NpuSmoothing> npu_smoothing;
   OutputQuant output_quant = OutputQuant::None;
+  Rounding rounding = Rounding::Nearest;
+  GptqOptions gptq;  // rounding gptq
 
   bool is_fp32() const;
-  // Static activation scales, smoothing or stored bit-widths need calibration statistics.
+  // GPTQ rounding needs the calibrated Hessians of the inputs (step gptq).
+  bool needs_hessians() const { return rounding == Rounding::Gptq; }
+  // Static activation scales, smoothing, stored bit-widths or GPTQ need calibration statistics.
   bool needs_calibration() const;
   // Shadow outlier execution needs the outlier statistics (thresholds, counts) as well.
   bool needs_outlier_calibration() const { return shadow.has_value(); }
@@ -141,6 +151,8 @@ struct LinearContext {
   std::span<const int64_t> tensor_rows;
   // [out] stored bit-widths (ChannelBits.stored).
   std::span<const uint8_t> row_bits;
+  // [in, in] XᵀX / n of this input (rounding gptq; calibration step gptq).
+  std::span<const float> hessian;
   // Input statistics and the shadow configuration only.
   static LinearContext of(std::span<const float> act_absmax, const ShadowLinearConfig* shadow) {
     LinearContext c;

@@ -15,7 +15,7 @@ namespace socllm::quant {
 
 std::string rotation_name(RotationKind k) {
   switch (k) {
-    case RotationKind::None: return "none";
+    case RotationKind::Fold: return "fold";
     case RotationKind::Hadamard: return "hadamard";
     case RotationKind::Random: return "random";
   }
@@ -23,9 +23,9 @@ std::string rotation_name(RotationKind k) {
 }
 
 RotationKind rotation_from_name(const std::string& name) {
-  for (RotationKind k : {RotationKind::None, RotationKind::Hadamard, RotationKind::Random})
+  for (RotationKind k : {RotationKind::Fold, RotationKind::Hadamard, RotationKind::Random})
     if (rotation_name(k) == name) return k;
-  throw InvalidArgument("[rotation] unknown rotation '" + name + "' (none, hadamard, random)");
+  throw InvalidArgument("[rotation] unknown rotation '" + name + "' (fold, hadamard, random)");
 }
 
 ResidualRotation::ResidualRotation(RotationKind kind, int64_t d, uint64_t seed)
@@ -60,7 +60,7 @@ void ResidualRotation::apply_rows(float* x, int64_t rows, int64_t ld) const {
   if (rows < 0 || ld < d_)
     throw ShapeError("[ResidualRotation] " + std::to_string(rows) + " rows of " +
                      std::to_string(d_) + " with row stride " + std::to_string(ld));
-  if (kind_ == RotationKind::None || rows == 0) return;
+  if (kind_ == RotationKind::Fold || rows == 0) return;
   if (kind_ == RotationKind::Hadamard) {
     // x Q = (x ⊙ s) Hᵀ / sqrt(d): each row, as a column vector, is H (s ⊙ x) / sqrt(d)
     for (int64_t r = 0; r < rows; ++r)
@@ -75,7 +75,7 @@ void ResidualRotation::apply_rows(float* x, int64_t rows, int64_t ld) const {
 
 std::vector<float> ResidualRotation::matrix() const {
   std::vector<float> Q(static_cast<size_t>(d_ * d_), 0.0f);
-  if (kind_ == RotationKind::None) {
+  if (kind_ == RotationKind::Fold) {
     for (int64_t i = 0; i < d_; ++i) Q[static_cast<size_t>(i * d_ + i)] = 1.0f;
   } else if (kind_ == RotationKind::Hadamard) {
     const auto M = hadamard_->matrix();  // H / sqrt(d)
@@ -123,38 +123,106 @@ TensorF32 ones_like(const TensorF32& t) {
   return o;
 }
 
+// The columns [col0, col0 + n) of W [out, in] mapped by H / sqrt(n): each row's slice w -> H w.
+void hadamard_row_slices(TensorF32& W, const kernels::HadamardTransform& H, int64_t col0) {
+  H.apply(W.ptr() + col0, W.dim(0), W.dim(1));
+}
+
+// Rows [row0, row0 + n) of W [out, in] (and of its bias) mapped by H / sqrt(n): W_h -> H W_h.
+void hadamard_row_block(TensorF32& W, std::vector<float>* bias, const kernels::HadamardTransform& H,
+                        int64_t row0) {
+  const int64_t n = H.size(), in = W.dim(1);
+  std::vector<float> t(static_cast<size_t>(in * n));  // the block transposed: [in, n]
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < in; ++i)
+      t[static_cast<size_t>(i * n + r)] = W.data[(row0 + r) * in + i];
+  H.apply(t.data(), in, n);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < in; ++i)
+      W.data[(row0 + r) * in + i] = t[static_cast<size_t>(i * n + r)];
+  if (bias && !bias->empty()) H.apply(bias->data() + row0, 1, n);
+}
+
 }  // namespace
 
-std::shared_ptr<const Model> rotate_residual(const Model& model, const ResidualRotation& rot) {
-  const ModelConfig& c = model.config();
-  const std::string label =
-      "rotate=" + rotation_name(rot.kind()) +
-      (rot.kind() == RotationKind::None ? "" : ",seed=" + std::to_string(rot.seed()));
-  if (rot.dim() != c.d_model)
-    throw ShapeError("[rotate_residual] a rotation of size " + std::to_string(rot.dim()) +
-                     " for d_model " + std::to_string(c.d_model));
-  if (c.post_norms)
-    throw Unsupported("[rotate_residual] " + c.name +
-                      " normalizes the attention and MLP outputs with per-channel gains before the "
-                      "residual adds (Gemma 3's post norms): a rotated stream does not pass them "
-                      "unchanged, so the weights cannot absorb the rotation");
-  TensorF32 embed = model.embed_tokens();
-  rot.apply_rows(embed.ptr(), c.vocab_size, c.d_model);
-  TensorF32 head = fold_gain_and_rotate(model.lm_head(), model.final_norm(), rot);
-  std::vector<LayerWeights> layers;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = model.layer(l);
-    LayerWeights R = L;
-    R.wqkv = fold_gain_and_rotate(L.wqkv, L.attn_norm, rot);
-    R.w_gate_up = fold_gain_and_rotate(L.w_gate_up, L.ffn_norm, rot);
-    R.wo = rotate_columns(L.wo, rot);
-    R.w_down = rotate_columns(L.w_down, rot);
-    R.attn_norm = ones_like(L.attn_norm);
-    R.ffn_norm = ones_like(L.ffn_norm);
-    layers.push_back(std::move(R));
+std::string RotationSpec::name() const {
+  std::string s;
+  const auto add = [&](const std::string& part) { s += (s.empty() ? "" : ",") + part; };
+  if (residual) {
+    add(rotation_name(*residual));
+    if (*residual != RotationKind::Fold) add("seed=" + std::to_string(seed));
   }
-  return model.with_weights(std::move(embed), std::move(head), ones_like(model.final_norm()),
-                            std::move(layers), label);
+  if (online_down) add("down");
+  if (heads) add("heads");
+  return s.empty() ? "none" : s;
+}
+
+RotationSpec RotationSpec::from_name(const std::string& name) {
+  RotationSpec r;
+  if (name == "none") return r;
+  size_t at = 0;
+  while (at <= name.size()) {
+    const size_t end = std::min(name.find(',', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    if (part == "down") r.online_down = true;
+    else if (part == "heads") r.heads = true;
+    else if (part.rfind("seed=", 0) == 0 && part.size() > 5 &&
+             part.find_first_not_of("0123456789", 5) == std::string::npos)
+      r.seed = std::stoull(part.substr(5));
+    else if (part == "fold" || part == "hadamard" || part == "random")
+      r.residual = rotation_from_name(part);
+    else
+      throw InvalidArgument("[rotation] '" + name + "' has an unknown part '" + part +
+                            "' (fold, hadamard, random, seed=N, down, heads)");
+    at = end + 1;
+  }
+  if (r.name() != name)
+    throw InvalidArgument("[rotation] '" + name + "' is not a rotation's name (e.g. '" + r.name() +
+                          "')");
+  return r;
+}
+
+std::shared_ptr<const Model> rotate_model(std::shared_ptr<const Model> model,
+                                          const RotationSpec& spec) {
+  if (spec.none()) return model;
+  const ModelConfig& c = model->config();
+  TensorF32 embed = model->embed_tokens(), head, final_norm = model->final_norm();
+  std::vector<LayerWeights> layers;
+  for (int64_t l = 0; l < c.n_layers; ++l) layers.push_back(model->layer(l));
+  if (spec.residual) {
+    const ResidualRotation rot(*spec.residual, c.d_model, spec.seed);
+    if (c.post_norms)
+      throw Unsupported("[rotate_model] " + c.name +
+                        " normalizes the attention and MLP outputs with per-channel gains before "
+                        "the residual adds (Gemma 3's post norms): a rotated stream does not pass "
+                        "them unchanged, so the weights cannot absorb the rotation");
+    rot.apply_rows(embed.ptr(), c.vocab_size, c.d_model);
+    head = fold_gain_and_rotate(model->lm_head(), model->final_norm(), rot);
+    final_norm = ones_like(final_norm);
+    for (LayerWeights& R : layers) {
+      R.wqkv = fold_gain_and_rotate(R.wqkv, R.attn_norm, rot);
+      R.w_gate_up = fold_gain_and_rotate(R.w_gate_up, R.ffn_norm, rot);
+      R.wo = rotate_columns(R.wo, rot);
+      R.w_down = rotate_columns(R.w_down, rot);
+      R.attn_norm = ones_like(R.attn_norm);
+      R.ffn_norm = ones_like(R.ffn_norm);
+    }
+  }
+  if (spec.heads) {
+    const kernels::HadamardTransform H(c.head_dim);
+    const int64_t v_row0 = (c.n_heads + c.n_kv_heads) * c.head_dim;
+    for (LayerWeights& R : layers) {
+      for (int64_t h = 0; h < c.n_kv_heads; ++h)
+        hadamard_row_block(R.wqkv, &R.bqkv.data, H, v_row0 + h * c.head_dim);
+      for (int64_t h = 0; h < c.n_heads; ++h) hadamard_row_slices(R.wo, H, h * c.head_dim);
+    }
+  }
+  if (spec.online_down) {
+    const kernels::HadamardTransform H(c.d_ff);
+    for (LayerWeights& R : layers) hadamard_row_slices(R.w_down, H, 0);
+  }
+  return model->with_weights(std::move(embed), std::move(head), std::move(final_norm),
+                             std::move(layers), {spec.name(), spec.online_down});
 }
 
 }  // namespace socllm::quant

@@ -13,6 +13,15 @@
 //   LM head                              W' = W diag(γ_final) Q   (untied from the embeddings)
 // Biases of the reading linears are unchanged. A model whose stream passes a per-channel gain
 // after a linear (Gemma 3's post-attention and post-MLP norms) has no such invariance: refused.
+//
+// Two rotations inside the block (QuaRot §4.2), each optional and independent of the stream's:
+//   down   the down projection's input x (d_ff wide) is rotated online, x -> x Hᵀ with H the
+//          normalized Hadamard matrix of size d_ff (kernels::HadamardTransform, the block's
+//          down_rotate op, timed in the task graph), and W_down' = W_down Hᵀ offline;
+//   heads  every head's values are rotated by the head_dim Hadamard folded offline into v_proj's
+//          rows (and bias) and o_proj's columns of that head: o_proj's input has its outliers
+//          spread within each head at no run-time cost. QuaRot adds an online Hadamard across
+//          heads before o_proj; we leave it out (o_proj's input stays rotated per head only).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +36,9 @@
 namespace socllm::quant {
 
 enum class RotationKind {
-  None,
+  // Q = I: only the RMSNorm gains folded into the reading linears (what every rotation does
+  // besides rotating; an ablation that separates the two).
+  Fold,
   // QuaRot's randomized Hadamard: Q = diag(s) Hᵀ / sqrt(d), s random signs from the seed, H by
   // kernels::HadamardTransform (Paley x Sylvester for sizes like 576); applied in O(d log d).
   Hadamard,
@@ -59,8 +70,25 @@ class ResidualRotation {
   std::vector<float> q_t_;  // Random: Qᵀ [d, d] (the linear kernel's weight layout)
 };
 
-// The model with its residual stream rotated by `rot` (the table above). Unsupported for models
-// with post-linear norms; ShapeError when rot's size is not d_model.
-std::shared_ptr<const Model> rotate_residual(const Model& model, const ResidualRotation& rot);
+// What a plan rotates (its parts rotate, rotate_seed, rotate_down, rotate_heads; plan.h).
+struct RotationSpec {
+  std::optional<RotationKind> residual;  // the stream's rotation (nullopt: none)
+  uint64_t seed = 0;                     // of the residual rotation
+  bool online_down = false;              // the down projection's input, online
+  bool heads = false;                    // every head's values, folded
+  bool none() const { return !residual && !online_down && !heads; }
+  // "none", or its parts joined by ',': "hadamard,seed=3", "fold", "down", "heads", e.g.
+  // "hadamard,seed=0,down,heads" (what a calibration records and a model's rotation() says).
+  std::string name() const;
+  // The inverse of name(); InvalidArgument naming the part it does not know.
+  static RotationSpec from_name(const std::string& name);
+  bool operator==(const RotationSpec&) const = default;
+};
+
+// The model rotated as `spec` says (the tables above); the model itself for spec none.
+// Unsupported for a residual rotation of a model with post-linear norms; InvalidArgument for a
+// Hadamard size no construction reaches (hadamard.h) or a model transformed already.
+std::shared_ptr<const Model> rotate_model(std::shared_ptr<const Model> model,
+                                          const RotationSpec& spec);
 
 }  // namespace socllm::quant

@@ -19,7 +19,7 @@ TEST(CalibrationSteps, EverySchemaArrayHasARegisteredWriter) {
   for (const StepInfo* s : steps()) names.insert(s->name);
   EXPECT_EQ(names,
             (std::set<std::string>{"act-scales", "outliers", "pruning-rate", "head-importance",
-                                   "qk-scales", "smoothing", "bitwidths"}));
+                                   "qk-scales", "smoothing", "bitwidths", "gptq"}));
   for (const auto& spec : Calibration::schema()) EXPECT_TRUE(names.count(spec.step)) << spec.name;
   // every need is an array some step writes, or an attribute
   for (const StepInfo* s : steps())

@@ -292,6 +292,19 @@ def _check_eval_flags(args, tasks: list[str], metrics: list[str]) -> None:
             raise not_applicable("eval", f"{flag} {value}", to, why)
 
 
+def _calibration_rotation(args) -> str | None:
+    """The rotation name the calibrate flags give (None when no --rotate flag is given), as a
+    plan with the same parts names it."""
+    parts = {
+        "rotate": args.rotate,
+        "rotate_seed": args.rotate_seed,
+        "rotate_down": args.rotate_down,
+        "rotate_heads": args.rotate_heads,
+    }
+    given = ",".join(f"{k}={v}" for k, v in parts.items() if v is not None)
+    return _core.Plan(f"fp32:{given}").rotation if given else None
+
+
 def cmd_calibrate(args) -> int:
     from .calibration import (
         check_options,
@@ -318,10 +331,18 @@ def cmd_calibrate(args) -> int:
     check_distinct_outputs({"--out": args.out, "--json": args.json})
     _check_outputs({"--out": args.out}, model_files, hdf5=["--out"])
     _check_outputs({"--json": args.json}, [*model_files, *_inputs(None, args.calib)])
-    model = load(
-        args.model, progress=not args.quiet, rotate=args.rotate, rotate_seed=args.rotate_seed
-    )
+    model = load(args.model, progress=not args.quiet)
     data = load_calibration(args.calib, model) if args.calib else None
+    # the rotation the statistics are gathered on: the flags', else the continued file's
+    rotation = _calibration_rotation(args)
+    if data is not None and rotation is not None and rotation != data.stats.rotation:
+        raise InvalidArgumentError(
+            f"socllm calibrate: --calib {args.calib} was made on rotation "
+            f"{data.stats.rotation!r}, the --rotate flags give {rotation!r}"
+        )
+    rotation = rotation or (data.stats.rotation if data is not None else "none")
+    if rotation != "none":
+        model = model.rotated(rotation)
     t0 = time.perf_counter()
     # each finished step is saved (atomically) before the next starts: a later step that fails
     # or is interrupted loses nothing, and --calib OUT --steps <the rest> continues
@@ -774,14 +795,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from this calibration file (e.g. --steps pruning-rate); --out may name "
         "the same file to update it",
     )
+    # the plan parts rotate, rotate_seed, rotate_down, rotate_heads (plan.h)
     k.add_argument(
         "--rotate",
-        default="none",
-        choices=["none", "hadamard", "random"],
-        help="calibrate the model with its residual stream rotated (QuaRot; issue 39): the file "
-        "records the rotation, and a model with another one refuses it",
+        default=None,
+        choices=["none", "fold", "hadamard", "random"],
+        help="gather the statistics on the model with its residual stream rotated (QuaRot; "
+        "issue 39): the file records the rotation and serves the plans with the same rotate "
+        "parts (w8a8:rotate=hadamard) only",
     )
-    k.add_argument("--rotate-seed", type=int, default=0, help="the rotation's seed")
+    k.add_argument("--rotate-seed", type=int, default=None, help="the rotation's seed (0)")
+    k.add_argument(
+        "--rotate-down",
+        default=None,
+        choices=["none", "hadamard"],
+        help="rotate the down projection's input online (plan part rotate_down)",
+    )
+    k.add_argument(
+        "--rotate-heads",
+        default=None,
+        choices=["none", "hadamard"],
+        help="rotate every head's values (plan part rotate_heads)",
+    )
     # one flag per step option, from the core's registry (cpp/calibrate/steps.h)
     takers: dict = {}
     for s in STEPS.values():

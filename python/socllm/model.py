@@ -5,6 +5,7 @@ Arrays returned are float32 numpy arrays that own their memory (moved out of C++
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import os
@@ -178,22 +179,11 @@ class LanguageModel:
         *,
         threads: int | None = None,
         calib: str | os.PathLike | None = None,
-        rotate: str = "none",
-        rotate_seed: int = 0,
     ):
         self.path = Path(model_file)
         if threads is not None:
             _core.set_num_threads(threads)
         self._model = _core.Model.load(str(self.path))
-        # the residual stream rotated into the weights (QuaRot; quant/rotation.h): the same
-        # function in fp32, its activations' outliers spread over the channels
-        if isinstance(rotate_seed, bool) or not isinstance(rotate_seed, int) or rotate_seed < 0:
-            raise InvalidArgumentError(
-                f"load: rotate_seed must be a non-negative integer, got {rotate_seed!r}"
-            )
-        self.rotation = "none" if rotate == "none" else f"{rotate},seed={rotate_seed}"
-        if rotate != "none":
-            self._model = self._model.rotated(rotate, rotate_seed)
         self._engine = _core.Engine(self._model)
         self.config: Mapping = MappingProxyType(dict(self._model.config))
         self.tokenizer = _file_tokenizer(self.path)
@@ -201,6 +191,22 @@ class LanguageModel:
         self.calibration_provenance: dict = {}  # the loaded file's attributes (corpus, seed...)
         if calib is not None:
             self.load_calibration(calib)
+
+    @property
+    def rotation(self) -> str:
+        """The rotation the weights carry: ``none`` as loaded (:meth:`rotated`)."""
+        return self._model.rotation
+
+    def rotated(self, rotation: str) -> LanguageModel:
+        """This model with ``rotation`` folded into its weights (a rotation's name, e.g.
+        ``hadamard,seed=0,down``; ``Plan(...).rotation`` gives a plan's): the same function in
+        fp32. Plans with rotate parts run on such a model by themselves; this is for gathering
+        statistics on it (``socllm calibrate --rotate ...``). No calibration is loaded."""
+        out = copy.copy(self)
+        out._model = self._model.rotated(rotation)
+        out._engine = _core.Engine(out._model)
+        out.calibration_path, out.calibration_provenance = None, {}
+        return out
 
     # -- calibration ------------------------------------------------------------------------
     def load_calibration(self, path: str | os.PathLike) -> None:
@@ -626,19 +632,12 @@ def load(
     threads: int | None = None,
     calib: str | os.PathLike | None = None,
     progress: bool = True,
-    rotate: str = "none",
-    rotate_seed: int = 0,
 ) -> LanguageModel:
     """Load a built-in model by name, a GGUF file, a Hugging Face model directory, or a
     socllm ``.h5`` model. Sources other than ``.h5`` are converted once into the cache.
-    ``calib``: a calibration file (``socllm calibrate``) for plans with static scales.
-    ``rotate``: ``hadamard`` or ``random`` rotates the residual stream into the weights
-    (QuaRot's computational invariance, from ``rotate_seed``): the same model in fp32; a
-    calibration must come from the model with the same rotation."""
+    ``calib``: a calibration file (``socllm calibrate``) for plans with static scales; a file
+    made on a rotated model (``socllm calibrate --rotate ...``) serves the plans with that
+    rotation (``w8a8:rotate=hadamard``)."""
     return LanguageModel(
-        resolve_model_file(name_or_path, progress=progress),
-        threads=threads,
-        calib=calib,
-        rotate=rotate,
-        rotate_seed=rotate_seed,
+        resolve_model_file(name_or_path, progress=progress), threads=threads, calib=calib
     )

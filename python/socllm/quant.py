@@ -5,6 +5,10 @@
   consecutive inputs; ``q = saturate(round_half_even(W / scale))`` into ``[-qmax-1, qmax]``.
 - ``dequantize(q, scales)``: ``q * scale``.
 - ``quantize_static(x, scale, bits=8)``: activations with a calibrated per-tensor scale.
+- ``gptq(W, H, bits=8, granularity="per-channel", group_size=32, damp=0.01, block=128,
+  act_order=False, row_bits=None) -> (q, scales)``: GPTQ's error-compensating rounding against
+  the inputs' Hessian ``H = XᵀX / n`` (cpp/quant/gptq.h; Frantar et al. 2023), the scales of
+  ``quantize`` / ``quantize_rows``; ``gptq_objective(W, W_hat, H)``: the loss it minimises.
 
 - EdgeFlow's per-channel bit-widths (seed 004 §4.1, cpp/quant/bitwidth.h): ``quantize_rows``,
   ``error_table`` (a channel's error at 1..8 bits, closed-form or exact), ``allocate_bits``
@@ -25,6 +29,8 @@ from ._core.quant import (  # noqa: F401
     allocation_error,
     dequantize,
     error_table,
+    gptq,
+    gptq_objective,
     quantize,
     quantize_rows,
     quantize_static,

@@ -38,6 +38,8 @@ def test_schema_is_the_steps_contract():
         "smooth_alpha",
         "smooth_alpha_error",
         "channel_bits",
+        "residual_absmax",
+        "hessian",
     }
     # every step's arrays are optional: a file holds what its steps wrote
     assert not any(a["required"] for a in schema.values())
@@ -50,6 +52,7 @@ def test_schema_is_the_steps_contract():
         "qk-scales",
         "smoothing",
         "bitwidths",
+        "gptq",
     ]
     for s in STEPS.values():
         assert s.description and s.writes
@@ -62,8 +65,13 @@ def test_file_written_by_cpp_reads_with_h5py(smollm, outliers, tmp_path):
         assert json.loads(f.attrs["model_config"])["d_model"] == 576
         assert f.attrs["steps"] == "act-scales,outliers" and f.attrs["samples"] == 4
         for a in socllm.calibration.Calibration.schema():
-            if not a["per_site"] or a["step"] not in ("act-scales", "outliers"):
+            if a["step"] not in ("act-scales", "outliers"):
                 assert a["name"] not in f  # their steps did not run
+                continue
+            if not a["per_site"]:  # the residual stream's maxima, one per layer and the output
+                arr = f[a["name"]][()]
+                assert arr.shape == (31,) and arr.dtype == np.dtype(a["dtype"])
+                np.testing.assert_array_equal(arr, outliers.stats.array(a["name"], None))
                 continue
             for site in socllm.calibration.Calibration.sites():
                 arr = f[f"{a['name']}/{site}"][()]

@@ -127,6 +127,11 @@ def test_sparse_schemes_stay_near_fp32_past_the_window(gemma, past_the_window):
 
 def test_a_residual_rotation_is_refused_for_its_post_norms(gemma):
     """Gemma 3 scales the attention and MLP outputs per channel before the residual adds: a
-    rotated stream would not pass those gains unchanged (quant/rotation.h), so it is refused."""
+    rotated stream would not pass those gains unchanged (quant/rotation.h), so it is refused;
+    the rotations inside the block (down projection input, heads) keep its function."""
+    ids = [2, 818, 5279, 529, 6207, 563, 7001, 236761]
     with pytest.raises(socllm.UnsupportedError, match="post norms"):
-        gemma._model.rotated("hadamard")
+        gemma.logits(ids, "fp32:rotate=hadamard")
+    want = gemma.logits(ids)
+    got = gemma.logits(ids, "fp32:rotate_down=hadamard,rotate_heads=hadamard")
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()

@@ -227,7 +227,12 @@ def test_cli_calibrate_out_may_be_its_calib_input(model_file, tmp_path, capsys, 
         path = model_file
 
     monkeypatch.setattr(socllm.model, "load", lambda *a, **k: Model())
-    monkeypatch.setattr(socllm.calibration, "load_calibration", lambda *a: "loaded")
+
+    class Loaded:  # a continued file made on the plain model
+        class stats:
+            rotation = "none"
+
+    monkeypatch.setattr(socllm.calibration, "load_calibration", lambda *a: Loaded())
 
     def run_steps(*a, after_step, **k):  # the CLI saves each finished step through after_step
         after_step(Cal())

@@ -52,6 +52,22 @@ def test_grid_adds_fp32_and_runs_uncalibrated_plans_once():
     assert rel.parts[2].startswith("act-scales_samples_8-") and "/" not in rel.parts[2]
 
 
+def test_rotated_plans_pair_with_the_settings_of_their_rotation():
+    """Issue 39: a calibration setting with rotate parts is made on the rotated model and serves
+    the plans with the same parts; a rotated plan without such a setting is an error."""
+    calibs = ["act-scales", "act-scales+gptq:rotate=hadamard,rotate_down=hadamard"]
+    plans = ["w8a8", "w8a8:rotate=hadamard,rotate_down=hadamard,rounding=gptq"]
+    cells = sw.plan_grid(["smollm2-135m"], calibs, plans, ["piqa"])
+    assert [(c.calib, c.plan) for c in cells][1:] == [
+        ("act-scales", "w8a8"),
+        (calibs[1], plans[1]),
+    ]
+    assert sw.calibration_rotation(calibs[1]) == "hadamard,seed=0,down"
+    assert sw.parse_calibration(calibs[1]) == (["act-scales", "gptq"], {})
+    with pytest.raises(socllm.InvalidArgumentError, match="no calibration setting is made on it"):
+        sw.plan_grid(["smollm2-135m"], ["act-scales"], ["w8a8:rotate=random"], ["piqa"])
+
+
 @pytest.mark.parametrize(
     ("models", "calibs", "plans", "tasks", "message"),
     [

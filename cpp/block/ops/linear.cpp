@@ -89,6 +89,11 @@ class Linear final : public BlockOpKind {
     } else {
       k::linear(io.in, N, w, w, W, cols, bias, io.out, io.ldo);
     }
+    // residual_scale folded into the linears whose outputs the residual adds (no post norms)
+    if (r.residual_scale != 1.0f && !c.post_norms &&
+        (site == LinearSite::AttnOut || site == LinearSite::MlpAct))
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < cols; ++j) io.out[i * io.ldo + j] *= r.residual_scale;
     if (r.seen)
       r.seen->shadow[static_cast<size_t>(r.layer * kNumLinearSites + static_cast<int>(site))] +=
           stats;

@@ -27,7 +27,9 @@ class Norm final : public BlockOpKind {
       case BlockOp::AttnNorm:
       case BlockOp::FfnNorm: {
         const float* gain = r.norm_gain[op.op == BlockOp::AttnNorm ? 0 : 1];
-        k::rms_norm(r.x, gain, N, d, c.rms_eps, r.h);
+        // the stream carries residual_scale c: eps c² keeps the norm's output exact
+        const double rs = r.residual_scale;
+        k::rms_norm(r.x, gain, N, d, c.rms_eps * rs * rs, r.h);
         rec.format = r.store(OpClass::Norm, r.h, N * d);
         rec.elements = N * d;
         rec.weight_bytes = d * static_cast<int64_t>(sizeof(float));
@@ -50,6 +52,9 @@ class Norm final : public BlockOpKind {
       case BlockOp::PostFfnNorm: {  // the branch's output, before the residual add
         const TensorF32& gain = op.op == BlockOp::PostAttnNorm ? w.post_attn_norm : w.post_ffn_norm;
         k::rms_norm(r.o, gain.ptr(), N, d, c.rms_eps, r.o);
+        // residual_scale folded into the post norm's gain: the branch joins the scaled stream
+        if (r.residual_scale != 1.0f)
+          for (int64_t i = 0; i < N * d; ++i) r.o[i] *= r.residual_scale;
         rec.format = r.store(OpClass::Norm, r.o, N * d);
         rec.elements = N * d;
         rec.weight_bytes = gain.numel() * static_cast<int64_t>(sizeof(float));

@@ -73,9 +73,9 @@ class Model:
         """
         Load a socllm HDF5 model file (docs/MODEL_FORMAT.md).
         """
-    def rotated(self, rotate: str, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> Model:
+    def rotated(self, rotation: str) -> Model:
         """
-        The model with its residual stream rotated (quant/rotation.h: QuaRot's computational invariance, issue 39): rotate hadamard (randomized Hadamard) or random (Haar orthogonal), from seed; the same function in fp32. rotate none folds the RMSNorm gains into the linears with Q = I (a diagnostic: what folding alone does to quantization). UnsupportedError for models with post-linear norms (Gemma 3).
+        The model rotated as a plan's rotation parts say (quant/rotation.h, issue 39; QuaRot's computational invariance): rotation is a rotation's name, its parts joined by ',': 'hadamard,seed=N' (randomized Hadamard) or 'random,seed=N' (Haar orthogonal) rotates the residual stream, 'fold' only folds the RMSNorm gains into the linears (Q = I), 'down' the down projection's input (online Hadamard), 'heads' every head's values; e.g. 'hadamard,seed=0,down'. The same function in fp32. UnsupportedError for a residual rotation of a model with post-linear norms (Gemma 3).
         """
     @property
     def config(self) -> typing.Any:
@@ -89,6 +89,11 @@ class Model:
     def path(self) -> str:
         ...
     @property
+    def rotation(self) -> str:
+        """
+        The rotation the weights carry ('none' as loaded; rotated()).
+        """
+    @property
     def weight_bytes(self) -> int:
         ...
 class Plan:
@@ -97,13 +102,20 @@ class Plan:
     """
     @staticmethod
     def describe(name: str) -> str:
-        ...
+        """
+        One line naming the source of a preset, or of a part (Plan.parts()).
+        """
     @staticmethod
     def known() -> list[str]:
         ...
     @staticmethod
     def op_classes() -> list[str]:
         ...
+    @staticmethod
+    def parts() -> list[str]:
+        """
+        The parts that compose with every preset and come from a paper (rotate, rotate_down, rotate_heads, rounding): Plan.describe(part).
+        """
     def __init__(self, plan: typing.Any) -> None:
         ...
     def __repr__(self) -> str:
@@ -182,6 +194,11 @@ class Plan:
         {op class: {'processor': ..., 'format': ...}} (plan.h)
         """
     @property
+    def rotation(self) -> str:
+        """
+        The rotations it folds into the weights, by name ('none', 'hadamard,seed=0,down', ...; quant/rotation.h): the model it runs on, and the calibration it needs.
+        """
+    @property
     def sync(self) -> str:
         ...
 class Calibration:
@@ -193,7 +210,9 @@ class Calibration:
     smooth_alpha_grid: typing.ClassVar[int] = 11
     @staticmethod
     def empty_for(model: Model) -> Calibration:
-        ...
+        """
+        Empty statistics for the model, recording its rotation (Model.rotation).
+        """
     @staticmethod
     def load(path: str, model: Model) -> tuple[Calibration, typing.Any]:
         """
@@ -244,6 +263,11 @@ class Calibration:
     @property
     def has_outlier_stats(self) -> bool:
         ...
+    @property
+    def rotation(self) -> str:
+        """
+        The rotation of the model the statistics were observed on: they serve the plans with that rotation (Plan rotate parts) only.
+        """
     @property
     def tokens(self) -> int:
         ...
@@ -299,6 +323,10 @@ class Engine:
     def attention_constants(self, plan: typing.Any) -> list:
         """
         Per layer, what the plan's attention scheme fixed from calibration: head_ratio, bucket_q/bucket_k ([n_heads * buckets]), static_q/k/v (npu-int8); [] for fp32.
+        """
+    def calibrated_rotations(self) -> list[str]:
+        """
+        The rotations with statistics loaded (set_calibration routes a rotated model's statistics to the plans of its rotation).
         """
     def calibration(self) -> Calibration:
         ...

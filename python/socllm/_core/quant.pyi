@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['allocate_bits', 'allocate_bits_budgeted', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'allocation_cost', 'allocation_error', 'dequantize', 'error_table', 'quantize', 'quantize_rows', 'quantize_static', 'stored_weight_bytes', 'total_bits']
+__all__: list[str] = ['allocate_bits', 'allocate_bits_budgeted', 'allocate_bits_dp', 'allocate_bits_greedy', 'allocate_bits_waterfill', 'allocation_cost', 'allocation_error', 'dequantize', 'error_table', 'gptq', 'gptq_objective', 'quantize', 'quantize_rows', 'quantize_static', 'stored_weight_bytes', 'total_bits']
 def allocate_bits(table: typing.Any, avg_bits: typing.SupportsFloat | typing.SupportsIndex, method: str = 'greedy') -> numpy.typing.NDArray[numpy.uint8]:
     """
     Bit-widths [rows] of one tensor at an average budget: greedy (Algorithm 1), uniform, int4-int8, cmpq.
@@ -44,7 +44,15 @@ def error_table(W: typing.Any, metric: str = 'closed-form') -> numpy.typing.NDAr
     """
     RE(W_i, B) [out, 8] for B = 1..8 (column B - 1): 'closed-form' 2^-2B max^2/E[w^2] or 'exact' cosine distance after quantization (seed 004 §4.1).
     """
-def quantize(W: typing.Any, bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32) -> tuple[numpy.typing.NDArray[numpy.int8], numpy.typing.NDArray[numpy.float32]]:
+def gptq(W: typing.Any, H: typing.Any, bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32, damp: typing.SupportsFloat | typing.SupportsIndex = 0.01, block: typing.SupportsInt | typing.SupportsIndex = 128, act_order: bool = False, row_bits: typing.Any = None) -> tuple:
+    """
+    GPTQ's rounding (quant/gptq.h): W [out, in] quantized against H = XᵀX/n [in, in] of its inputs; (q, scales) as quantize gives them (row_bits: EdgeFlow's per-row widths, per-channel).
+    """
+def gptq_objective(W: typing.Any, W_hat: typing.Any, H: typing.Any) -> float:
+    """
+    tr((W - W_hat) H (W - W_hat)ᵀ) / out: the output error GPTQ minimises.
+    """
+def quantize(W: typing.Any, bits: typing.SupportsInt | typing.SupportsIndex = 8, granularity: str = 'per-channel', group_size: typing.SupportsInt | typing.SupportsIndex = 32) -> tuple:
     """
     (q int8 [out, in], scales float32: [1] per-tensor, [out] per-channel, [out, in/group]).
     """

@@ -3,7 +3,7 @@ their constants from, written to one HDF5 artifact whose schema the C++ core own
 (:class:`Calibration`: ``schema()``, ``sites()``, ``format_version``).
 
 - :mod:`socllm.calibration.steps`: the steps (act-scales, outliers, pruning-rate,
-  head-importance, qk-scales, smoothing, bitwidths), registered in the C++ core
+  head-importance, qk-scales, smoothing, bitwidths, gptq), registered in the C++ core
   (``cpp/calibrate/``), each with one Python run function; :func:`calibrate` runs a pipeline
   of them, ``calibrate_<step>`` one.
 - :mod:`socllm.calibration.artifact`: corpus windows, the artifact's data, saving and loading.
@@ -26,6 +26,7 @@ from .steps import (
     STEPS,
     calibrate_act_scales,
     calibrate_bitwidths,
+    calibrate_gptq,
     calibrate_head_importance,
     calibrate_outliers,
     calibrate_pruning_rate,
@@ -49,6 +50,7 @@ __all__ = [
     "calibrate",
     "calibrate_act_scales",
     "calibrate_bitwidths",
+    "calibrate_gptq",
     "calibrate_head_importance",
     "calibrate_outliers",
     "calibrate_pruning_rate",

@@ -141,15 +141,7 @@ def save_calibration(path: str | os.PathLike, cal, model) -> Path:
 
 def load_calibration(path: str | os.PathLike, model):
     """Reads a calibration file (:class:`CalibrationData`) for ``model``: a file from another
-    model or schema version is an InvalidArgumentError naming the value (checked in C++)."""
+    model or schema version is an InvalidArgumentError naming the value (checked in C++). Its
+    ``stats.rotation`` says which rotation of the model it was made on."""
     stats, provenance = _core.Calibration.load(str(Path(path)), model._model)
-    # statistics of a rotated model's activations hold for that rotation only (issue 39)
-    seen, have = provenance.get("rotation", "none"), getattr(model, "rotation", "none")
-    if seen != have:
-        rotate = "" if seen == "none" else " --rotate " + seen.replace(",seed=", " --rotate-seed ")
-        raise InvalidArgumentError(
-            f"calibration {path} was computed on the model with rotation {seen!r}, this one has "
-            f"{have!r}: its statistics do not hold here (socllm calibrate{rotate} ..., or load "
-            f"the model with the file's rotation)"
-        )
     return CalibrationData(stats, provenance)

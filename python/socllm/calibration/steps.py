@@ -24,6 +24,8 @@ Calibration text: WikiText-2 raw test, windows drawn from its first quarter
 * ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and bit-widths (seed
   004 §4.1), on ``smoothing_rows`` random rows of each of the first ``smoothing_windows``
   act-scales windows.
+* ``gptq`` (``gptq.cpp``): GPTQ's Hessian XᵀX / n of every linear input on the act-scales
+  windows, for plans with ``rounding=gptq`` (Frantar et al. 2023; issue 39).
 """
 
 from __future__ import annotations
@@ -65,11 +67,8 @@ class StepContext:
     def ensure_data(self) -> CalibrationData:
         """The statistics, created empty for the model when no earlier step ran."""
         if self.data is None:
-            provenance = {
-                "slice": f"first {CALIB_SLICE_FRACTION:g} of the tokenized corpus",
-                # the statistics hold for this rotation of the model only (load_calibration checks)
-                "rotation": getattr(self.model, "rotation", "none"),
-            }
+            # the statistics record the model's rotation (Calibration.rotation, C++)
+            provenance = {"slice": f"first {CALIB_SLICE_FRACTION:g} of the tokenized corpus"}
             self.data = CalibrationData(_core.Calibration.empty_for(self.model._model), provenance)
         return self.data
 
@@ -187,6 +186,11 @@ def _keep_independent(old: CalibrationData, new: CalibrationData) -> None:
 
 @step_run("outliers")
 def _outliers(ctx: StepContext) -> None:
+    ctx.run_cpp(ctx.act_scales_windows())
+
+
+@step_run("gptq")
+def _gptq(ctx: StepContext) -> None:
     ctx.run_cpp(ctx.act_scales_windows())
 
 
@@ -482,6 +486,7 @@ def _step_function(name: str):
 
 calibrate_act_scales = _step_function("act-scales")
 calibrate_outliers = _step_function("outliers")
+calibrate_gptq = _step_function("gptq")
 calibrate_pruning_rate = _step_function("pruning-rate")
 calibrate_head_importance = _step_function("head-importance")
 calibrate_qk_scales = _step_function("qk-scales")

@@ -8,6 +8,10 @@ cell (issue 16 item 3).
 * Plans that use no calibration (``Plan.needs_calibration`` false, e.g. fp32) run once per model
   whatever the calibration axis holds; ``fp32`` is always in the grid, since every other row is
   compared with it.
+* A calibration setting may rotate the model its steps observe with the plan parts of issue 39
+  (``act-scales+gptq:rotate=hadamard,rotate_down=hadamard``); it serves the calibrated plans
+  with the same parts (``w8a8:rotate=hadamard,rotate_down=hadamard,rounding=gptq``) and only
+  those (:func:`calibration_rotation`).
 * Each calibration setting is one Ray task per model that returns the HDF5 file's bytes; the
   driver stores them (``calib/``) and hands them to the cells through the object store, so the
   nodes of a cluster share no file system.
@@ -173,6 +177,8 @@ def parse_calibration(spec: str) -> tuple[list[str], dict]:
     for item in filter(None, (x.strip() for x in opts_part.split(","))):
         k, eq, v = item.partition("=")
         k = k.strip().replace("-", "_")
+        if eq and k in ROTATION_PARTS:  # the model's rotation, not a step option
+            continue
         if not eq or k not in known:
             raise InvalidArgumentError(
                 f"sweep: calibration option {item!r} in {spec!r} is not key=value with a known "
@@ -190,6 +196,28 @@ def parse_calibration(spec: str) -> tuple[list[str], dict]:
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"sweep: calibration setting {spec!r}: {e}") from None
     return steps, opts
+
+
+# Calibration-setting options that rotate the model the steps observe (the plan parts of
+# issue 39): "act-scales+gptq:rotate=hadamard,rotate_down=hadamard" serves the plans with those
+# parts, and only those.
+ROTATION_PARTS = ("rotate", "rotate_seed", "rotate_down", "rotate_heads")
+
+
+def calibration_rotation(spec: str) -> str:
+    """The rotation (``Plan.rotation`` name) a calibration setting's statistics are made on."""
+    _, _, opts_part = spec.strip().partition(":")
+    parts = [
+        x.strip()
+        for x in opts_part.split(",")
+        if x.strip().partition("=")[0].strip().replace("-", "_") in ROTATION_PARTS
+    ]
+    if not parts:
+        return "none"
+    try:
+        return _core.Plan("fp32:" + ",".join(parts)).rotation
+    except SocllmError as e:
+        raise InvalidArgumentError(f"sweep: calibration setting {spec!r}: {e}") from None
 
 
 def check_model(name: str) -> Path:
@@ -470,10 +498,20 @@ def plan_grid(
                 f"sweep: plan {p!r} needs calibration but the only calibration setting is "
                 f"{NO_CALIBRATION!r} (give --calib act-scales, for example)"
             )
+    # a calibrated plan runs on the settings made on its rotation only
+    rotation = {c: calibration_rotation(c) for c in real_calibs}
+    serving = {p: [c for c in real_calibs if rotation[c] == _core.Plan(p).rotation] for p in plans}
+    for p in plans:
+        if needs[p] and not serving[p]:
+            raise InvalidArgumentError(
+                f"sweep: plan {p!r} runs with rotation {_core.Plan(p).rotation!r} and no "
+                f"calibration setting is made on it (add its parts to one, e.g. "
+                f"--calib act-scales:rotate=hadamard)"
+            )
     cells = []
     for m in models:
         for p in plans:
-            for c in real_calibs if needs[p] else [NO_CALIBRATION]:
+            for c in serving[p] if needs[p] else [NO_CALIBRATION]:
                 cells.extend(Cell(m, c, p, t) for t in tasks)
     return cells
 
@@ -532,6 +570,9 @@ def calibrate_task(model: str, spec: str, threads: int) -> bytes:
 
     steps, opts = parse_calibration(spec)
     m = _worker_model(model, None, threads)
+    rotation = calibration_rotation(spec)
+    if rotation != "none":  # the statistics of the rotated model (issue 39)
+        m = m.rotated(rotation)
     cal = run_steps(m, steps, progress=False, **opts)
     with tempfile.TemporaryDirectory() as d:
         path = save_calibration(Path(d) / "calib.h5", cal, m)

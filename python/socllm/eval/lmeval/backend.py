@@ -14,8 +14,11 @@ Model arguments (``--model_args model=smollm2-135m,plan=fp32,batch_size=8``):
   model's context length), ``threads``, ``quiet`` (no progress bars).
 * ``device`` and ``max_batch_size`` (which lm-eval passes to every model) are accepted and
   ignored (socllm runs on the CPU).
-* Any other key (``alpha``, ``threshold``, ``group_size``, ...) is a plan option:
-  ``plan = {"name": plan, **options}``; numbers given as strings become int/float.
+* Any other key (``alpha``, ``threshold``, ``group_size``, ...) is a plan option or part:
+  ``plan = {"name": plan, **options}``; numbers given as strings become int/float. Issue 39's
+  parts go the same way: ``plan=w8a8,rotate=hadamard,rotate_down=hadamard,rounding=gptq,
+  calib=rot.h5`` with a calibration made by ``socllm calibrate --rotate hadamard --rotate-down
+  hadamard --steps act-scales,gptq``; ``residual_scale=auto`` for Gemma 3's fp16 float ops.
 
 Requests are scored as lm-eval's own ``hf`` backend (``lm_eval/models/huggingface.py``) scores
 them, so the two agree on the same model:

@@ -17,6 +17,7 @@ online down-projection and per-head rotations; ``inner``: the last two alone, wh
 post norms allow) or plan parts joined by '+' (``rotate=random+rotate_seed=3``). A plan is a
 plan text or an alias from PLANS (``w4a8``: 4-bit per-channel weights, static per-tensor int8
 activations); ``+gptq`` after it adds ``rounding=gptq``, ``+rs`` adds ``residual_scale=auto``.
+Plans are ','-separated, or ';'-separated when one has options (``w8a8;edgeflow:bits=4``).
 
     python scripts/rotation_accuracy.py --json docs/results/rotation_accuracy.json
     python scripts/rotation_accuracy.py --model gemma3-270m --rotations none,inner \\
@@ -76,8 +77,14 @@ def rotation_parts(name: str, seed: int) -> dict:
 
 
 def _scalar(kv: str) -> tuple[str, object]:
+    """ "key=value" -> (key, the value as an int, a float, or the text)."""
     k, _, v = kv.partition("=")
-    return k, int(v) if v.isdigit() else v
+    for kind in (int, float):
+        try:
+            return k, kind(v)
+        except ValueError:
+            pass
+    return k, v
 
 
 def plan_spec(name: str, parts: dict) -> str:

@@ -153,7 +153,8 @@ void init_plan(py::module_& m) {
                   "One line naming the source of a preset, or of a part (Plan.parts()).")
       .def_static("parts", &Plan::parts,
                   "The parts that compose with every preset and come from a paper (rotate, "
-                  "rotate_down, rotate_heads, rounding): Plan.describe(part).")
+                  "rotate_down, rotate_heads, act_percentile, residual_scale, rounding): "
+                  "Plan.describe(part).")
       .def("__repr__",
            [](const Plan& p) { return "Plan(" + json_text(p.to_json(), std::string::npos) + ")"; });
 }

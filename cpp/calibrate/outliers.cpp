@@ -26,6 +26,7 @@ void run(StepContext& ctx) {
   const double frac = method == "maxmin" ? 1.0 : p / 100.0;
   const ModelConfig& c = ctx.engine.model().config();
   Calibration counted = Calibration::empty_for(c);
+  counted.rotation = ctx.stats.rotation;  // observed on the same (rotated) model
   for (int s = 0; s < kNumLinearSites; ++s) {
     const auto site = static_cast<LinearSite>(s);
     std::vector<float> t(static_cast<size_t>(c.n_layers));

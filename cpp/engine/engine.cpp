@@ -208,6 +208,7 @@ struct Engine::SiteContext {
   std::vector<int64_t> tensor_rows;
   std::vector<uint8_t> row_bits;
   std::span<const float> hessian;
+  float act_clip = 0.0f;
   quant::LinearContext context() const {
     quant::LinearContext ctx;
     ctx.act_absmax = act_absmax;
@@ -218,6 +219,7 @@ struct Engine::SiteContext {
     ctx.tensor_rows = tensor_rows;
     ctx.row_bits = row_bits;
     ctx.hessian = hessian;
+    ctx.act_clip = act_clip;
     return ctx;
   }
 };
@@ -293,6 +295,7 @@ Engine::SiteContext Engine::site_context(const Calibration* calib, const Plan& p
   if (calib) sc.act_absmax = calib->absmax(layer, site);
   if (ls.needs_output_absmax()) sc.out_absmax = calib->output_absmax(layer, site);
   if (ls.needs_hessians()) sc.hessian = calib->hessian_of(layer, site);
+  if (ls.act_percentile) sc.act_clip = calib->abs_percentile(layer, site, *ls.act_percentile / 100);
   if (site == LinearSite::AttnIn) sc.tensor_rows = {c.q_dim(), c.kv_dim(), c.kv_dim()};
   if (site == LinearSite::MlpIn) sc.tensor_rows = {c.d_ff, c.d_ff};
   if (ls.channel_bits && ls.channel_bits->stored) {

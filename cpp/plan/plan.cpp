@@ -830,6 +830,10 @@ constexpr std::pair<const char*, const char*> kPartDescriptions[] = {
     {"rotate_heads",
      "rotate_heads=hadamard: each head's values rotated by a head_dim Hadamard folded into v_proj "
      "and o_proj (QuaRot §4.2, without its online cross-head part)"},
+    {"act_percentile",
+     "act_percentile=<p>: a static per-tensor activation scale mapping the calibrated p-th "
+     "percentile of |x| to 127 instead of the maximum (the percentile rule of llm.npu's outlier "
+     "thresholds, seed 001 §3.3, applied to the whole input)"},
     {"residual_scale",
      "residual_scale=<c>|auto: the residual stream scaled by c, folded into the embeddings and the "
      "outputs the residual adds, the stream's norms taking eps c^2: the same function, fp16 float "
@@ -958,10 +962,15 @@ bool apply_plan_part(Plan& plan, const std::string& key, const json& v,
   return true;
 }
 
-// The rounding parts: rounding=nearest|gptq, gptq_damp, gptq_block, gptq_order=natural|act.
+// The linear scheme's parts: rounding=nearest|gptq, gptq_damp, gptq_block,
+// gptq_order=natural|act; act_percentile=<p>.
 void apply_rounding(LinearScheme& s, const json& parts) {
   for (const auto& [key, v] : parts.items()) {
-    if (key == "rounding") {
+    if (key == "act_percentile") {
+      if (!v.is_number())
+        throw InvalidArgument("[Plan] act_percentile must be a number, got " + json_text(v));
+      s.act_percentile = v.get<double>();
+    } else if (key == "rounding") {
       const std::string r = text_of(v, key);
       if (r != "nearest" && r != "gptq")
         throw InvalidArgument("[Plan] rounding must be nearest or gptq, got '" + r + "'");
@@ -981,14 +990,15 @@ void apply_rounding(LinearScheme& s, const json& parts) {
       s.gptq.act_order = o == "act";
     }
   }
-  if (s.rounding != quant::Rounding::Gptq && parts.size() > (parts.contains("rounding") ? 1 : 0))
+  const size_t others = parts.contains("rounding") + parts.contains("act_percentile");
+  if (s.rounding != quant::Rounding::Gptq && parts.size() > others)
     throw InvalidArgument("[Plan] gptq_damp, gptq_block and gptq_order need rounding=gptq");
 }
 
 constexpr const char* kPlanParts =
     "partition, partner, npu_share, partitions, device, characterization, sync, decode, "
     "lm_head_weights, rotate, rotate_seed, rotate_down, rotate_heads, rounding, gptq_damp, "
-    "gptq_block, gptq_order, residual_scale";
+    "gptq_block, gptq_order, act_percentile, residual_scale";
 
 }  // namespace
 
@@ -1013,7 +1023,8 @@ Plan Plan::from_json(const json& j_in) {
   json rounding = json::object();  // the linear scheme's rounding parts, applied to it below
   for (const auto& [key, v] : j.items()) {
     if (key == "name" || key == "ops") continue;
-    if (key == "rounding" || key == "gptq_damp" || key == "gptq_block" || key == "gptq_order") {
+    if (key == "rounding" || key == "gptq_damp" || key == "gptq_block" || key == "gptq_order" ||
+        key == "act_percentile") {
       rounding[key] = v;
       continue;
     }
@@ -1142,6 +1153,7 @@ json Plan::to_json() const {
   j["sync"] = fast_sync ? "fast" : "conventional";
   j["decode"] = decode_processor ? soc::processor_name(*decode_processor) : "same";
   j["lm_head_weights"] = lm_head_linear ? "linear" : "fp32";
+  if (linear.act_percentile) j["act_percentile"] = *linear.act_percentile;
   if (residual_scale_auto) j["residual_scale"] = "auto";
   else if (residual_scale) j["residual_scale"] = *residual_scale;
   if (linear.rounding == quant::Rounding::Gptq) {

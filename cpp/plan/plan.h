@@ -155,7 +155,7 @@ struct Plan {
   static std::vector<std::string> known();
   static std::string known_list();  // "(known plans: a, b)", for error messages
   // One line naming the source, of a preset or of a part that composes with every preset
-  // (parts(): rotate, rotate_down, rotate_heads, rounding).
+  // (parts(): rotate, rotate_down, rotate_heads, act_percentile, residual_scale, rounding).
   static std::string describe(const std::string& name);
   static std::vector<std::string> parts();
   // A preset with default options. InvalidArgument naming the plan and listing the known ones.

@@ -180,6 +180,16 @@ void LinearScheme::validate() const {
     throw InvalidArgument("[LinearScheme] output_quant '" + output_quant_name(output_quant) +
                           "' models the NPU's static output quantization: it needs static "
                           "per-tensor int8 activations and int8 weights");
+  if (act_percentile) {
+    if (!(*act_percentile > 0.0 && *act_percentile <= 100.0))
+      throw InvalidArgument("[LinearScheme] act_percentile must be in (0, 100], got " +
+                            std::to_string(*act_percentile));
+    if (activations != ActFormat::Int8StaticPerTensor || shadow || smooth_alpha ||
+        (npu_smoothing && npu_smoothing->has_input_part()))
+      throw InvalidArgument(
+          "[LinearScheme] act_percentile clips static per-tensor int8 activations without an "
+          "input smoothing or shadow outliers (the calibrated |x| histogram is of the raw input)");
+  }
   if (rounding == Rounding::Gptq) {
     if (weights == WeightFormat::F32)
       throw InvalidArgument(
@@ -215,6 +225,7 @@ nlohmann::json LinearScheme::to_json() const {
                           {"beta", npu_smoothing->beta},
                           {"fold", npu_smoothing->fold}};
   if (output_quant != OutputQuant::None) j["output_quant"] = output_quant_name(output_quant);
+  if (act_percentile) j["act_percentile"] = *act_percentile;
   if (rounding == Rounding::Gptq)
     j["rounding"] = {{"method", "gptq"},
                      {"damp", gptq.damp},
@@ -313,6 +324,8 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
       s.npu_smoothing = n;
     } else if (key == "output_quant") {
       s.output_quant = parse_enum(v, "output_quant", kOutputQuants, output_quant_name);
+    } else if (key == "act_percentile") {
+      if (!v.is_null()) s.act_percentile = number_field(v, "act_percentile");
     } else if (key == "rounding") {
       if (v.is_null()) continue;
       if (!v.is_object())
@@ -336,7 +349,7 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
       throw InvalidArgument("[LinearScheme] unknown field '" + key +
                             "' (known: weights, activations, smoothing_alpha, outlier_threshold, "
                             "shadow_outliers, channel_bits, npu_smoothing, output_quant, "
-                            "rounding)");
+                            "rounding, act_percentile)");
     }
   }
   s.validate();
@@ -475,7 +488,13 @@ PreparedLinear::PreparedLinear(const float* W, int64_t out, int64_t in, const fl
       for (int64_t i = 0; i < out; ++i) w_hot_.push_back(ws[i * in + j]);
     }
   } else if (scheme_.activations == ActFormat::Int8StaticPerTensor) {
-    const float amax = *std::max_element(eff_absmax.begin(), eff_absmax.end());
+    if (scheme_.act_percentile && !(ctx.act_clip > 0.0f))
+      throw InvalidArgument(
+          "[PreparedLinear] act_percentile needs this input's calibrated |x| at "
+          "that percentile (step act-scales' histogram)");
+    const float amax = scheme_.act_percentile
+                           ? ctx.act_clip
+                           : *std::max_element(eff_absmax.begin(), eff_absmax.end());
     if (!(amax > 0.0f))
       throw InvalidArgument(
           "[PreparedLinear] calibration absmax of this input is 0: no static scale");

@@ -100,6 +100,9 @@ struct LinearScheme {
   OutputQuant output_quant = OutputQuant::None;
   Rounding rounding = Rounding::Nearest;
   GptqOptions gptq;  // rounding gptq
+  // Static per-tensor activations: the scale maps this percentile of the calibrated |x| (in
+  // (0, 100]) to 127 instead of the maximum, clipping the values beyond it (act_percentile).
+  std::optional<double> act_percentile;
 
   bool is_fp32() const;
   // GPTQ rounding needs the calibrated Hessians of the inputs (step gptq).
@@ -153,6 +156,8 @@ struct LinearContext {
   std::span<const uint8_t> row_bits;
   // [in, in] XᵀX / n of this input (rounding gptq; calibration step gptq).
   std::span<const float> hessian;
+  // The calibrated |x| at the scheme's act_percentile (> 0 when it has one).
+  float act_clip = 0.0f;
   // Input statistics and the shadow configuration only.
   static LinearContext of(std::span<const float> act_absmax, const ShadowLinearConfig* shadow) {
     LinearContext c;

@@ -184,3 +184,41 @@ TEST(ChannelColdStartCost, ByHand) {
       [&] { channel_cold_start_cost(soc::DeviceProfile::from_json(bad, "bad"), n); },
       "has no /processors/cpu_all/unpack_weightlet_relative_time_by_bits");
 }
+
+// act_percentile (issue 39): the static scale maps the calibrated |x| at that percentile to 127
+// (the histogram's bin edge, below the maximum), clipping beyond it; 100 is the maximum.
+TEST(CalibrationSteps, StaticScaleAtAPercentile) {
+  const Engine e(tiny_model::load_tiny_model("act_percentile"));
+  Calibration stats = Calibration::empty_for(e.model().config());
+  run_step("act-scales", e, stats, {{1, 5, 3, 9, 2, 7, 11, 4, 6, 8, 10, 12}}, {}, {});
+  for (int s = 0; s < kNumLinearSites; ++s) {
+    const auto site = static_cast<LinearSite>(s);
+    const auto max = e.prepare_linear(Plan::parse("w8a8"), 1, site, {}, &stats);
+    const auto all = e.prepare_linear(Plan::parse("w8a8:act_percentile=100"), 1, site, {}, &stats);
+    const auto p90 = e.prepare_linear(Plan::parse("w8a8:act_percentile=90"), 1, site, {}, &stats);
+    EXPECT_FLOAT_EQ(all->static_act_scale(), max->static_act_scale());
+    EXPECT_LT(p90->static_act_scale(), max->static_act_scale());
+    // 90% of the observed |x| lie below the clip (counted from the histogram's bins)
+    const auto m = stats.absmax(1, site);
+    float top = 0;
+    for (float v : m) top = std::max(top, v);
+    EXPECT_FLOAT_EQ(max->static_act_scale(), top / 127.0f);
+    // counted from the inputs themselves: at least 90% of |x| lie at or below the clip, and
+    // fewer than 90% a histogram bin (1.1%) lower
+    const std::vector<int32_t> win = {1, 5, 3, 9, 2, 7, 11, 4, 6, 8, 10, 12};
+    std::vector<int64_t> rows(win.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+    const auto x = e.linear_inputs(win, rows)[1][s];
+    const float clip = p90->static_act_scale() * 127.0f;
+    double below = 0, below_lower = 0;
+    for (float v : x.data) {
+      below += std::abs(v) <= clip;
+      below_lower += std::abs(v) <= clip / 1.012f;
+    }
+    EXPECT_GE(below / x.data.size(), 0.9);
+    EXPECT_LT(below_lower / x.data.size(), 0.9);
+  }
+  expect_error<InvalidArgument>([] { Plan::parse("smoothquant:act_percentile=99"); },
+                                "without an input smoothing");
+  expect_error<InvalidArgument>([] { Plan::parse("w8a8:act_percentile=0"); }, "(0, 100]");
+}

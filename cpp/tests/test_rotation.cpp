@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "calibrate/steps.h"
 #include "core/core.h"
 #include "engine/engine.h"
 #include "expect_error.h"
@@ -129,7 +130,10 @@ TEST(Rotation, CalibrationServesThePlansOfItsRotation) {
   expect_error<socllm::InvalidArgument>([&] { re.observe_activations({{1, 2, 3}}, *stats); },
                                         "rotation 'none'");
   stats->rotation = re.model().rotation();
-  re.observe_activations({{1, 2, 3, 4, 5, 6}}, *stats);
+  // the steps that observe into statistics of their own keep the rotation (outliers, gptq)
+  for (const char* step : {"act-scales", "outliers", "gptq"})
+    socllm::calibrate::run_step(step, re, *stats, {{1, 2, 3, 4, 5, 6}}, {}, {});
+  EXPECT_TRUE(stats->has_outlier_stats() && stats->has_hessians());
   engine.set_calibration(stats);
   EXPECT_EQ(engine.calibration(), nullptr);  // not the plain model's
   EXPECT_EQ(engine.calibrated_rotations(), std::vector<std::string>{"hadamard,seed=0,down"});

@@ -114,7 +114,7 @@ class Plan:
     @staticmethod
     def parts() -> list[str]:
         """
-        The parts that compose with every preset and come from a paper (rotate, rotate_down, rotate_heads, rounding): Plan.describe(part).
+        The parts that compose with every preset and come from a paper (rotate, rotate_down, rotate_heads, act_percentile, residual_scale, rounding): Plan.describe(part).
         """
     def __init__(self, plan: typing.Any) -> None:
         ...

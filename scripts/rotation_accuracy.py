@@ -56,7 +56,13 @@ ROTATIONS = {
     "quarot": "rotate=hadamard,rotate_seed={seed},rotate_down=hadamard,rotate_heads=hadamard",
 }
 # alias -> plan JSON
+CPU_FP32 = {"processor": "cpu", "format": "fp32"}
 PLANS = {
+    # llm.npu's w8a8 with every float op in fp32 on the CPU (Gemma 3's fp16 overflow workaround)
+    "w8a8-fp32-floats": {
+        "name": "w8a8",
+        "placement": {c: CPU_FP32 for c in ("norm", "activation", "residual", "rope", "attention")},
+    },
     "w4a8": {
         "name": "custom",
         "ops": {
@@ -114,6 +120,19 @@ def steps_for(plans: list[str], given: list[str]) -> list[str]:
     return [s for s in given if s in need]
 
 
+def markdown(rows: list[dict], rotations: list[str]) -> str:
+    """The table RESULTS shows: per plan, ΔNLL ± SE, KL and top-1 under each rotation."""
+    head = "| plan | " + " | ".join(f"{r}: ΔNLL, KL, top-1" for r in rotations) + " |"
+    out = [head, "| --- |" + " ---: |" * len(rotations)]
+    for p in dict.fromkeys(x["plan"] for x in rows):
+        cells = {x["rotation"]: x for x in rows if x["plan"] == p}
+        out.append(f"| `{p}` | " + " | ".join(
+            f"{cells[r]['dnll']:+.3f} ± {cells[r]['dnll_se']:.3f}, {cells[r]['kl']['value']:.3f}, "
+            f"{100 * cells[r]['top1']['value']:.1f}%" if r in cells else "" for r in rotations
+        ) + " |")  # fmt: skip
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -132,7 +151,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calib-seqlen", type=int, default=256)
     ap.add_argument("--json")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--table-from", help="print the markdown table of an earlier --json, only")
     a = ap.parse_args(argv)
+    if a.table_from:
+        d = json.loads(Path(a.table_from).read_text())
+        print(markdown(d["rows"], list(d["meta"]["parts"])))
+        return 0
     say = (lambda *x: None) if a.quiet else print
     plans, rotations = split_list(a.plans), split_list(a.rotations)
     say(machine_line())

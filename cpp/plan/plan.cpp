@@ -964,17 +964,20 @@ bool apply_plan_part(Plan& plan, const std::string& key, const json& v,
 
 // The linear scheme's parts: rounding=nearest|gptq, gptq_damp, gptq_block,
 // gptq_order=natural|act; act_percentile=<p>.
-void apply_rounding(LinearScheme& s, const json& parts) {
+constexpr std::array<const char*, 5> kLinearParts = {"rounding", "gptq_damp", "gptq_block",
+                                                     "gptq_order", "act_percentile"};
+bool is_linear_part(const std::string& key) {
+  return std::find(kLinearParts.begin(), kLinearParts.end(), key) != kLinearParts.end();
+}
+
+void apply_linear_parts(LinearScheme& s, const json& parts) {
   for (const auto& [key, v] : parts.items()) {
     if (key == "act_percentile") {
       if (!v.is_number())
         throw InvalidArgument("[Plan] act_percentile must be a number, got " + json_text(v));
       s.act_percentile = v.get<double>();
     } else if (key == "rounding") {
-      const std::string r = text_of(v, key);
-      if (r != "nearest" && r != "gptq")
-        throw InvalidArgument("[Plan] rounding must be nearest or gptq, got '" + r + "'");
-      s.rounding = r == "gptq" ? quant::Rounding::Gptq : quant::Rounding::Nearest;
+      s.rounding = quant::rounding_from_name(text_of(v, key));
     } else if (key == "gptq_damp") {
       if (!v.is_number())
         throw InvalidArgument("[Plan] gptq_damp must be a number, got " + json_text(v));
@@ -984,10 +987,7 @@ void apply_rounding(LinearScheme& s, const json& parts) {
         throw InvalidArgument("[Plan] gptq_block must be an integer, got " + json_text(v));
       s.gptq.block = v.get<int64_t>();
     } else {
-      const std::string o = text_of(v, key);
-      if (o != "natural" && o != "act")
-        throw InvalidArgument("[Plan] gptq_order must be natural or act, got '" + o + "'");
-      s.gptq.act_order = o == "act";
+      s.gptq.act_order = quant::GptqOptions::act_order_from_name(text_of(v, key));
     }
   }
   const size_t others = parts.contains("rounding") + parts.contains("act_percentile");
@@ -1020,12 +1020,11 @@ Plan Plan::from_json(const json& j_in) {
   json attention_options = json::object();
   std::optional<std::optional<soc::Processor>> decode;  // unset: the placement's default
   const auto attention_option_names = attention::AttentionScheme::option_names();
-  json rounding = json::object();  // the linear scheme's rounding parts, applied to it below
+  json linear_parts = json::object();  // the linear scheme's parts, applied to it below
   for (const auto& [key, v] : j.items()) {
     if (key == "name" || key == "ops") continue;
-    if (key == "rounding" || key == "gptq_damp" || key == "gptq_block" || key == "gptq_order" ||
-        key == "act_percentile") {
-      rounding[key] = v;
+    if (is_linear_part(key)) {
+      linear_parts[key] = v;
       continue;
     }
     // "attention" is a scheme ("shadow-attn:keep=0.2", {"kind": ...}) or a placement ("gpu").
@@ -1084,10 +1083,10 @@ Plan Plan::from_json(const json& j_in) {
     if (!j.contains("ops"))
       throw InvalidArgument("[Plan] plan 'custom' needs 'ops' naming how each operator class runs");
     plan.linear = ops_linear_scheme(j["ops"]).value_or(LinearScheme{});
-    apply_rounding(plan.linear, rounding);
+    apply_linear_parts(plan.linear, linear_parts);
   } else {
     plan.linear = preset->linear(plan.options);
-    apply_rounding(plan.linear, rounding);
+    apply_linear_parts(plan.linear, linear_parts);
     plan.linear.validate();
     if (j.contains("ops")) {
       const auto given = ops_linear_scheme(j["ops"]);
@@ -1157,10 +1156,10 @@ json Plan::to_json() const {
   if (residual_scale_auto) j["residual_scale"] = "auto";
   else if (residual_scale) j["residual_scale"] = *residual_scale;
   if (linear.rounding == quant::Rounding::Gptq) {
-    j["rounding"] = "gptq";
+    j["rounding"] = quant::rounding_name(linear.rounding);
     j["gptq_damp"] = linear.gptq.damp;
     j["gptq_block"] = linear.gptq.block;
-    j["gptq_order"] = linear.gptq.act_order ? "act" : "natural";
+    j["gptq_order"] = linear.gptq.order_name();
   }
   if (!rotation.none()) {
     j["rotate"] = rotation.residual ? quant::rotation_name(*rotation.residual) : "none";

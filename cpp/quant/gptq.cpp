@@ -39,6 +39,12 @@ float grid_scale(const float* v, int64_t n, int64_t stride, int bits) {
 
 }  // namespace
 
+bool GptqOptions::act_order_from_name(const std::string& name) {
+  if (name != "natural" && name != "act")
+    throw InvalidArgument("[gptq] the column order is natural or act, got '" + name + "'");
+  return name == "act";
+}
+
 void GptqOptions::validate() const {
   if (!(damp > 0.0 && damp <= 1.0))
     throw InvalidArgument("[gptq] damp must be in (0, 1], got " + std::to_string(damp));

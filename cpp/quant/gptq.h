@@ -35,6 +35,9 @@ struct GptqOptions {
   bool act_order = false;  // descending diag(H)
   // InvalidArgument naming the field.
   void validate() const;
+  // The column order's name ("natural" | "act") and back (InvalidArgument naming the value).
+  std::string order_name() const { return act_order ? "act" : "natural"; }
+  static bool act_order_from_name(const std::string& name);
 };
 
 // W [out, in] row-major, H [in, in] (symmetric, XᵀX / n of the linear's inputs). row_bits empty:

@@ -99,6 +99,12 @@ bool LinearScheme::is_fp32() const {
 
 std::string rounding_name(Rounding r) { return r == Rounding::Gptq ? "gptq" : "nearest"; }
 
+Rounding rounding_from_name(const std::string& name) {
+  if (name != "nearest" && name != "gptq")
+    throw InvalidArgument("[LinearScheme] rounding must be nearest or gptq, got '" + name + "'");
+  return name == "gptq" ? Rounding::Gptq : Rounding::Nearest;
+}
+
 bool LinearScheme::needs_calibration() const {
   return activations == ActFormat::Int8StaticPerTensor || smooth_alpha.has_value() ||
          needs_hessians() || shadow.has_value() || npu_smoothing.has_value() ||
@@ -227,10 +233,10 @@ nlohmann::json LinearScheme::to_json() const {
   if (output_quant != OutputQuant::None) j["output_quant"] = output_quant_name(output_quant);
   if (act_percentile) j["act_percentile"] = *act_percentile;
   if (rounding == Rounding::Gptq)
-    j["rounding"] = {{"method", "gptq"},
+    j["rounding"] = {{"method", rounding_name(rounding)},
                      {"damp", gptq.damp},
                      {"block", gptq.block},
-                     {"order", gptq.act_order ? "act" : "natural"}};
+                     {"order", gptq.order_name()}};
   return j;
 }
 
@@ -332,14 +338,12 @@ LinearScheme LinearScheme::from_json(const nlohmann::json& j) {
         throw InvalidArgument("[LinearScheme] 'rounding' must be an object or null, got " +
                               json_text(v));
       for (const auto& [rk, rv] : v.items()) {
-        if (rk == "method" && rv.is_string() &&
-            (rv.get<std::string>() == "gptq" || rv.get<std::string>() == "nearest"))
-          s.rounding = rv.get<std::string>() == "gptq" ? Rounding::Gptq : Rounding::Nearest;
+        if (rk == "method" && rv.is_string())
+          s.rounding = rounding_from_name(rv.get<std::string>());
         else if (rk == "damp") s.gptq.damp = number_field(rv, "rounding.damp");
         else if (rk == "block" && rv.is_number_integer()) s.gptq.block = rv.get<int64_t>();
-        else if (rk == "order" && rv.is_string() &&
-                 (rv.get<std::string>() == "act" || rv.get<std::string>() == "natural"))
-          s.gptq.act_order = rv.get<std::string>() == "act";
+        else if (rk == "order" && rv.is_string())
+          s.gptq.act_order = GptqOptions::act_order_from_name(rv.get<std::string>());
         else
           throw InvalidArgument("[LinearScheme] bad rounding field '" + rk + "': " + json_text(rv) +
                                 " (known: method nearest|gptq, damp number, block integer, "

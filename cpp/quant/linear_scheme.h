@@ -57,6 +57,8 @@ enum class ActFormat { F32, F16, Int8StaticPerTensor, Int8DynamicPerRow, Int8Dyn
 enum class OutputQuant { None, Int8, Int16 };
 enum class Rounding { Nearest, Gptq };
 std::string rounding_name(Rounding r);  // nearest | gptq
+// InvalidArgument naming the value and the known ones.
+Rounding rounding_from_name(const std::string& name);
 
 std::string weight_format_name(WeightFormat f);
 std::string act_format_name(ActFormat f);

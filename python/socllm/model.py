@@ -197,6 +197,12 @@ class LanguageModel:
         """The rotation the weights carry: ``none`` as loaded (:meth:`rotated`)."""
         return self._model.rotation
 
+    @property
+    def calibrated_rotations(self) -> list[str]:
+        """The rotations whose statistics are loaded (a calibration file serves the plans of the
+        rotation it was made on: ``none``, or e.g. ``hadamard,seed=0,down``)."""
+        return self._engine.calibrated_rotations()
+
     def rotated(self, rotation: str) -> LanguageModel:
         """This model with ``rotation`` folded into its weights (a rotation's name, e.g.
         ``hadamard,seed=0,down``; ``Plan(...).rotation`` gives a plan's): the same function in

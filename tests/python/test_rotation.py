@@ -57,7 +57,7 @@ def test_calibrate_records_the_rotation_and_serves_its_plans(tmp_path, capsys):
     argv += ["hadamard", "--steps", "act-scales", "--samples", "2", "--seqlen", "32"]
     assert cli_main([*argv, "--out", str(out), "--quiet"]) == 0
     model = socllm.load("smollm2-135m", progress=False, calib=out)
-    assert model._engine.calibrated_rotations() == ["hadamard,seed=1,down"]
+    assert model.calibrated_rotations == ["hadamard,seed=1,down"]
     plan = "w8a8:rotate=hadamard,rotate_seed=1,rotate_down=hadamard"
     want = model.logits(IDS)
     got = model.logits(IDS, plan)

@@ -59,6 +59,8 @@ void init_sched(py::module_& s) {
       .def_readonly("device", &sched::Timeline::device)
       .def_readonly("makespan_us", &sched::Timeline::makespan_us)
       .def_readonly("energy_mj", &sched::Timeline::energy_mj)
+      .def_readonly("static_energy_mj", &sched::Timeline::static_energy_mj)
+      .def_readonly("dram_energy_mj", &sched::Timeline::dram_energy_mj)
       .def_readonly("peak_working_bytes", &sched::Timeline::peak_working_bytes)
       .def_readonly("decisions", &sched::Timeline::decisions)
       .def_readonly("decision_ns_total", &sched::Timeline::decision_ns_total)

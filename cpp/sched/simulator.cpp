@@ -53,6 +53,10 @@ struct Problem {
   // Synchronizations into a decoding step's tasks (SimOptions::first_decode_chunk; null: sync).
   std::function<double(soc::Processor, soc::Processor)> decode_sync = {};
   int64_t first_decode_chunk = -1;
+  soc::EnergyModel energy = {};  // static floor and DRAM energy (none with explicit durations)
+  double task_dram_bytes(int64_t t) const {
+    return bytes.empty() ? 0.0 : bytes[static_cast<size_t>(t)];
+  }
   // ready time of task t given the end times of its dependencies and where each ran (null:
   // where the graph places it)
   double ready_time(int64_t t, const std::vector<double>& end,
@@ -90,6 +94,8 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
     seen[pi] = true;
     tl.makespan_us = std::max(tl.makespan_us, s.end_us);
   }
+  // Component energy (soc.h EnergyModel): each processor's active power over its busy time,
+  // the SoC's static floor over the makespan, and DRAM energy per byte moved.
   tl.energy_mj = 0;
   for (size_t p = 0; p < kProcs; ++p) {
     auto& u = tl.usage[p];
@@ -98,6 +104,11 @@ void finish_timeline(const Problem& pb, Timeline& tl) {
     u.energy_mj = u.busy_us * pb.power_w[p] * 1e-3;  // µs x W = µJ
     tl.energy_mj += u.energy_mj;
   }
+  tl.static_energy_mj = tl.makespan_us * pb.energy.static_w * 1e-3;
+  double moved = 0;
+  for (const auto& s : tl.spans) moved += pb.task_dram_bytes(s.task);
+  tl.dram_energy_mj = moved * pb.energy.dram_pj_per_byte * 1e-9;  // pJ -> mJ
+  tl.energy_mj += tl.static_energy_mj + tl.dram_energy_mj;
   // Peak of the running tasks' working bytes: sweep start (+) and end (-) events.
   std::vector<std::pair<double, int64_t>> ev;
   for (const auto& s : tl.spans) {
@@ -428,7 +439,8 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
                          pb.bytes,
                          pb.shared_bytes_per_us,
                          pb.decode_sync,
-                         pb.first_decode_chunk};
+                         pb.first_decode_chunk,
+                         pb.energy};
     SimOptions fifo = opts;
     fifo.policy = Policy::Fifo;
     Timeline tl = run(locked, fifo);
@@ -507,6 +519,8 @@ nlohmann::json Timeline::summary() const {
           {"device", device},
           {"makespan_ms", makespan_us / 1e3},
           {"energy_mj", energy_mj},
+          {"static_energy_mj", static_energy_mj},
+          {"dram_energy_mj", dram_energy_mj},
           {"peak_working_bytes", peak_working_bytes},
           {"decisions", decisions},
           {"decision_us_mean",
@@ -564,12 +578,14 @@ Timeline simulate(const TaskGraph& g, const soc::CostModel& cost, const SimOptio
     for (const auto& t : g.tasks())
       pb.cpu_dur.push_back(
           t.processor == soc::Processor::Npu ? cost.latency_us(t.ops, soc::Processor::Cpu) : 0.0);
-  if (opts.memory_contention && cost.has_memory_model()) {
+  pb.energy = cost.energy_model();
+  if ((opts.memory_contention && cost.has_memory_model()) || pb.energy.dram_pj_per_byte > 0)
     for (const auto& t : g.tasks()) {
       double b = 0;
       for (const auto& o : t.ops) b += soc::dram_bytes(o);
       pb.bytes.push_back(b);
     }
+  if (opts.memory_contention && cost.has_memory_model()) {
     pb.shared_bytes_per_us = [&cost](const std::vector<soc::Processor>& procs) {
       return cost.shared_bandwidth_gbps(procs) * 1e3;  // GB/s = 1e3 bytes/µs
     };

@@ -117,7 +117,11 @@ struct Timeline {
   std::vector<TaskSpan> spans;  // indexed by task id
   std::array<ProcessorUsage, soc::kNumProcessors> usage{};
   double makespan_us = 0;
+  // All energy: the processors' active energy (usage[p].energy_mj), the SoC's static floor over
+  // the makespan and DRAM traffic (soc::EnergyModel; both 0 under a whole-system power model).
   double energy_mj = 0;
+  double static_energy_mj = 0;
+  double dram_energy_mj = 0;
   int64_t peak_working_bytes = 0;  // max over time of the running tasks' working bytes
   int64_t decisions = 0;           // policy decisions taken
   double decision_ns_total = 0;    // host time the policy spent deciding (bench_scheduler)

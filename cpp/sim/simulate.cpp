@@ -128,6 +128,8 @@ nlohmann::json PrefillTimeline::summary() const {
   out.update(nlohmann::json{{"policy", s["policy"]},
                             {"device", s["device"]},
                             {"energy_mj", s["energy_mj"]},
+                            {"static_energy_mj", s["static_energy_mj"]},
+                            {"dram_energy_mj", s["dram_energy_mj"]},
                             {"graph_build_ms", build_us / 1e3},
                             {"peak_memory_bytes", graph.meta.value("resident_bytes", int64_t{0}) +
                                                       timeline.peak_working_bytes},

@@ -401,6 +401,11 @@ double CostModel::alone_latency_us(const OpDesc& op, Processor on) const {
       // What a shadow part costs beyond its arithmetic when a characterization fits it from
       // end-to-end numbers (gathering, dispatch, merging; scripts/llmnpu_e2e_fit.py).
       if (p_.has(c + "outlier_fixed_us")) us += p_.number(c + "outlier_fixed_us", what);
+      // Adding the part's [m, n] result into the NPU's output (seed 001 §3.3: the shadow
+      // result is merged with the NPU's), when a fit gives its rate (issue 40): a per-element
+      // cost, so wider linears pay more (Gemma-2B's 16384-wide FFN against Qwen's 5504).
+      if (p_.has(c + "outlier_merge_gelems"))
+        us += static_cast<double>(op.m * op.n) / (p_.rate(c + "outlier_merge_gelems", what) * 1e3);
       return us;
     }
     case OpKind::Attention:
@@ -465,6 +470,14 @@ double CostModel::latency_us(const std::vector<OpDesc>& ops, Processor on) const
 double CostModel::active_power_w(Processor p) const {
   return p_.number("/cost_model/power/" + std::string(processor_name(p)) + "_w",
                    std::string("energy of ") + processor_name(p) + " tasks");
+}
+
+EnergyModel CostModel::energy_model() const {
+  EnergyModel e;
+  if (!p_.has("/cost_model/power/static_w")) return e;  // whole-system powers
+  e.static_w = p_.number("/cost_model/power/static_w", "the SoC's static power");
+  e.dram_pj_per_byte = p_.number("/cost_model/power/dram_pj_per_byte", "DRAM energy per byte");
+  return e;
 }
 
 double CostModel::sync_us(Processor from, Processor to) const {

@@ -145,6 +145,18 @@ std::vector<std::string> known_devices();
 // predicted sleep then flag polling (fast_gpu_npu_us); into the GPU a resubmission only when the
 // GPU waited for the NPU (prefill is NPU-dominant: fast_gpu_resubmit_us), none when the NPU's
 // work is hidden under a queued GPU kernel (decode, GPU-dominant: gpu_queue_kept).
+// The component energy model (issue 40; sources in the profile's /cost_model/power): a phone's
+// power while an LLM request runs is a static floor (rails, DRAM refresh, the idle cores)
+// over the request's whole span, plus each processor's active power above that floor over its
+// busy time, plus DRAM energy per byte moved. Two processors running together then cost
+// floor + both active powers, not the sum of two whole-phone powers. Profiles without
+// /cost_model/power/static_w keep the older whole-system reading: static 0, DRAM 0, and
+// <processor>_w the phone's power while that processor runs.
+struct EnergyModel {
+  double static_w = 0;
+  double dram_pj_per_byte = 0;
+};
+
 struct SyncOptions {
   bool fast = false;
   bool gpu_queue_kept = false;
@@ -184,8 +196,10 @@ class CostModel {
   const DeviceProfile& profile() const { return p_; }
   double latency_us(const OpDesc& op, Processor on) const;
   double latency_us(const std::vector<OpDesc>& ops, Processor on) const;
-  // Active power of a processor while it runs a task (W), for energy.
+  // Active power of a processor while it runs a task (W), for energy: above the static floor
+  // under the component model (EnergyModel), the whole phone's otherwise.
   double active_power_w(Processor p) const;
+  EnergyModel energy_model() const;
   // Time for a result produced on `from` to be usable on `to` (0 on the same processor).
   double sync_us(Processor from, Processor to) const;
   // The memory model, when the profile has one (else the simulator applies no contention).

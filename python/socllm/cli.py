@@ -678,6 +678,40 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_fidelity(args) -> int:
+    from . import fidelity
+    from .io.files import write_output
+
+    _setup(args)
+    outs = {"--json": args.json, "--markdown": args.markdown, "--write": args.write}
+    _check_outputs(outs, [])
+    if args.results is not None:
+        fidelity.check_results_file(args.results)
+    rep = fidelity.run(
+        quick=args.quick,
+        k=args.folds,
+        seed=args.seed,
+        progress=not args.quiet,
+        cross_validate=args.folds > 0,
+        max_evals=args.max_evals,
+        workers=args.workers,
+    )
+    command = "socllm fidelity" + (" --quick" if args.quick else "")
+    if args.folds != 5:
+        command += f" --folds {args.folds}"
+    text = fidelity.markdown(rep, command)
+    if args.json != "-" and args.markdown != "-":
+        print(fidelity.headline(rep))
+    _emit_json(rep, args.json)
+    if args.markdown is not None:
+        write_output(args.markdown, text, what="--markdown")
+    if args.results is not None:
+        fidelity.write_results_block(args.results, text)
+    if args.write is not None:
+        fidelity.write_parameters(rep, args.write)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="socllm", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -971,6 +1005,52 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--inject-crash", default=None, help=argparse.SUPPRESS)  # tests: kill a worker
     w.add_argument("--quiet", action="store_true", help="no progress bar, C++ logs at warn level")
     w.set_defaults(fn=cmd_sweep)
+
+    f = sub.add_parser(
+        "fidelity",
+        help="one SoC model against the four papers' numbers: fit, cross-validation, tables",
+        description="Gathers every paper number socllm reproduces (llm.npu, shadowAttn, "
+        "HeteroLLM, EdgeFlow), predicts each with the simulator under one vector of device "
+        "parameters, fits the vector on a chosen subset (log least squares, Eigen) and reports "
+        "held-out errors by leave-one-paper-out and k-fold cross-validation.",
+    )
+    f.add_argument(
+        "--quick",
+        action="store_true",
+        help="the cheap subset of targets whose simulations take milliseconds (the test tier's)",
+    )
+    f.add_argument(
+        "--folds",
+        type=_number(int, 2, zero=True),
+        default=5,
+        help="k of the k-fold cross-validation (0: no cross-validation; default 5)",
+    )
+    f.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
+    f.add_argument(
+        "--max-evals", type=_COUNT, default=400, help="residual evaluations per fit (default 400)"
+    )
+    f.add_argument(
+        "--workers",
+        type=_COUNT,
+        default=2,
+        help="processes for the cross-validation fits (default 2)",
+    )
+    f.add_argument("--json", default=None, metavar="PATH|-", help="the report as JSON")
+    f.add_argument("--markdown", default=None, metavar="PATH|-", help="the tables as Markdown")
+    f.add_argument(
+        "--results",
+        default=None,
+        metavar="RESULTS.md",
+        help="replace the generated block between the fidelity markers of this file",
+    )
+    f.add_argument(
+        "--write",
+        default=None,
+        metavar="PATH",
+        help="the fitted parameters as data (JSON: value, unit, bounds, source of each)",
+    )
+    _common(f)
+    f.set_defaults(fn=cmd_fidelity)
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")

@@ -85,6 +85,9 @@ class Timeline:
     def device(self) -> str:
         ...
     @property
+    def dram_energy_mj(self) -> float:
+        ...
+    @property
     def energy_mj(self) -> float:
         ...
     @property
@@ -109,6 +112,9 @@ class Timeline:
         """
         [n_tasks, 2] start and end (µs) of every task, by task id
         """
+    @property
+    def static_energy_mj(self) -> float:
+        ...
 class PrefillTimeline:
     """
     A simulated request: graph, timeline, summary (simulate.h).

@@ -139,12 +139,6 @@ std::string device_dir();
 std::shared_ptr<const DeviceProfile> load_device(const std::string& name_or_path);
 std::vector<std::string> known_devices();
 
-// How results cross between the GPU and the NPU (seed 002 §3.1, §4.2). Conventional: a driver
-// synchronization and a buffer copy (/cost_model/sync/gpu_npu_us, >= 400 µs) and, into the GPU,
-// the resubmission of an emptied queue (gpu_resubmit_us, 50-100 µs). Fast: shared buffers and
-// predicted sleep then flag polling (fast_gpu_npu_us); into the GPU a resubmission only when the
-// GPU waited for the NPU (prefill is NPU-dominant: fast_gpu_resubmit_us), none when the NPU's
-// work is hidden under a queued GPU kernel (decode, GPU-dominant: gpu_queue_kept).
 // The component energy model (issue 40; sources in the profile's /cost_model/power): a phone's
 // power while an LLM request runs is a static floor (rails, DRAM refresh, the idle cores)
 // over the request's whole span, plus each processor's active power above that floor over its
@@ -157,6 +151,12 @@ struct EnergyModel {
   double dram_pj_per_byte = 0;
 };
 
+// How results cross between the GPU and the NPU (seed 002 §3.1, §4.2). Conventional: a driver
+// synchronization and a buffer copy (/cost_model/sync/gpu_npu_us, >= 400 µs) and, into the GPU,
+// the resubmission of an emptied queue (gpu_resubmit_us, 50-100 µs). Fast: shared buffers and
+// predicted sleep then flag polling (fast_gpu_npu_us); into the GPU a resubmission only when the
+// GPU waited for the NPU (prefill is NPU-dominant: fast_gpu_resubmit_us), none when the NPU's
+// work is hidden under a queued GPU kernel (decode, GPU-dominant: gpu_queue_kept).
 struct SyncOptions {
   bool fast = false;
   bool gpu_queue_kept = false;
@@ -169,7 +169,8 @@ struct SyncOptions {
 //     counted on whole tiles (stage performance, seed 002 §3.2), and per-group quantized
 //     matmuls run as one padded sub-matmul per group plus a float reduction (seed 001 §2.3);
 //   NPU element-wise ops: their own slow rate (seed 004 Fig. 5b);
-//   attention: flops / compute rate; outlier matmul: fp32 flops + columns from DRAM / flash;
+//   attention: flops / compute rate; outlier matmul: fp32 flops + columns from DRAM / flash
+//     (+ a fitted fixed cost and a per-element merge rate when the profile has them);
 //   element-wise ops on CPU/GPU and copies: bytes / DRAM bandwidth;
 //   head-wise attention (seed 000): NPU INT8 Q·Kᵀ at the fused-launch rate plus one launch per
 //   graph (§3.4: 2/3/4 ms for 1/2/4 heads); on a CPU core class (OpDesc::core) the rates under

@@ -182,3 +182,14 @@ def test_energy_under_other_powers_equals_a_new_simulation():
     assert b.energy_mj("snapdragon-8gen3", reused) == pytest.approx(
         again.summary()["energy_mj"], rel=1e-12
     )
+
+
+def test_every_held_out_pattern_names_targets():
+    """The main fit's held-out rows are named by id patterns: each must match (a pattern that
+    matches nothing would silently put rows back into the fit)."""
+    targets = all_targets()
+    for pattern in fidelity.MAIN_HELD_OUT:
+        assert any(pattern in t.id for t in targets), pattern
+    held = [t for t in targets if t.modelled and fidelity.held_out(t)]
+    assert {t.paper for t in held} == set(PAPERS)
+    assert 0.3 < len(held) / sum(t.modelled for t in targets) < 0.7

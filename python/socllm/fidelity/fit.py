@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SocllmError
 from ..sim import least_squares_bounded
 from .model import PAPERS, PARAMETERS, Parameter, SocModel
 from .targets import Target
@@ -98,7 +99,7 @@ class Evaluator:
         for i in idx:
             try:
                 out[i] = float(self.targets[i].predict(m))
-            except (ValueError, ZeroDivisionError, KeyError):
+            except (SocllmError, ZeroDivisionError):  # a vector the simulator refuses
                 out[i] = math.nan
         return out
 

@@ -193,3 +193,24 @@ def test_every_held_out_pattern_names_targets():
     held = [t for t in targets if t.modelled and fidelity.held_out(t)]
     assert {t.paper for t in held} == set(PAPERS)
     assert 0.3 < len(held) / sum(t.modelled for t in targets) < 0.7
+
+
+def test_cold_start_energy_and_setup_by_hand():
+    """EdgeFlow's cold start under the fidelity model: the simulator's energy under the
+    model's powers, plus the NPU systems' setup: its seconds on the TTFT and one CPU core above
+    the floor for its duration (recomputed here from a fresh simulation)."""
+    from socllm.fidelity.model import ELITE
+    from socllm.fidelity.targets import _cold
+
+    m = SocModel({"static_w_8elite": 0.8, "cpu_active_w": 4.0, "npu_setup_s": 1.5})
+    prof = m.profile(ELITE)
+    fresh = socllm.simulate_cold_start(
+        "qwen1.5-1.8b", prof, "edgeflow", bits=5, prompt_len=128
+    ).summary()
+    got = _cold(m, "qwen1.5-1.8b", "edgeflow", 5, 128)
+    setup_ms = 1500.0
+    assert got["ttft_ms"] == pytest.approx(fresh["ttft_ms"] + setup_ms, rel=1e-12)
+    core_w = 4.0 / prof["processors"]["cpu_all"]["count"]["value"]
+    assert got["energy_mj"] == pytest.approx(
+        fresh["energy_mj"] + setup_ms * (0.8 + core_w), rel=1e-12
+    )

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
 from socllm.configs import load_config  # noqa: E402
 from socllm.devices import load_profile  # noqa: E402
+from socllm.fidelity.targets import attention_kernel_span  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402
 from socllm.sim import head_pipeline as hp  # noqa: E402
 from socllm.sim.timeline import simulate  # noqa: E402
@@ -45,7 +46,6 @@ ENERGY_DEVICE = "snapdragon-8gen2"  # Redmi K60 Champion (Table 8); its cost mod
 MODELS = ("phonelm-0.5b", "phonelm-1.5b", "qwen2-0.5b", "qwen2-1.5b")
 LENGTHS = (1024, 2048, 4096)
 E2E_PROMPTS = {"ArxivSum": 3840, "Octopus": 4096, "DroidCall": 1792}  # seed 000 §5.1
-ATTN_KINDS = ("attention", "estimate", "topk", "sparse_attention")
 
 
 def variants(base: str) -> dict:
@@ -79,20 +79,9 @@ def config(name: str, layers: int | None = None) -> dict:
 
 def kernel(tl, cost) -> tuple[float, float, dict]:
     """Latency (ms), energy (J) and per-processor busy ms of layer 0's attention, rope excluded."""
-    power = {p: cost.active_power_w(p) for p in ("npu", "cpu", "gpu")}
-    start, end, energy, busy = float("inf"), 0.0, 0.0, {}
-    spans = tl.spans_us
-    for t in tl.tasks:
-        if t["layer"] != 0 or t["chunk"] != 0 or t["kind"] not in ATTN_KINDS:
-            continue
-        rope = sum(cost.latency_us(o, t["processor"]) for o in t["ops"] if o.get("name") == "rope")
-        s, e = spans[t["id"], 0] + rope, spans[t["id"], 1]
-        if e <= s:  # the rope alone
-            continue
-        start, end = min(start, s), max(end, e)
-        energy += (e - s) * 1e-6 * power[t["processor"]]
-        busy[t["processor"]] = busy.get(t["processor"], 0.0) + (e - s) / 1e3
-    return (end - start) / 1e3, energy, busy
+    span_ms, busy = attention_kernel_span(tl, cost)
+    energy = sum(ms * 1e-3 * cost.active_power_w(p) for p, ms in busy.items())
+    return span_ms, energy, busy
 
 
 def heterogeneous_heads(c: dict, keep: float, rng) -> tuple[list[float], list[int]]:

@@ -356,33 +356,36 @@ def _shadow_config(name: str, layers: int | None = None) -> dict:
     return c
 
 
+def attention_kernel_span(tl, cost) -> tuple[float, dict[str, float]]:
+    """Span (ms) of layer 0's attention tasks over the whole prompt, rope excluded, and each
+    processor's busy ms in it: seed 000's kernel (also scripts/shadow_attn_timing.py's)."""
+    start, end, busy = float("inf"), 0.0, {}
+    for t in tl.tasks:
+        if t["layer"] != 0 or t["chunk"] != 0 or t["kind"] not in ATTN_KINDS:
+            continue
+        rope = sum(cost.latency_us(o, t["processor"]) for o in t["ops"] if o.get("name") == "rope")
+        s, e = tl.spans_us[t["id"], 0] + rope, tl.spans_us[t["id"], 1]
+        if e <= s:  # the rope alone
+            continue
+        start, end = min(start, s), max(end, e)
+        busy[t["processor"]] = busy.get(t["processor"], 0.0) + (e - s) / 1e3
+    return (end - start) / 1e3, busy
+
+
 def _kernel(m: SocModel, device: str, cfg: str, variant: str, n: int) -> tuple[float, float]:
     """Latency (ms) and energy (J) of layer 0's attention over the whole prompt, rope excluded
     (scripts/shadow_attn_timing.py). Energy by the component model: the static floor over the
     kernel's span, each task's processor power above it (one mid core for CPU tasks)."""
 
-    def spans():  # the kernel's span and busy ms per processor: durations only
+    def spans():  # durations only
         from ..sim import CostModel, DeviceProfile
 
         prof = m.profile(device)
-        cost = CostModel(DeviceProfile.from_json(prof, device))
         tl = simulate(
             _shadow_config(cfg, 1), prof, _shadow_plan(variant), n, chunk=None,
             attention_cpu_core="mid",
         )  # fmt: skip
-        start, end, busy = float("inf"), 0.0, {}
-        for t in tl.tasks:
-            if t["layer"] != 0 or t["chunk"] != 0 or t["kind"] not in ATTN_KINDS:
-                continue
-            rope = sum(
-                cost.latency_us(o, t["processor"]) for o in t["ops"] if o.get("name") == "rope"
-            )
-            s, e = tl.spans_us[t["id"], 0] + rope, tl.spans_us[t["id"], 1]
-            if e <= s:
-                continue
-            start, end = min(start, s), max(end, e)
-            busy[t["processor"]] = busy.get(t["processor"], 0.0) + (e - s) / 1e3
-        return (end - start) / 1e3, busy
+        return attention_kernel_span(tl, CostModel(DeviceProfile.from_json(prof, device)))
 
     span_ms, busy = m.timing(("kernel", device, cfg, variant, n), spans)
     pw = m.profile(device)["cost_model"]["power"]

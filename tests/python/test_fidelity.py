@@ -99,7 +99,7 @@ def test_range_residuals_by_hand():
 
 def test_the_fit_recovers_planted_parameters():
     """Targets made at planted values of two parameters (llama.cpp's speed and llm.npu's NPU
-    time): the fit, started at the profile's reading, finds the planted values."""
+    time): the fit, started at the neutral values, finds the planted values."""
     planted = {"cpu_time_scale": 1.7, "npu_int8_time_scale": 1.3}
     base = [t for t in all_targets() if t.id.startswith(("001 §1: llama.cpp", "001 §3.4"))]
     m = SocModel(planted)
@@ -112,7 +112,42 @@ def test_the_fit_recovers_planted_parameters():
     assert set(got["free"]) == {"cpu_time_scale", "npu_int8_time_scale"}
     for name, v in planted.items():
         assert got["values"][name] == pytest.approx(v, rel=0.02), name
-    assert got["values"]["static_w_8gen3"] == 1.0  # not free: left at the profile's reading
+    assert got["values"]["static_w_8gen3"] == 1.0  # not free: left at its start
+
+
+def _made(id_: str, value: float, predict) -> Target:
+    return Target(id_, "llmnpu", value, "x", "test", predict)
+
+
+def test_a_dependency_that_appears_away_from_the_start_is_fitted():
+    """A target that moves with the top-k cost only once llama.cpp is over 1.5x slower (a part
+    that leaves the critical path, say): invisible at the start, found again at the first fit's
+    vector, then fitted; the planted values come back."""
+
+    def gated(m):
+        v = m.values
+        return 3.0 if v["cpu_time_scale"] <= 1.5 else 1.5 * v["topk_ns_per_score"]
+
+    made = [
+        _made("001 a", 17.0, lambda m: 10.0 * m.values["cpu_time_scale"]),
+        _made("001 b", 4.5, gated),  # planted: cpu 1.7, top-k 3 ns
+    ]
+    ev = ffit.Evaluator(made)
+    assert ev.deps == [("cpu_time_scale",), ()]
+    got = ev.fit([0, 1])
+    assert got["free"] == ["cpu_time_scale", "topk_ns_per_score"]
+    assert ev.deps[1] == ("topk_ns_per_score",)
+    assert got["values"]["cpu_time_scale"] == pytest.approx(1.7, rel=0.02)
+    assert got["values"]["topk_ns_per_score"] == pytest.approx(3.0, rel=0.02)
+
+
+def test_fitted_values_stay_inside_their_bounds():
+    """A target beyond a parameter's reach: the fit stops at the bound, exactly on it."""
+    upper = next(p.upper for p in fidelity.PARAMETERS if p.name == "cpu_time_scale")
+    made = [_made("001 far", 10.0 * 3 * upper, lambda m: 10.0 * m.values["cpu_time_scale"])]
+    got = ffit.Evaluator(made).fit([0])
+    assert got["values"]["cpu_time_scale"] <= upper
+    assert got["values"]["cpu_time_scale"] == pytest.approx(upper, rel=1e-3)
 
 
 def test_folds_partition_the_targets_and_mix_the_papers():

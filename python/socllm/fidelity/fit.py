@@ -3,11 +3,13 @@
 Residuals are log ratios, log(predicted / paper), and for a range the paper states, the log
 distance to its nearer end (0 inside). The free parameters are fitted in log space by bounded
 Levenberg-Marquardt on Eigen (``socllm.sim.least_squares_bounded``, cpp/soc/fit.h), with a weak
-prior pulling each toward the profile's own reading (weight ``PRIOR_WEIGHT`` per log unit), so a
-parameter no training target sees stays where the profile puts it instead of drifting.
+prior pulling each toward its neutral start (weight ``PRIOR_WEIGHT`` per log unit), so a
+parameter no training target sees stays at its start instead of drifting. No start comes from a
+target (model.Parameter), so a held-out row cannot leak in through it.
 
 Cost: a target's prediction is cached under the values of the parameters it depends on (found
-once by moving each parameter), so a Jacobian column re-runs only the targets of its parameter.
+by moving each parameter, at the start and again at each fitted vector), so a Jacobian column
+re-runs only the targets of its parameter.
 """
 
 from __future__ import annotations
@@ -67,16 +69,16 @@ class Evaluator:
         self.initial = {p.name: p.initial for p in self.parameters}
         self.modelled = [i for i, t in enumerate(self.targets) if t.modelled]
         if not self.deps:
-            self.deps = self._dependencies()
+            self.deps = self._dependencies(self.initial)
 
-    def _dependencies(self) -> list[tuple[str, ...]]:
-        """Which parameters move each target: every target predicted at the initial values
-        and with one parameter moved by 40% (inside its bounds)."""
-        base = self._run(self.initial, self.modelled)
+    def _dependencies(self, at: dict) -> list[tuple[str, ...]]:
+        """Which parameters move each target near the vector ``at``: every target predicted
+        there and with one parameter moved by 40% (inside its bounds)."""
+        base = self._run(at, self.modelled)
         deps: list[list[str]] = [[] for _ in self.targets]
         for p in self._bar(self.parameters, "dependencies"):
-            moved = p.initial * 1.4 if p.initial * 1.4 <= p.upper else p.initial / 1.4
-            got = self._run({**self.initial, p.name: moved}, self.modelled)
+            moved = at[p.name] * 1.4 if at[p.name] * 1.4 <= p.upper else at[p.name] / 1.4
+            got = self._run({**at, p.name: moved}, self.modelled)
             for i in self.modelled:
                 a, b = base[i], got[i]
                 if not (math.isfinite(a) and math.isfinite(b)) or abs(b - a) > 1e-9 * max(
@@ -84,6 +86,18 @@ class Evaluator:
                 ):
                     deps[i].append(p.name)
         return [tuple(d) for d in deps]
+
+    def add_dependencies(self, at: dict) -> bool:
+        """Dependencies found again at ``at`` joined to the known ones (a piecewise target, a
+        pruned part or a processor that leaves the critical path, can depend on a parameter
+        only away from the initial vector). True if any target gained one."""
+        found = self._dependencies(at)
+        grew = False
+        for i in self.modelled:
+            joined = tuple(p.name for p in self.parameters if p.name in self.deps[i] + found[i])
+            if joined != self.deps[i]:
+                self.deps[i], self._cache[i], grew = joined, {}, True
+        return grew
 
     def _bar(self, it, desc: str):
         if not self.progress:
@@ -118,30 +132,61 @@ class Evaluator:
                 out[i] = v
         return out
 
-    def fit(self, train: list[int], max_evals: int = 400) -> dict:
+    def fit(self, train: list[int], max_evals: int = 400, rounds: int = 3) -> dict:
         """Parameters fitted to the targets ``train``: those no training target depends on stay
-        at their initial values. Returns {values, free, cost, evals, converged}."""
-        free = [p for p in self.parameters if any(p.name in self.deps[i] for i in train)]
-        x0 = [math.log(p.initial) for p in free]
+        at their initial values. After each fit the dependencies are found again at the fitted
+        vector; if a training target now moves with a parameter that was not free, the fit goes
+        on from there with it free (at most ``rounds`` fits). Returns {values, free, cost,
+        evals, converged}."""
+        values, evals = dict(self.initial), 0
+        r = {"cost": 0.0, "converged": True}
+        free: list[Parameter] = []
+        for _ in range(rounds):
+            now = [p for p in self.parameters if any(p.name in self.deps[i] for i in train)]
+            if [p.name for p in now] == [p.name for p in free]:
+                break
+            free = now
+            r = self._fit_free(train, free, values, max_evals)
+            values, evals = r["values"], evals + r["evals"]
+            if not self.add_dependencies(values):
+                break
+        return {
+            "values": values,
+            "free": [p.name for p in free],
+            "cost": r["cost"],
+            "evals": evals,
+            "converged": r["converged"],
+        }
+
+    def _fit_free(self, train: list[int], free: list[Parameter], start: dict, max_evals: int):
+        """One bounded LM fit of ``free`` from ``start``; the prior pulls to the initial values."""
+        prior = [math.log(p.initial) for p in free]
         lo = [math.log(p.lower) for p in free]
         hi = [math.log(p.upper) for p in free]
+        x0 = [min(max(math.log(start[p.name]), a), b) for p, a, b in zip(free, lo, hi, strict=True)]
 
         def values_of(x) -> dict:
-            return {**self.initial, **{p.name: math.exp(v) for p, v in zip(free, x, strict=True)}}
+            # clamped: the solver may land a rounding error outside a bound
+            return {
+                **start,
+                **{
+                    p.name: min(max(math.exp(v), p.lower), p.upper)
+                    for p, v in zip(free, x, strict=True)
+                },
+            }
 
         def residuals(x) -> list[float]:
             pred = self.predict(values_of(x), train)
             r = [log_residual(self.targets[i], pred[i]) for i in train]
-            return r + [PRIOR_WEIGHT * (a - b) for a, b in zip(x, x0, strict=True)]
+            return r + [PRIOR_WEIGHT * (a - b) for a, b in zip(x, prior, strict=True)]
 
         if not free:
-            return {"values": dict(self.initial), "free": [], "cost": 0.0, "evals": 0}
+            return {"values": dict(start), "cost": 0.0, "evals": 0, "converged": True}
         r = least_squares_bounded(
             residuals, x0, lo, hi, diff_step=DIFF_STEP, ftol=FTOL, xtol=XTOL, max_evals=max_evals
         )
         return {
             "values": values_of(r["x"]),
-            "free": [p.name for p in free],
             "cost": r["cost"],
             "evals": r["evals"],
             "converged": r["converged"],

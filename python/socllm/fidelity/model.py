@@ -33,8 +33,10 @@ PAPERS = {
 @dataclass(frozen=True)
 class Parameter:
     """A free parameter of the SoC model. ``apply(profile, value)`` changes a deep copy of a
-    device profile in place; ``initial`` is the profile's own reading (the value the profile
-    holds, or the neutral 1 of a scale), where every fit starts and the prior pulls to."""
+    device profile in place; ``initial`` is where every fit starts and the prior pulls to. It
+    must not come from any paper number that is a target, or cross-validation would see the
+    held-out rows through it: a neutral value (1 for a scale, 1 W for a power, a square shape)
+    or a device figure no target restates."""
 
     name: str
     initial: float
@@ -147,7 +149,8 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "shadow_fixed_us", 400.0, 1.0, 1e5, "us",
         "what one shadow-outlier part costs beyond its arithmetic (seed 001 §3.3: a CPU graph "
-        "call and the scatter of its result)",
+        "call and the scatter of its result; starts at seed 002 §4.2's >=400 us sync, which no "
+        "target restates)",
         _shadow_fixed,
     ),
     Parameter(
@@ -168,9 +171,9 @@ PARAMETERS: tuple[Parameter, ...] = (
         _topk,
     ),
     Parameter(
-        "npu_fp16_shape_ratio_half", 5.4, 0.05, 100.0, "rows/columns",
+        "npu_fp16_shape_ratio_half", 1.0, 0.05, 100.0, "rows/columns",
         "the half point of the NPU's FP16 efficiency in the streamed weight's aspect ratio "
-        "(seed 002 Fig. 5 is only a plot); variant heterollm",
+        "(seed 002 Fig. 5 is only a plot; starts at a square weight); variant heterollm",
         _r_half,
         (GEN3,),
     ),
@@ -199,26 +202,27 @@ PARAMETERS: tuple[Parameter, ...] = (
         for dev in DEVICES
     ),
     Parameter(
-        "npu_active_w", 1.2, 0.05, 10.0, "W",
+        "npu_active_w", 1.0, 0.05, 10.0, "W",
         "the NPU's power above the static floor while it computes",
         _power("npu_w"),
         energy=True,
     ),
     Parameter(
-        "gpu_active_w", 3.3, 0.05, 10.0, "W",
+        "gpu_active_w", 1.0, 0.05, 10.0, "W",
         "the GPU's power above the static floor while it computes",
         _power("gpu_w"),
         energy=True,
     ),
     Parameter(
-        "cpu_active_w", 2.4, 0.05, 10.0, "W",
+        "cpu_active_w", 1.0, 0.05, 10.0, "W",
         "the CPU's power above the static floor while all its big cores compute",
         _power("cpu_w"),
         energy=True,
     ),
     Parameter(
-        "mid_core_active_w", 0.6, 0.02, 5.0, "W",
-        "one mid core's power above the static floor (seed 000's CPU budget)",
+        "mid_core_active_w", 0.25, 0.02, 5.0, "W",
+        "one mid core's power above the static floor (seed 000's CPU budget; starts at a "
+        "quarter of the 1 W every processor starts at)",
         _power("cpu_mid_w"),
         energy=True,
     ),

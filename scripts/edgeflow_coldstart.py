@@ -31,16 +31,24 @@ import sys
 import numpy as np
 import socllm
 from socllm.devices import load_profile
+from socllm.fidelity.model import scale_rates
+from socllm.fidelity.targets import (
+    EF_ABLATION,
+    EF_CONFIGS,
+    EF_PAPER_LLMNPU_TTFT_S,
+    EF_PAPER_LONG_PROMPT,
+    EF_PAPER_SPEEDUP,
+    EF_PROMPTS,
+    edgeflow_system_profile,
+)
 from socllm.io.files import check_output_path, emit_json
 
 DEVICE = "snapdragon-8elite"
-CONFIGS = ["llama-3-8b", "mistral-7b", "phi-3-mini-3.8b", "qwen1.5-1.8b"]
-PROMPTS = {"LAMBADA": 78, "WinoGrande": 138, "OBQA": 210, "MMLU": 471, "HellaSwag": 985}
-PAPER_SPEEDUP = {
-    7: {"llama.cpp": 3.92, "mnn": 2.28, "llm.npu+": 1.47},
-    4: {"llama.cpp": 4.24, "mnn": 2.53, "llm.npu+": 1.63},
-}
-PAPER_ABLATION = {"+Place": -4.2, "+Priority": -5.2, "+Steal": -11.3}
+# the configs, prompts, paper numbers and the baselines' profiles are the fidelity targets'
+CONFIGS = list(EF_CONFIGS)
+PROMPTS = EF_PROMPTS
+PAPER_SPEEDUP = EF_PAPER_SPEEDUP
+PAPER_ABLATION = {k: v for k, (_, _, v) in EF_ABLATION.items() if v is not None}
 SYSTEMS = [
     ("llama.cpp", 8),
     ("mnn", 8),
@@ -50,8 +58,8 @@ SYSTEMS = [
     ("edgeflow", 5),
     ("edgeflow", 4),
 ]
-PAPER_LLMNPU_TTFT_S = 9.1  # seed 004 Fig. 1: llm.npu+ cold start, Llama3-8B, 128 tokens
-PAPER_LONG_PROMPT_VS_LLMNPU = (1.37, 1.41)  # §5.2: MMLU and HellaSwag
+PAPER_LLMNPU_TTFT_S = EF_PAPER_LLMNPU_TTFT_S
+PAPER_LONG_PROMPT_VS_LLMNPU = EF_PAPER_LONG_PROMPT
 
 # System-level parameters the micro-benchmark profile does not hold (--fit), with their
 # neutral values (= the unfitted profile):
@@ -82,19 +90,10 @@ def system_profile(system: str, params: dict | None) -> dict:
     p = with_neutral(params)
     prof = copy.deepcopy(_BASE)
     cm = prof["cost_model"]
-    speed = p["cpu_speed"] * (p["mnn_speed"] if system == "mnn" else 1.0)
-    cpu_tables = [cm["cpu"], *cm.get("cpu_core", {}).values()]
-    for table in cpu_tables:
-        for key, entry in table.items():
-            if key.startswith("unpack_"):  # measured on the 8 Elite itself (seed 004 Fig. 4b)
-                continue
-            if key.endswith(("_gops", "_gbps", "_gscores")):
-                entry["value"] *= speed
-            elif key.endswith("_overhead_us"):
-                entry["value"] /= speed
-    if system == "llm.npu+":
-        cm["memory"]["flash_gbps"]["value"] /= p["llmnpu_graph_bytes"]
-    return prof
+    for table in (cm["cpu"], *cm.get("cpu_core", {}).values()):
+        # unpacking was measured on the 8 Elite itself (seed 004 Fig. 4b)
+        scale_rates(table, 1.0 / p["cpu_speed"], lambda k: not k.startswith("unpack_"))
+    return edgeflow_system_profile(prof, system, p["mnn_speed"], p["llmnpu_graph_bytes"])
 
 
 def cold(cfg: str, system: str, bits: float, prompt: int, params: dict | None) -> dict:
@@ -174,14 +173,8 @@ def ablation(cfg: str, params=None, prompt: int = 512, chunk: int = 128, sync_us
     profile = system_profile("edgeflow", params)
     if sync_us is not None:
         profile["cost_model"]["sync"]["cpu_npu_us"]["value"] = sync_us
-    steps = [
-        ("llm.npu", "w8a8", "in-order"),
-        ("+Place", "edgeflow", "in-order"),
-        ("+Priority", "edgeflow", "position-first"),
-        ("+Steal", "edgeflow", "position-steal"),
-    ]
     out, prev = [], None
-    for name, plan, policy in steps:
+    for name, (plan, policy, _) in EF_ABLATION.items():
         s = socllm.simulate(cfg, profile, plan, prompt, chunk=chunk, policy=policy).summary()
         procs = s["processors"] if "processors" in s else {}
         row = {

@@ -34,16 +34,21 @@ import numpy as np
 import socllm
 from socllm.devices import fit as devfit
 from socllm.devices import load_profile
+from socllm.fidelity.targets import (
+    LLAMACPP_QWEN_TOK_S,
+    LLAMACPP_RUN,
+    LLMNPU_MODELS,
+    LLMNPU_PRUNING_TOK_S,
+    LLMNPU_RUN,
+    LLMNPU_VS_LLAMACPP,
+)
 from socllm.io.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
-PRUNING = {
-    "qwen1.5-1.8b": {0.0: 156, 0.8: 544, 1.0: 596},  # fitted
-    "gemma-2b": {0.0: 102, 0.8: 285, 1.0: 345},  # held out
-}
-LLAMACPP_QWEN_TOK_S = 1501 / 21.7
-VS_CPU = {1024: (18.17, 38.4), 64: (7.1, 14.86)}
-MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
+# the paper numbers and the two systems' runs are the fidelity targets' (socllm.fidelity.targets)
+PRUNING = LLMNPU_PRUNING_TOK_S  # Qwen1.5-1.8B's curve fitted, Gemma-2B's held out
+VS_CPU = LLMNPU_VS_LLAMACPP
+MODELS = LLMNPU_MODELS
 NAMES = ("npu_time_scale", "cpu_time_scale", "shadow_fixed_us")
 
 
@@ -55,24 +60,18 @@ def with_params(profile: dict, params: dict) -> dict:
     return p
 
 
+def _simulate(profile, cfg, n, run: dict, char: str, **over) -> dict:
+    kw = {**run, **over}
+    return socllm.simulate(cfg, profile, kw.pop("plan"), n, characterization=char, **kw).summary()
+
+
 def llmnpu(profile, cfg, n, pruning=None, char="llmnpu-e2e", policy="npu-stall-first"):
     plan = "shadow-outlier" if pruning is None else f"shadow-outlier:pruning_rate={pruning}"
-    return socllm.simulate(
-        cfg, profile, plan, n, chunk=256, policy=policy, characterization=char
-    ).summary()
+    return _simulate(profile, cfg, n, LLMNPU_RUN, char, plan=plan, policy=policy)
 
 
 def llamacpp(profile, cfg, n, char="llmnpu-e2e"):
-    return socllm.simulate(
-        cfg,
-        profile,
-        "w8-group",
-        n,
-        chunk=None,
-        policy="in-order",
-        processor="cpu",
-        characterization=char,
-    ).summary()
+    return _simulate(profile, cfg, n, LLAMACPP_RUN, char)
 
 
 def residuals(x, profile):

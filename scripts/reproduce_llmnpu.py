@@ -22,46 +22,27 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from socllm.fidelity.targets import (  # noqa: E402
+    LLAMACPP_RUN,
+    LLMNPU_LADDER,
+    LLMNPU_LADDER_PAPER,
+    LLMNPU_MODELS,
+    LLMNPU_PRUNING_TOK_S,
+    LLMNPU_RUN,
+    LLMNPU_VS_LLAMACPP,
+    ladder_ratios,
+)
 from socllm.io.files import atomic_write_text  # noqa: E402
 from socllm.sim.timeline import simulate  # noqa: E402
 
-MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
 DEVICE = "snapdragon-8gen3"
-# name, plan, processor ("auto": the plan's placement, llm.npu's for these presets; "cpu": every
-# op class on the CPU), policy, runtime build, chunk
-LADDER = (
-    ("llama.cpp-CPU", "w8-group", "cpu", "in-order", False, 0),
-    ("naive NPU", "w8-group", "auto", "in-order", True, 0),
-    ("+ chunk graphs", "w8-group", "auto", "in-order", False, 256),
-    ("+ shadow outliers", "shadow-outlier", "auto", "in-order", False, 256),
-    ("+ out-of-order", "shadow-outlier", "auto", "npu-stall-first", False, 256),
-)
-# seed 001 §4.7 (Fig. 19, ranges over the three models) and §4.2
-PAPER_LADDER = {
-    "naive NPU": ("slower than llama.cpp-CPU", 2.55, 2.68),
-    "+ chunk graphs": ("speedup over naive NPU", 1.46, 5.09),
-    "+ shadow outliers": ("speedup over + chunk graphs", 3.91, 8.68),
-    "+ out-of-order": ("latency reduction over + shadow", 0.18, 0.44),
-}
-PAPER_VS_CPU = {1024: (18.17, 38.4), 64: (7.1, 14.86)}  # llama.cpp-CPU, Redmi K70 Pro
-# seed 001 §4.4 Fig. 16 (K70 Pro): prefill tokens/s at pruning rates 0 / 80 / 100%
-PAPER_PRUNING = {
-    "qwen1.5-1.8b": {0.0: 156, 0.8: 544, 1.0: 596},
-    "gemma-2b": {0.0: 102, 0.8: 285, 1.0: 345},
-}
+# The ladder, its paper ranges and every paper number come from the fidelity targets, so this
+# script and `socllm fidelity` simulate the same runs.
 
 
-def run(cfg, plan, processor, policy, build, chunk, prompt):
-    return simulate(
-        cfg,
-        DEVICE,
-        plan,
-        prompt,
-        chunk=chunk,
-        policy=policy,
-        processor=processor,
-        runtime_graph_build=build,
-    ).summary()
+def run(cfg, step: dict, prompt: int, **over) -> dict:
+    kw = {**step, **over}
+    return simulate(cfg, DEVICE, kw.pop("plan"), prompt, **kw).summary()
 
 
 def in_range(x: float, lo: float, hi: float) -> str:
@@ -79,11 +60,8 @@ def main() -> int:
         f"{'model':<14} {'64':>8} {'256':>8} {'1024':>8}  tokens/s   "
         "(paper: >1000 for Qwen1.5-1.8B at 1024)"
     )
-    for cfg in MODELS:
-        row = {
-            L: run(cfg, "shadow-outlier", "auto", "npu-stall-first", False, 256, L)
-            for L in (64, 256, 1024)
-        }
+    for cfg in LLMNPU_MODELS:
+        row = {L: run(cfg, LLMNPU_RUN, L) for L in (64, 256, 1024)}
         out["prefill"][cfg] = {L: s["prefill_tokens_per_s"] for L, s in row.items()}
         print(
             f"{cfg:<14} "
@@ -91,26 +69,20 @@ def main() -> int:
         )
 
     print("\nAblation ladder at prompt 1024 (seed 001 §4.7): prefill ms, and each step's ratio")
-    for cfg in MODELS:
-        ms = {name: run(cfg, *rest, 1024)["prefill_ms"] for name, *rest in LADDER}
-        ratios = {
-            "naive NPU": ms["naive NPU"] / ms["llama.cpp-CPU"],
-            "+ chunk graphs": ms["naive NPU"] / ms["+ chunk graphs"],
-            "+ shadow outliers": ms["+ chunk graphs"] / ms["+ shadow outliers"],
-            "+ out-of-order": 1 - ms["+ out-of-order"] / ms["+ shadow outliers"],
-        }
+    for cfg in LLMNPU_MODELS:
+        ms = {name: run(cfg, step, 1024)["prefill_ms"] for name, step in LLMNPU_LADDER.items()}
+        ratios = ladder_ratios(ms)
         out["ladder"][cfg] = {"prefill_ms": ms, "ratios": ratios}
         print(f"  {cfg}: " + ", ".join(f"{k} {v:.0f}" for k, v in ms.items()))
         for k, r in ratios.items():
-            what, lo, hi = PAPER_LADDER[k]
+            what, lo, hi = LLMNPU_LADDER_PAPER[k]
             print(
                 f"    {k:<18} {what:<32} ours {r:6.2f}   paper {lo}-{hi}  ({in_range(r, lo, hi)})"
             )
-    for L, (lo, hi) in PAPER_VS_CPU.items():
+    for L, (lo, hi) in LLMNPU_VS_LLAMACPP.items():
         sp = {
-            cfg: run(cfg, "w8-group", "cpu", "in-order", False, 0, L)["prefill_ms"]
-            / run(cfg, "shadow-outlier", "auto", "npu-stall-first", False, 256, L)["prefill_ms"]
-            for cfg in MODELS
+            cfg: run(cfg, LLAMACPP_RUN, L)["prefill_ms"] / run(cfg, LLMNPU_RUN, L)["prefill_ms"]
+            for cfg in LLMNPU_MODELS
         }
         out["ladder"][f"speedup_vs_cpu_{L}"] = sp
         print(
@@ -120,11 +92,11 @@ def main() -> int:
         )
 
     print("\nPruning rate vs prefill speed at prompt 1024 (seed 001 §4.4, Fig. 16), tokens/s")
-    for cfg, paper in PAPER_PRUNING.items():
+    for cfg, paper in LLMNPU_PRUNING_TOK_S.items():
         ours = {
-            r: run(
-                cfg, f"shadow-outlier:pruning_rate={r}", "auto", "npu-stall-first", False, 256, 1024
-            )["prefill_tokens_per_s"]
+            r: run(cfg, LLMNPU_RUN, 1024, plan=f"shadow-outlier:pruning_rate={r}")[
+                "prefill_tokens_per_s"
+            ]
             for r in paper
         }
         out["pruning"][cfg] = {"ours": ours, "paper": paper}
@@ -133,9 +105,10 @@ def main() -> int:
             + ", ".join(f"{int(100 * r)}%: ours {ours[r]:.0f} / paper {paper[r]}" for r in paper)
         )
 
-    s = run("qwen1.5-1.8b", "shadow-outlier", "auto", "in-order", False, 256, 256)
-    so = run("qwen1.5-1.8b", "shadow-outlier", "auto", "npu-stall-first", False, 256, 1024)
-    si = run("qwen1.5-1.8b", "shadow-outlier", "auto", "in-order", False, 256, 1024)
+    in_order = LLMNPU_LADDER["+ shadow outliers"]
+    s = run("qwen1.5-1.8b", in_order, 256)
+    so = run("qwen1.5-1.8b", LLMNPU_RUN, 1024)
+    si = run("qwen1.5-1.8b", in_order, 1024)
     out["section_3_4"] = {
         "npu_busy_ms_qwen_256": s["busy_ms"]["npu"],
         "cpu_busy_ms_qwen_256": s["busy_ms"]["cpu"],

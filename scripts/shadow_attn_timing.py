@@ -34,9 +34,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import socllm  # noqa: E402
-from socllm.configs import load_config  # noqa: E402
 from socllm.devices import load_profile  # noqa: E402
-from socllm.fidelity.targets import attention_kernel_span  # noqa: E402
+from socllm.fidelity.targets import (  # noqa: E402
+    SHADOW_VARIANTS,
+    TABLE8_J,
+    attention_kernel_span,
+    shadow_config,
+    shadow_variant_plan,
+)
 from socllm.io.files import atomic_write_text  # noqa: E402
 from socllm.sim import head_pipeline as hp  # noqa: E402
 from socllm.sim.timeline import simulate  # noqa: E402
@@ -49,32 +54,7 @@ E2E_PROMPTS = {"ArxivSum": 3840, "Octopus": 4096, "DroidCall": 1792}  # seed 000
 
 
 def variants(base: str) -> dict:
-    full = socllm.Plan(base).placed("attention", "cpu", "fp32")
-    return {
-        "C/G-Full": full,
-        "C/G-Sparse": f"{base}:attention=sparse",
-        "C/G-Block-Sparse": f"{base}:attention=block-sparse",
-        "NPU-Full": f"{base}:attention=npu-int8",
-        "shadowAttn": f"{base}:attention=shadow-attn,ratios=uniform",
-    }
-
-
-# seed 000 Table 8 (J, one kernel at 1024 tokens, Redmi K60 Champion Edition)
-PAPER_ENERGY = {
-    "phonelm-0.5b": (3.72, 2.81, 1.10, 0.85, 0.66),
-    "phonelm-1.5b": (8.59, 5.16, 1.51, 1.29, 1.12),
-    "qwen2-0.5b": (3.38, 2.35, 0.88, 0.85, 0.56),
-    "qwen2-1.5b": (5.29, 3.28, 0.85, 1.10, 0.71),
-}
-
-
-def config(name: str, layers: int | None = None) -> dict:
-    c = load_config(name)
-    if layers:
-        c["n_layers"] = layers
-    # seed 000 times PhoneLM (2048 context) at up to 4096 tokens (random inputs / long prompts).
-    c["context_length"] = max(c["context_length"], 8192)
-    return c
+    return {v: shadow_variant_plan(v, base) for v in SHADOW_VARIANTS}
 
 
 def kernel(tl, cost) -> tuple[float, float, dict]:
@@ -118,7 +98,7 @@ def main() -> int:
     print(f"{'model':<13}{'tokens':>7} " + " ".join(f"{n:>17}" for n in names) + "  speedup")
     speedups = []
     for m in MODELS:
-        c = config(m, layers=1)
+        c = shadow_config(m, layers=1)
         for L in LENGTHS:
             row = {}
             for name, plan in variants("w8a8").items():
@@ -150,7 +130,7 @@ def main() -> int:
         out["certified"] = {"rescore_share": share, "source": str(est_path), "kernel": {}}
         cert_plan = variants("w8a8")["shadowAttn"] + ",certified=1"
         for m in MODELS:
-            c = config(m, layers=1)
+            c = shadow_config(m, layers=1)
             for L in LENGTHS:
                 tl = simulate(
                     c, profile, cert_plan, L, chunk=None, attention_cpu_core="mid",
@@ -172,7 +152,7 @@ def main() -> int:
     print("\nEnd to end (llm.npu shadow-outlier linears, chunks of 256, prefill), ms")
     e2e = []
     for m in MODELS:
-        c = config(m)
+        c = shadow_config(m)
         for ds, L in E2E_PROMPTS.items():
             row = {}
             for name, plan in variants("shadow-outlier").items():
@@ -193,12 +173,12 @@ def main() -> int:
     # --- Table 8: energy of one kernel at 1024 -----------------------------------------------
     print(f"\nEnergy of one kernel at 1024 tokens, {ENERGY_DEVICE} (J; paper in brackets)")
     for m in MODELS:
-        c = config(m, layers=1)
+        c = shadow_config(m, layers=1)
         row = {}
         for name, plan in variants("w8a8").items():
             tl = simulate(c, ENERGY_DEVICE, plan, 1024, chunk=None, attention_cpu_core="mid")
             row[name] = kernel(tl, energy_cost)[1]
-        paper = dict(zip(names, PAPER_ENERGY[m], strict=True))
+        paper = dict(zip(names, TABLE8_J[m], strict=True))
         out["energy"][m] = {"predicted_j": row, "paper_j": paper}
         print(
             f"{m:<13}"
@@ -211,7 +191,7 @@ def main() -> int:
     print("\nHead pipeline of one layer at 2048 tokens (ms): policies, Algorithm 1's gap")
     rng = np.random.default_rng(0)
     for m in MODELS:
-        c = config(m, layers=1)
+        c = shadow_config(m, layers=1)
         res = {}
         for label, (ratios, buckets) in {
             "uniform": (None, None),
@@ -295,7 +275,11 @@ def main() -> int:
 
     # --- a trace of one shadowAttn kernel ---------------------------------------------------
     tl = simulate(
-        config("qwen2-0.5b", layers=1), profile, variants("w8a8")["shadowAttn"], 1024, chunk=None
+        shadow_config("qwen2-0.5b", layers=1),
+        profile,
+        variants("w8a8")["shadowAttn"],
+        1024,
+        chunk=None,
     )
     if args.trace:
         tl.to_perfetto(args.trace)

@@ -46,37 +46,67 @@ def _sim(m: SocModel, device: str, cfg, plan: str, n: int, **kw) -> dict:
 # ---- llm.npu (seed 001) and what seed 002 says of it -------------------------------------------
 
 LLMNPU_MODELS = ("qwen1.5-1.8b", "gemma-2b", "llama-2-7b")
+# seed 001 §4.7 Fig. 19's ablation, step by step, as simulate's arguments (chunk None: the whole
+# prompt at once; processor "cpu": every op class on the CPU). Its last step is llm.npu itself
+# and its first llama.cpp, the two systems of every llm.npu row (scripts/reproduce_llmnpu.py).
+LLMNPU_LADDER: dict[str, dict] = {
+    "llama.cpp-CPU": {"plan": "w8-group", "processor": "cpu", "policy": "in-order", "chunk": None},
+    "naive NPU": {
+        "plan": "w8-group", "policy": "in-order", "chunk": None, "runtime_graph_build": True
+    },
+    "+ chunk graphs": {"plan": "w8-group", "policy": "in-order", "chunk": 256},
+    "+ shadow outliers": {"plan": "shadow-outlier", "policy": "in-order", "chunk": 256},
+    "+ out-of-order": {"plan": "shadow-outlier", "policy": "npu-stall-first", "chunk": 256},
+}  # fmt: skip
+LLMNPU_RUN = LLMNPU_LADDER["+ out-of-order"]
+LLAMACPP_RUN = LLMNPU_LADDER["llama.cpp-CPU"]
+# what each step changes and the paper's range over the three models (Fig. 19)
+LLMNPU_LADDER_PAPER = {
+    "naive NPU": ("slowdown vs llama.cpp-CPU", 2.55, 2.68),
+    "+ chunk graphs": ("speedup over naive", 1.46, 5.09),
+    "+ shadow outliers": ("speedup over + chunk", 3.91, 8.68),
+    "+ out-of-order": ("latency reduction", 0.18, 0.44),
+}
+# seed 001 §4.4 Fig. 16 (K70 Pro): prefill tokens/s at pruning rates 0 / 80 / 100%, 1024 tokens
+LLMNPU_PRUNING_TOK_S = {
+    "qwen1.5-1.8b": {0.0: 156, 0.8: 544, 1.0: 596},
+    "gemma-2b": {0.0: 102, 0.8: 285, 1.0: 345},
+}
+# seed 001 §4.2 Fig. 14: llm.npu's speedup over llama.cpp-CPU, the range over the three models
+LLMNPU_VS_LLAMACPP = {1024: (18.17, 38.4), 64: (7.1, 14.86)}
+# seed 001 §1: '21.7 seconds for automated email replies' over LongBench's 1168-1835 tokens
+LLAMACPP_QWEN_TOK_S = 1501 / 21.7
+
+
+def ladder_ratios(ms: dict[str, float]) -> dict[str, float]:
+    """Each ablation step's effect (LLMNPU_LADDER_PAPER) from the steps' prefill times."""
+    return {
+        "naive NPU": ms["naive NPU"] / ms["llama.cpp-CPU"],
+        "+ chunk graphs": ms["naive NPU"] / ms["+ chunk graphs"],
+        "+ shadow outliers": ms["+ chunk graphs"] / ms["+ shadow outliers"],
+        "+ out-of-order": 1 - ms["+ out-of-order"] / ms["+ shadow outliers"],
+    }
+
+
+def _run(m: SocModel, device: str, cfg: str, n: int, run: dict) -> dict:
+    kw = dict(run)
+    return _sim(m, device, cfg, kw.pop("plan"), n, **kw)
 
 
 def _llmnpu(m: SocModel, cfg: str, n: int, pruning=None, policy="npu-stall-first", dev=GEN3):
     plan = "shadow-outlier" if pruning is None else f"shadow-outlier:pruning_rate={pruning}"
-    return _sim(m, dev, cfg, plan, n, chunk=256, policy=policy)
+    return _run(m, dev, cfg, n, {**LLMNPU_RUN, "plan": plan, "policy": policy})
 
 
 def _llamacpp(m: SocModel, cfg: str, n: int, dev=GEN3):
-    return _sim(m, dev, cfg, "w8-group", n, chunk=None, policy="in-order", processor="cpu")
+    return _run(m, dev, cfg, n, LLAMACPP_RUN)
 
 
 def _ladder(m: SocModel, cfg: str) -> dict:
-    """seed 001 §4.7's ablation at 1024 tokens (scripts/reproduce_llmnpu.py builds the same)."""
-
-    def ms(plan, processor, policy, build, chunk):
-        return _sim(
-            m, GEN3, cfg, plan, 1024, chunk=chunk or None, policy=policy, processor=processor,
-            runtime_graph_build=build,
-        )["prefill_ms"]  # fmt: skip
-
-    cpu = ms("w8-group", "cpu", "in-order", False, 0)
-    naive = ms("w8-group", "auto", "in-order", True, 0)
-    chunk = ms("w8-group", "auto", "in-order", False, 256)
-    shadow = ms("shadow-outlier", "auto", "in-order", False, 256)
-    ooo = ms("shadow-outlier", "auto", "npu-stall-first", False, 256)
-    return {
-        "naive": naive / cpu,
-        "chunk": naive / chunk,
-        "shadow": chunk / shadow,
-        "ooo": 1 - ooo / shadow,
-    }
+    """seed 001 §4.7's ablation at 1024 tokens."""
+    return ladder_ratios(
+        {k: _run(m, GEN3, cfg, 1024, r)["prefill_ms"] for k, r in LLMNPU_LADDER.items()}
+    )
 
 
 def _mean(xs) -> float:
@@ -93,10 +123,7 @@ def llmnpu_targets() -> list[Target]:
             lambda m: _llmnpu(m, q, 1024)["prefill_tokens_per_s"],
         )
     )  # fmt: skip
-    for cfg, curve in (
-        ("qwen1.5-1.8b", {0.0: 156, 0.8: 544, 1.0: 596}),
-        ("gemma-2b", {0.0: 102, 0.8: 285, 1.0: 345}),
-    ):
+    for cfg, curve in LLMNPU_PRUNING_TOK_S.items():
         for r, v in curve.items():
             t.append(
                 Target(
@@ -107,14 +134,14 @@ def llmnpu_targets() -> list[Target]:
             )  # fmt: skip
     t.append(
         Target(
-            "001 §1: llama.cpp-CPU prefill, Qwen1.5-1.8B", "llmnpu", round(1501 / 21.7, 1),
+            "001 §1: llama.cpp-CPU prefill, Qwen1.5-1.8B", "llmnpu", LLAMACPP_QWEN_TOK_S,
             "tok/s",
             "derived: '21.7 seconds for automated email replies' over LongBench's 1168-1835 "
             "tokens (midpoint 1501); simulated at 1024",
             lambda m: _llamacpp(m, q, 1024)["prefill_tokens_per_s"],
         )
     )  # fmt: skip
-    for n, (lo, hi) in ((1024, (18.17, 38.4)), (64, (7.1, 14.86))):
+    for n, (lo, hi) in LLMNPU_VS_LLAMACPP.items():
         t.append(
             Target(
                 f"001 §4.2 Fig. 14: speedup over llama.cpp-CPU at {n} tokens, mean of 3 models",
@@ -149,18 +176,13 @@ def llmnpu_targets() -> list[Target]:
             / _llmnpu(m, q, 1024)["prefill_tokens_per_s"],
         )
     )  # fmt: skip
-    ladder = (
-        ("naive", "naive NPU, slowdown vs llama.cpp-CPU", 2.55, 2.68),
-        ("chunk", "+ chunk graphs, speedup over naive", 1.46, 5.09),
-        ("shadow", "+ shadow outliers, speedup over + chunk", 3.91, 8.68),
-        ("ooo", "+ out-of-order, latency reduction", 0.18, 0.44),
-    )
-    for key, what, lo, hi in ladder:
+    for step, (what, lo, hi) in LLMNPU_LADDER_PAPER.items():
         t.append(
             Target(
-                f"001 §4.7 Fig. 19: {what}, mean of 3 models", "llmnpu", (lo + hi) / 2,
-                "share" if key == "ooo" else "x", "1024 tokens; the paper's range over models",
-                lambda m, key=key: _mean(_ladder(m, c)[key] for c in LLMNPU_MODELS), lo, hi,
+                f"001 §4.7 Fig. 19: {step}, {what}, mean of 3 models", "llmnpu", (lo + hi) / 2,
+                "share" if step == "+ out-of-order" else "x",
+                "1024 tokens; the paper's range over models",
+                lambda m, step=step: _mean(_ladder(m, c)[step] for c in LLMNPU_MODELS), lo, hi,
             )
         )  # fmt: skip
     t.append(
@@ -335,7 +357,8 @@ TABLE8_J = {
 }
 
 
-def _shadow_plan(variant: str, base: str = "w8a8"):  # a plan name or a Plan
+def shadow_variant_plan(variant: str, base: str = "w8a8"):
+    """seed 000's attention variant on a linear scheme ``base``: a plan name or a Plan."""
     from .. import Plan
 
     if variant == "C/G-Full":
@@ -348,7 +371,8 @@ def _shadow_plan(variant: str, base: str = "w8a8"):  # a plan name or a Plan
     }[variant]
 
 
-def _shadow_config(name: str, layers: int | None = None) -> dict:
+def shadow_config(name: str, layers: int | None = None) -> dict:
+    """A config as seed 000 times it: ``layers`` of it, a context of at least 8192."""
     c = load_config(name)
     if layers:
         c["n_layers"] = layers
@@ -382,7 +406,7 @@ def _kernel(m: SocModel, device: str, cfg: str, variant: str, n: int) -> tuple[f
 
         prof = m.profile(device)
         tl = simulate(
-            _shadow_config(cfg, 1), prof, _shadow_plan(variant), n, chunk=None,
+            shadow_config(cfg, 1), prof, shadow_variant_plan(variant), n, chunk=None,
             attention_cpu_core="mid",
         )  # fmt: skip
         return attention_kernel_span(tl, CostModel(DeviceProfile.from_json(prof, device)))
@@ -410,8 +434,8 @@ def _e2e_speedups(m: SocModel) -> list[float]:
         for n in (3840, 4096, 1792):  # ArxivSum, Octopus, DroidCall (§5.1)
             ms = {
                 v: _sim(
-                    m, GEN3, _shadow_config(c), _shadow_plan(v, "shadow-outlier"), n, chunk=256,
-                    attention_cpu_core="mid",
+                    m, GEN3, shadow_config(c), shadow_variant_plan(v, "shadow-outlier"), n,
+                    chunk=256, attention_cpu_core="mid",
                 )["prefill_ms"]
                 for v in ("C/G-Full", "shadowAttn")
             }  # fmt: skip
@@ -461,7 +485,40 @@ def shadowattn_targets() -> list[Target]:
 # ---- EdgeFlow (seed 004) -----------------------------------------------------------------------
 
 EF_CONFIGS = ("llama-3-8b", "mistral-7b", "phi-3-mini-3.8b", "qwen1.5-1.8b")
+# the middle of seed 004 Table 3's prompt ranges
 EF_PROMPTS = {"LAMBADA": 78, "WinoGrande": 138, "OBQA": 210, "MMLU": 471, "HellaSwag": 985}
+# seed 004 §5.2 Fig. 10: EdgeFlow's mean TTFT speedup over each baseline, by bits
+EF_PAPER_SPEEDUP = {
+    7: {"llama.cpp": 3.92, "mnn": 2.28, "llm.npu+": 1.47},
+    4: {"llama.cpp": 4.24, "mnn": 2.53, "llm.npu+": 1.63},
+}
+EF_PAPER_LONG_PROMPT = (1.37, 1.41)  # §5.2: 7-bit over llm.npu+ on MMLU and HellaSwag
+EF_PAPER_LLMNPU_TTFT_S = 9.1  # Fig. 1: llm.npu+ cold start, Llama3-8B, 128 tokens
+# §5.4.3 Fig. 14: the pipeline ablation (Llama3-8B, 512 tokens, chunks of 128): each step as
+# (plan, policy) and its latency change in %
+EF_ABLATION = {
+    "llm.npu": ("w8a8", "in-order", None),
+    "+Place": ("edgeflow", "in-order", -4.2),
+    "+Priority": ("edgeflow", "position-first", -5.2),
+    "+Steal": ("edgeflow", "position-steal", -11.3),
+}
+
+
+def edgeflow_system_profile(
+    profile: dict, system: str, mnn_speed: float, llmnpu_graph_bytes: float
+) -> dict:
+    """The 8 Elite profile as a cold-start ``system`` sees it (a copy): MNN's CPU kernels at
+    ``mnn_speed`` x llama.cpp's, llm.npu+ reading ``llmnpu_graph_bytes`` per INT8 byte."""
+    import copy
+
+    prof = copy.deepcopy(profile)
+    cm = prof["cost_model"]
+    if system == "mnn":  # unpacking was measured on the phone itself (seed 004 Fig. 4b)
+        for table in (cm["cpu"], *cm.get("cpu_core", {}).values()):
+            scale_rates(table, 1.0 / mnn_speed, lambda k: not k.startswith("unpack_"))
+    elif system == "llm.npu+":
+        cm["memory"]["flash_gbps"]["value"] /= llmnpu_graph_bytes
+    return prof
 
 
 def _cold(m: SocModel, cfg: str, system: str, bits: float, prompt: int) -> dict:
@@ -470,18 +527,11 @@ def _cold(m: SocModel, cfg: str, system: str, bits: float, prompt: int) -> dict:
     systems pay npu_setup_s first."""
 
     def run():
-        import copy
-
         prof = m.profile(ELITE)
         if system in ("mnn", "llm.npu+"):
-            prof = copy.deepcopy(prof)
-            cm = prof["cost_model"]
-            if system == "mnn":  # unpacking was measured on the phone itself (seed 004 Fig. 4b)
-                slower = 1.0 / m.knob(ELITE, "mnn_speed")
-                for table in (cm["cpu"], *cm.get("cpu_core", {}).values()):
-                    scale_rates(table, slower, lambda k: not k.startswith("unpack_"))
-            else:
-                cm["memory"]["flash_gbps"]["value"] /= m.knob(ELITE, "llmnpu_graph_bytes")
+            prof = edgeflow_system_profile(
+                prof, system, m.knob(ELITE, "mnn_speed"), m.knob(ELITE, "llmnpu_graph_bytes")
+            )
         return simulate_cold_start(cfg, prof, system, bits=bits, prompt_len=prompt).summary()
 
     s = dict(m.timing(("cold", cfg, system, bits, prompt), run))
@@ -524,23 +574,23 @@ def _ef_step(m: SocModel, i: int, key: str, proc: str | None = None) -> float:
 
 
 def _ef_ablation(m: SocModel) -> list[dict]:
-    steps = [("w8a8", "in-order"), ("edgeflow", "in-order"), ("edgeflow", "position-first"),
-             ("edgeflow", "position-steal")]  # fmt: skip
     return [
-        _sim(m, ELITE, "llama-3-8b", plan, 512, chunk=128, policy=policy) for plan, policy in steps
+        _sim(m, ELITE, "llama-3-8b", plan, 512, chunk=128, policy=policy)
+        for plan, policy, _ in EF_ABLATION.values()
     ]
 
 
 def edgeflow_targets() -> list[Target]:
     t = [
         Target(
-            "004 Fig. 1: llm.npu+ cold-start TTFT, Llama3-8B", "edgeflow", 9.1, "s",
+            "004 Fig. 1: llm.npu+ cold-start TTFT, Llama3-8B", "edgeflow",
+            EF_PAPER_LLMNPU_TTFT_S, "s",
             "128 tokens, Xiaomi 15 Pro (8 Elite)",
             lambda m: _cold(m, "llama-3-8b", "llm.npu+", 8, 128)["ttft_ms"] / 1e3,
         )
     ]  # fmt: skip
-    for bits, vals in ((7, (3.92, 2.28, 1.47)), (4, (4.24, 2.53, 1.63))):
-        for base, v in zip(("llama.cpp", "mnn", "llm.npu+"), vals, strict=True):
+    for bits, vals in EF_PAPER_SPEEDUP.items():
+        for base, v in vals.items():
             t.append(
                 Target(
                     f"004 §5.2 Fig. 10: EdgeFlow {bits}-bit TTFT speedup over {base}", "edgeflow",
@@ -551,12 +601,15 @@ def edgeflow_targets() -> list[Target]:
     t.append(
         Target(
             "004 §5.2: EdgeFlow 7-bit over llm.npu+ on long prompts (MMLU, HellaSwag)",
-            "edgeflow", 1.39, "x", "mean over 4 models; the paper's range 1.37-1.41x",
-            lambda m: _mean(_ef_speedup(m, 7, "llm.npu+", ("MMLU", "HellaSwag"))), 1.37, 1.41,
+            "edgeflow", 1.39, "x",
+            "mean over 4 models; the paper's range 1.37-1.41x",
+            lambda m: _mean(_ef_speedup(m, 7, "llm.npu+", ("MMLU", "HellaSwag"))),
+            *EF_PAPER_LONG_PROMPT,
         )
     )  # fmt: skip
     # signed changes as the ratio after / before, so errors are relative like every other row
-    for i, (step, v) in enumerate((("+Place", -4.2), ("+Priority", -5.2), ("+Steal", -11.3))):
+    steps = [(k, v) for k, (_, _, v) in EF_ABLATION.items() if v is not None]
+    for i, (step, v) in enumerate(steps):
         t.append(
             Target(
                 f"004 §5.4.3 Fig. 14: pipeline ablation {step}, latency after / before", "edgeflow",

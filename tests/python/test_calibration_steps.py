@@ -50,6 +50,7 @@ def test_schema_is_the_steps_contract():
         "pruning-rate",
         "head-importance",
         "qk-scales",
+        "attention-clamp",
         "smoothing",
         "bitwidths",
         "gptq",
@@ -262,3 +263,69 @@ def test_head_masked_logprobs_is_the_numpy_ablation(tmp_path):
         np.testing.assert_allclose(row, numpy_logprobs(TINY, ws, ids, zero), atol=1e-5)
     with pytest.raises(socllm.InvalidArgumentError, match="layer 9"):
         m.head_masked_logprobs(ids, 9, masks)
+
+
+def _kl_by_hand(ref: np.ndarray, got: np.ndarray) -> float:
+    """Mean over rows of KL(softmax(ref) || softmax(got)), float64."""
+    a = ref.astype(np.float64) - ref.max(1, keepdims=True)
+    b = got.astype(np.float64) - got.max(1, keepdims=True)
+    la = a - np.log(np.exp(a).sum(1, keepdims=True))
+    lb = b - np.log(np.exp(b).sum(1, keepdims=True))
+    return float((np.exp(la) * (la - lb)).sum(1).mean())
+
+
+def test_attention_clamp_step_keeps_the_closest_clamp(tmp_path):
+    """Step attention-clamp (issue 40 item 4) on a tiny model: each candidate's KL from fp32,
+    recomputed here from the engine's logits under the plan with that clamp, on the last
+    validation tokens of the calibration slice; the step keeps the lowest. Clamp 0.5 pins every
+    product to the median, so it is exactly the uniform-ratio plan."""
+    from socllm.calibration import calibration_split, corpus_tokens
+    from tiny_model import TINY, tiny_weights, write_tiny
+
+    ws = tiny_weights(TINY, np.random.default_rng(0))
+    m = socllm.load(write_tiny(tmp_path / "tiny.h5", weights=ws), progress=False)
+    base = "fp32:attention=shadow-attn:keep=0.3"
+    d = run_steps(
+        m, "head-importance,qk-scales,attention-clamp", progress=False, samples=2, seqlen=32,
+        importance_samples=2, importance_seqlen=32, clamp_candidates="0.5,0.75,1.0",
+        clamp_plan=base, clamp_validation_tokens=96, clamp_validation_context=48,
+    )  # fmt: skip
+    val = json.loads(d.provenance["auto_clamp_validation"])
+    toks = corpus_tokens(m)
+    end = calibration_split(len(toks))
+    wins = [toks[end - 96 : end - 48], toks[end - 48 : end]]
+    assert val["windows"] == 2 and val["tokens"] == 96 and val["plan"] == base
+    m.set_calibration(d.stats)
+    by_hand = {}
+    for q in (0.5, 0.75, 1.0):
+        kls = [
+            _kl_by_hand(m.logits(w, "fp32")[:-1], m.logits(w, f"{base},clamp_quantile={q}")[:-1])
+            for w in wins
+        ]
+        by_hand[q] = float(np.mean(kls))
+    tried = {t["clamp_quantile"]: t for t in val["tried"]}
+    for q, kl in by_hand.items():
+        assert tried[q]["kl"] == pytest.approx(kl, rel=1e-6, abs=1e-12)
+    assert d.provenance["auto_clamp_quantile"] == min(by_hand, key=by_hand.get)
+    assert len(set(round(v, 9) for v in by_hand.values())) > 1  # the clamp changes the plan
+    uniform = np.mean(
+        [
+            _kl_by_hand(m.logits(w, "fp32")[:-1], m.logits(w, f"{base},ratios=uniform")[:-1])
+            for w in wins
+        ]
+    )
+    assert by_hand[0.5] == pytest.approx(uniform, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("clamp_candidates", "0.4,0.9", "clamp_candidates"),
+        ("clamp_candidates", "0.9,x", '"0.9,x"'),
+        ("clamp_plan", "fp32:attention=shadow-attn:clamp_quantile=0.6", "clamp_plan"),
+        ("clamp_plan", "fp32:attention=shadow-attn:ratios=uniform", "calibrated per-head"),
+    ],
+)
+def test_attention_clamp_refuses_bad_options(smollm, option, value, says):
+    with pytest.raises(socllm.InvalidArgumentError, match=says):
+        run_steps(smollm, "attention-clamp", progress=False, **{option: value})

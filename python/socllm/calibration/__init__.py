@@ -25,6 +25,7 @@ from .artifact import (
 from .steps import (
     STEPS,
     calibrate_act_scales,
+    calibrate_attention_clamp,
     calibrate_bitwidths,
     calibrate_gptq,
     calibrate_head_importance,
@@ -54,6 +55,7 @@ __all__ = [
     "calibrate_head_importance",
     "calibrate_outliers",
     "calibrate_pruning_rate",
+    "calibrate_attention_clamp",
     "calibrate_qk_scales",
     "calibrate_smoothing",
     "calibration_split",

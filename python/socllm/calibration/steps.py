@@ -21,6 +21,7 @@ Calibration text: WikiText-2 raw test, windows drawn from its first quarter
 * ``head-importance``, ``qk-scales``: shadowAttn's offline profiling (seed 000 §3.2-3.3);
   ``importance_method=taylor`` estimates head importance to first order in torch
   (:mod:`socllm.calibration.head_importance`) instead of ablating every head.
+* ``attention-clamp``: Eq. 3's clamp chosen on calibration text (below).
 * ``smoothing``, ``bitwidths``: EdgeFlow's NPU-aware smoothing exponents and bit-widths (seed
   004 §4.1), on ``smoothing_rows`` random rows of each of the first ``smoothing_windows``
   act-scales windows.
@@ -245,6 +246,16 @@ def _bitwidths(ctx: StepContext) -> None:
     ctx.run_cpp(*samples)
 
 
+def _validation_windows(ctx: StepContext, tokens: int, context: int) -> list[list[int]]:
+    """The last ``tokens`` tokens of the calibration slice in windows of ``context`` (evaluation
+    text is never used; calibration windows are drawn from the whole slice, so some overlap)."""
+    toks = corpus_tokens(ctx.model, ctx.data.provenance.get("corpus", "wikitext2"))
+    end = calibration_split(len(toks))
+    val_toks = toks[max(0, end - tokens) : end]
+    val = [val_toks[i : i + context] for i in range(0, len(val_toks) - 1, context)]
+    return [w for w in val if len(w) > 1]
+
+
 @step_run("pruning-rate")
 def _pruning_rate(ctx: StepContext) -> None:
     """The largest share of linear inputs whose CPU part can be pruned while the perplexity on
@@ -255,12 +266,8 @@ def _pruning_rate(ctx: StepContext) -> None:
     slice, so some may overlap; evaluation text is never used). Use the result as
     ``shadow-outlier:pruning_rate=<auto_pruning_rate>``."""
     o, m, data = ctx.options, ctx.model, ctx.data
-    toks = corpus_tokens(m, data.provenance.get("corpus", "wikitext2"))
-    end = calibration_split(len(toks))
-    val_toks = toks[max(0, end - o["validation_tokens"]) : end]
     context = o["validation_context"]
-    val = [val_toks[i : i + context] for i in range(0, len(val_toks) - 1, context)]
-    val = [w for w in val if len(w) > 1]
+    val = _validation_windows(ctx, o["validation_tokens"], context)
     base, hot = o["pruning_plan"], o["hot_share"]
     sep = "," if ":" in base else ":"
     with using_calibration(m, data.stats):  # the plan evaluated is built from these statistics
@@ -294,6 +301,60 @@ def _pruning_rate(ctx: StepContext) -> None:
         auto_pruning_budget=o["budget"],
         auto_pruning_validation=json.dumps(validation),
     )
+
+
+@step_run("attention-clamp")
+def _attention_clamp(ctx: StepContext) -> None:
+    """Eq. 3's clamp chosen on calibration text (cpp/calibrate/attention_clamp.cpp): every
+    candidate clamp_quantile of ``clamp_plan`` scored on the validation windows by the mean
+    KL(fp32 || plan) of the next-token distributions, the lowest kept. Use the result as
+    ``...:attention=shadow-attn:keep=0.2,clamp_quantile=<auto_clamp_quantile>``."""
+    from ..eval.divergence import summarize, window_stats
+
+    o, m, data = ctx.options, ctx.model, ctx.data
+    val = _validation_windows(ctx, o["clamp_validation_tokens"], o["clamp_validation_context"])
+    candidates = list(dict.fromkeys(float(q) for q in o["clamp_candidates"].split(",")))
+    base = o["clamp_plan"]
+    plans = {q: f"{base},clamp_quantile={q!r}" for q in candidates}  # plan text routes it
+    rows: dict[float, list[dict]] = {q: [] for q in candidates}
+    bar = tqdm(
+        total=len(val) * (len(candidates) + 1), desc="calibrate attention-clamp",
+        unit=" plans x windows", disable=not ctx.progress,
+    )  # fmt: skip
+    with using_calibration(m, data.stats), bar:
+        for w in val:  # one window's fp32 logits at a time: [T, V] floats each
+            ref = m.logits(w, "fp32")[:-1]
+            bar.update()
+            targets = np.asarray(w[1:])
+            for q, plan in plans.items():
+                rows[q].append(window_stats(ref, m.logits(w, plan)[:-1], targets))
+                bar.update()
+    scored = {q: summarize(r) for q, r in rows.items()}
+    best = min(candidates, key=lambda q: (scored[q]["kl"]["value"], q))
+    per_window = {q: np.array([r["kl"] / r["n"] for r in rows[q]]) for q in candidates}
+    tried = []
+    for q in candidates:
+        d = per_window[q] - per_window[best]  # paired by window
+        se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+        tried.append(
+            {
+                "clamp_quantile": q,
+                "kl": scored[q]["kl"]["value"],
+                "kl_se": scored[q]["kl"]["se"],
+                "kl_minus_chosen": float(d.mean()),
+                "kl_minus_chosen_se": se,
+                "top1": scored[q]["top1"]["value"],
+                "ppl_ratio": scored[q]["ppl_ratio"]["value"],
+            }
+        )
+    validation = {
+        "tokens": sum(len(w) for w in val),
+        "context": o["clamp_validation_context"],
+        "windows": len(val),
+        "plan": base,
+        "tried": tried,
+    }
+    data.provenance.update(auto_clamp_quantile=best, auto_clamp_validation=json.dumps(validation))
 
 
 def _registered() -> dict[str, CalibrationStep]:
@@ -490,5 +551,6 @@ calibrate_gptq = _step_function("gptq")
 calibrate_pruning_rate = _step_function("pruning-rate")
 calibrate_head_importance = _step_function("head-importance")
 calibrate_qk_scales = _step_function("qk-scales")
+calibrate_attention_clamp = _step_function("attention-clamp")
 calibrate_smoothing = _step_function("smoothing")
 calibrate_bitwidths = _step_function("bitwidths")

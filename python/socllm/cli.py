@@ -593,6 +593,21 @@ def _simulate_plan(args):
     return plan
 
 
+def _fitted_device(device: str, params: str | None):
+    """``device`` (a profile name or path) as is, or under the SoC-model parameters ``params``
+    (``fitted``: the committed vector; a path: one ``socllm fidelity --write`` stored)."""
+    if params is None:
+        return device
+    from .fidelity.model import DEVICES, SocModel
+
+    if device not in DEVICES:
+        raise InvalidArgumentError(
+            f"simulate: --device-params applies to the phones the SoC model covers "
+            f"({', '.join(DEVICES)}), not {device!r}"
+        )
+    return SocModel.fitted(None if params == "fitted" else params).profile(device)
+
+
 def cmd_simulate(args) -> int:
     from .sim import timeline as sim
 
@@ -600,7 +615,9 @@ def cmd_simulate(args) -> int:
     if (args.config is None) == (args.model is None):
         raise InvalidArgumentError("simulate: give exactly one of --config (shape-only) or --model")
     device_file = args.device if Path(args.device).is_file() else None  # a profile .json
-    inputs = _inputs(args.model, args.calib, device_file)
+    params_file = None if args.device_params in (None, "fitted") else args.device_params
+    inputs = _inputs(args.model, args.calib, device_file, params_file)
+    device = _fitted_device(args.device, args.device_params)
     _check_outputs({"--trace": args.trace, "--json": args.json}, inputs)
     plan = _simulate_plan(args)
     chunk = (256 if args.chunk is None else args.chunk) if args.phase != "decode" else 0
@@ -612,7 +629,7 @@ def cmd_simulate(args) -> int:
     if args.config is not None:
         tl = sim.simulate(
             args.config,
-            args.device,
+            device,
             plan,
             args.prompt_len,
             chunk=chunk,
@@ -638,7 +655,7 @@ def cmd_simulate(args) -> int:
         tl = sim.simulate_model(
             model,
             ids,
-            args.device,
+            device,
             plan,
             chunk=chunk or None,
             policy=policy,
@@ -938,6 +955,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime-graph-build",
         action="store_true",
         help="build and optimize the NPU graph at run time (naive NPU execution)",
+    )
+    m.add_argument(
+        "--device-params",
+        default=None,
+        metavar="fitted|PATH",
+        help="time on --device under the SoC-model parameters that explain the four papers "
+        "together (socllm fidelity; fitted: the committed vector, or a file --write stored)",
     )
     m.add_argument(
         "--trace", default=None, metavar="PATH|-", help="write a Chrome/Perfetto trace JSON"

@@ -249,3 +249,22 @@ def test_cold_start_energy_and_setup_by_hand():
     assert got["energy_mj"] == pytest.approx(
         fresh["energy_mj"] + setup_ms * (0.8 + core_w), rel=1e-12
     )
+
+
+def test_simulate_on_the_fitted_device(capsys):
+    """`socllm simulate --device-params fitted` times on the committed vector: llm.npu's
+    headline row comes out as the fidelity report predicted it; a phone the SoC model does not
+    cover is refused by name."""
+    from socllm.cli import main
+
+    row = next(
+        r for r in json.loads(REPORT.read_text())["targets"] if r["id"].startswith("001 abstract")
+    )
+    argv = ["simulate", "--config", "qwen1.5-1.8b", "--prompt-len", "1024", "--json", "-"]
+    assert main([*argv, "--device-params", "fitted", "--quiet"]) == 0
+    fitted = json.loads(capsys.readouterr().out)["prefill_tokens_per_s"]
+    assert fitted == pytest.approx(row["predicted"], rel=1e-6)
+    assert main([*argv, "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["prefill_tokens_per_s"] != pytest.approx(fitted)
+    assert main([*argv, "--device", "snapdragon-8gen1", "--device-params", "fitted"]) == 2
+    assert "snapdragon-8gen1" in capsys.readouterr().err

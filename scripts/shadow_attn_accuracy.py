@@ -109,6 +109,27 @@ def passkey_prompts(m, lengths, trials, seed=0):
     return out
 
 
+def main_clamp(m, how: str) -> float | None:
+    """The clamp_quantile of Table 6's shadowAttn row: None for the plan's default."""
+    if how == "default":
+        return None
+    if how == "auto":
+        q = (m.calibration_provenance or {}).get("auto_clamp_quantile")
+        if q is None:
+            raise SystemExit(
+                "--clamp auto: the calibration has no auto_clamp_quantile (socllm calibrate "
+                "--steps attention-clamp --calib FILE --out FILE)"
+            )
+        return float(q)
+    try:
+        q = float(how)
+    except ValueError:
+        raise SystemExit(f"--clamp must be default, auto or a number, got {how!r}") from None
+    if not 0.0 < q <= 1.0:
+        raise SystemExit(f"--clamp must be in (0, 1], got {q}")
+    return q
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -118,6 +139,12 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", default=",".join(GROUPS))
     ap.add_argument("--passkey", default="1024,2048,4096", help="lengths ('' to skip)")
     ap.add_argument("--passkey-trials", type=int, default=10)
+    ap.add_argument(
+        "--clamp",
+        default="default",
+        help="Eq. 3 clamp of the main group's shadowAttn: default (the plan's 0.95), auto (the "
+        "calibration's auto_clamp_quantile, step attention-clamp) or a number",
+    )
     ap.add_argument("--json", required=True, help="results (resumed if it exists)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -125,7 +152,14 @@ def main(argv=None) -> int:
     m = socllm.load(a.model, calib=a.calib, progress=False)
     path = Path(a.json)
     state = json.loads(path.read_text()) if path.exists() else {}
+    groups = {g: dict(plans) for g, plans in GROUPS.items()}
+    clamp = main_clamp(m, a.clamp)
+    if clamp is not None:  # the chosen clamp in Table 6's row, the plan's default next to it
+        groups["main"]["shadowAttn"] = A + f"shadow-attn:keep=0.2,clamp_quantile={clamp!r}"
+        groups["main"]["shadowAttn clamp 0.95"] = A + "shadow-attn:keep=0.2"
     setup = {"model": a.model, "windows": a.windows, "context": a.context, "calib": a.calib}
+    if clamp is not None:
+        setup["clamp"] = clamp
     if state and state.get("setup") != setup:
         raise SystemExit(f"{path} was run with {state.get('setup')}, not {setup}")
     state["setup"] = setup
@@ -135,7 +169,7 @@ def main(argv=None) -> int:
     windows = [toks[s : s + a.context] for s in starts]
     plans = {"C/G-Full": "fp32"}
     for g in a.groups.split(","):
-        plans.update(GROUPS[g])
+        plans.update(groups[g])
     todo = [name for name in plans if name not in res]
     if todo:
         refs = []
@@ -161,10 +195,10 @@ def main(argv=None) -> int:
     pk = state.setdefault("passkey", {})
     if lengths:
         prompts = passkey_prompts(m, lengths, a.passkey_trials)
-        for name in [n for n in GROUPS["main"] if n not in pk]:
+        for name in [n for n in groups["main"] if n not in pk]:
             hits: dict[str, list[int]] = {}
             for n, key, ids in tqdm(prompts, desc=f"passkey {name}", disable=a.quiet):
-                new = m.detokenize(m.generate_ids(ids, 8, GROUPS["main"][name]))
+                new = m.detokenize(m.generate_ids(ids, 8, groups["main"][name]))
                 hits.setdefault(str(n), []).append(int(str(key) in new.replace(" ", "")))
             pk[name] = hits
             atomic_write_text(path, json.dumps(state, indent=1) + "\n")
@@ -179,6 +213,15 @@ def main(argv=None) -> int:
         d, se = paired_difference(base, {str(i): x for i, x in enumerate(r["nll"])})
         ppl = math.exp(float(np.mean(r["nll"])))
         print(f"{name:28s} {ppl:8.3f} {d:+10.4f} ± {se:.4f} {r['kl']:9.4f} {100 * r['top1']:6.2f}%")
+    if "shadowAttn" in res and "C/G-Sparse" in res:  # Table 6's order, paired by window
+        sparse = {str(i): x for i, x in enumerate(res["C/G-Sparse"]["nll"])}
+        print("\npaired dNLL against C/G-Sparse (negative: closer to fp32 than C/G-Sparse)")
+        for name in plans:
+            if name in res and name.startswith("shadowAttn"):
+                d, se = paired_difference(
+                    sparse, {str(i): x for i, x in enumerate(res[name]["nll"])}
+                )
+                print(f"{name:28s} {d:+.4f} ± {se:.4f}")
     if pk:
         print(f"\npasskey retrieval ({a.passkey_trials} trials per length), accuracy %")
         for name, hits in pk.items():

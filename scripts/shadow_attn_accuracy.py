@@ -137,6 +137,9 @@ def main(argv=None) -> int:
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--groups", default=",".join(GROUPS))
+    ap.add_argument(
+        "--only", default="", help="comma-separated plan names of the groups to score (default all)"
+    )
     ap.add_argument("--passkey", default="1024,2048,4096", help="lengths ('' to skip)")
     ap.add_argument("--passkey-trials", type=int, default=10)
     ap.add_argument(
@@ -170,6 +173,12 @@ def main(argv=None) -> int:
     plans = {"C/G-Full": "fp32"}
     for g in a.groups.split(","):
         plans.update(groups[g])
+    only = [n for n in a.only.split(",") if n]
+    unknown = [n for n in only if n not in plans]
+    if unknown:
+        raise SystemExit(f"--only: {unknown} are not plans of --groups {a.groups}: {list(plans)}")
+    if only:
+        plans = {n: p for n, p in plans.items() if n in only or n == "C/G-Full"}
     todo = [name for name in plans if name not in res]
     if todo:
         refs = []
@@ -195,7 +204,7 @@ def main(argv=None) -> int:
     pk = state.setdefault("passkey", {})
     if lengths:
         prompts = passkey_prompts(m, lengths, a.passkey_trials)
-        for name in [n for n in groups["main"] if n not in pk]:
+        for name in [n for n in groups["main"] if n in plans and n not in pk]:
             hits: dict[str, list[int]] = {}
             for n, key, ids in tqdm(prompts, desc=f"passkey {name}", disable=a.quiet):
                 new = m.detokenize(m.generate_ids(ids, 8, groups["main"][name]))

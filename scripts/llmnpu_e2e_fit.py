@@ -35,7 +35,8 @@ import socllm
 from socllm.devices import fit as devfit
 from socllm.devices import load_profile
 from socllm.fidelity.targets import (
-    LLAMACPP_QWEN_TOK_S,
+    LLAMACPP_QWEN_S,
+    LLAMACPP_QWEN_TOKENS,
     LLAMACPP_RUN,
     LLMNPU_MODELS,
     LLMNPU_PRUNING_TOK_S,
@@ -49,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRUNING = LLMNPU_PRUNING_TOK_S  # Qwen1.5-1.8B's curve fitted, Gemma-2B's held out
 VS_CPU = LLMNPU_VS_LLAMACPP
 MODELS = LLMNPU_MODELS
+LLAMACPP_QWEN_TOK_S = LLAMACPP_QWEN_TOKENS / LLAMACPP_QWEN_S  # unrounded, as issue 15 fitted it
 NAMES = ("npu_time_scale", "cpu_time_scale", "shadow_fixed_us")
 
 

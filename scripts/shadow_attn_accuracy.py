@@ -125,8 +125,8 @@ def main_clamp(m, how: str) -> float | None:
         q = float(how)
     except ValueError:
         raise SystemExit(f"--clamp must be default, auto or a number, got {how!r}") from None
-    if not 0.0 < q <= 1.0:
-        raise SystemExit(f"--clamp must be in (0, 1], got {q}")
+    if not 0.5 <= q <= 1.0:
+        raise SystemExit(f"--clamp must be in [0.5, 1], got {q}")
     return q
 
 
@@ -138,7 +138,10 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--groups", default=",".join(GROUPS))
     ap.add_argument(
-        "--only", default="", help="comma-separated plan names of the groups to score (default all)"
+        "--only",
+        default="",
+        help="comma-separated plan names of the groups to score (default all; passkey runs "
+        "only for the main plans among them)",
     )
     ap.add_argument("--passkey", default="1024,2048,4096", help="lengths ('' to skip)")
     ap.add_argument("--passkey-trials", type=int, default=10)

@@ -55,7 +55,7 @@ std::vector<OptionSpec> keep_ratio_options(const char* default_ratios) {
       // are 1e-3..1 nats², so an absolute 1e-3 would clamp almost every head (uniform).
       {"clamp_quantile", 0.95,
        "Eq. 3's clamp of headImp x layerImp: the products are bounded to the [1 - q, q] "
-       "quantiles of the positive ones"},
+       "quantiles of the positive ones, q in [0.5, 1] (0.5: uniform ratios)"},
   };
 }
 
@@ -66,8 +66,8 @@ void validate_keep_ratio_options(const AttentionScheme& s) {
     throw InvalidArgument(k + "keep must be in (0, 1], got " + json_text(s.options["keep"]));
   if (s.integer("min_keys") < 1)
     throw InvalidArgument(k + "min_keys must be >= 1, got " + json_text(s.options["min_keys"]));
-  if (!(q > 0.0 && q <= 1.0))
-    throw InvalidArgument(k + "clamp_quantile must be in (0, 1], got " +
+  if (!(q >= 0.5 && q <= 1.0))  // 0.5: every product at the median (uniform ratios)
+    throw InvalidArgument(k + "clamp_quantile must be in [0.5, 1], got " +
                           json_text(s.options["clamp_quantile"]));
 }
 
@@ -202,9 +202,12 @@ std::vector<double> head_keep_ratios(std::span<const float> head_importance,
     throw ShapeError("[head_keep_ratios] " + std::to_string(head_importance.size()) +
                      " head importances for " + std::to_string(L) + " layers of " +
                      std::to_string(n_heads) + " heads");
-  if (!(keep > 0.0 && keep <= 1.0) || !(clamp_quantile > 0.0 && clamp_quantile <= 1.0))
-    throw InvalidArgument("[head_keep_ratios] keep and clamp_quantile must be in (0, 1], got " +
-                          json_text(keep) + " and " + json_text(clamp_quantile));
+  // below a clamp of 0.5 the lower bound would pass the upper one
+  if (!(keep > 0.0 && keep <= 1.0) || !(clamp_quantile >= 0.5 && clamp_quantile <= 1.0))
+    throw InvalidArgument(
+        "[head_keep_ratios] keep must be in (0, 1] and clamp_quantile in "
+        "[0.5, 1], got " +
+        json_text(keep) + " and " + json_text(clamp_quantile));
   const size_t N = head_importance.size();
   std::vector<double> c(N), positive;
   for (size_t i = 0; i < N; ++i) {

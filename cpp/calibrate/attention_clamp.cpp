@@ -8,7 +8,8 @@
 // keeps the lowest (0.5 makes every ratio uniform, 1 leaves the products unclamped). Its loop
 // is whole-plan evaluations, composed in Python (socllm.calibration.steps), so it registers no
 // C++ part.
-#include <sstream>
+#include <regex>
+#include <stdexcept>
 
 #include "calibrate/steps.h"
 #include "plan/plan.h"
@@ -17,17 +18,21 @@ namespace socllm::calibrate {
 
 namespace {
 
+// "0.5,0.75,1" -> its numbers; every item a plain decimal (Python's float() reads the same),
+// no empty item (a trailing comma is one).
 std::vector<double> parse_candidates(const std::string& text) {
+  static const std::regex kDecimal(R"(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?)");
   std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    double q = std::stod(item, &used);
-    if (used != item.size()) throw std::invalid_argument(item);
-    out.push_back(q);
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!std::regex_match(item, kDecimal)) throw std::invalid_argument(item);
+    out.push_back(std::stod(item));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
   }
-  return out;
 }
 
 const bool kRegistered = register_step({
@@ -55,12 +60,18 @@ const bool kRegistered = register_step({
       }
       require_option(ok, step, o, "clamp_candidates",
                      "comma-separated numbers in [0.5, 1], e.g. 0.5,0.75,0.95");
+      // plan text (the step appends ",clamp_quantile=q"), not the JSON form
       const std::string plan = o["clamp_plan"].get<std::string>();
+      bool calibrated = false;
+      try {
+        calibrated = Plan::parse(plan).attention.needs_head_importance();
+      } catch (const std::exception&) {
+      }
       require_option(
-          plan.find("clamp_quantile") == std::string::npos &&
-              Plan::parse(plan).attention.needs_head_importance(),
+          !plan.empty() && plan.front() != '{' &&
+              plan.find("clamp_quantile") == std::string::npos && calibrated,
           step, o, "clamp_plan",
-          "a plan whose attention takes calibrated per-head ratios (shadow-attn, "
+          "plan text whose attention takes calibrated per-head ratios (shadow-attn, "
           "sparse, ...) without clamp_quantile, e.g. fp32:attention=shadow-attn:keep=0.2");
       require_option(o["clamp_validation_tokens"].get<int64_t>() >= 2, step, o,
                      "clamp_validation_tokens", ">= 2");

@@ -125,6 +125,11 @@ TEST(SparseAttention, HeadRatiosFollowEq3) {
   // clamp at the 2/3 quantile of the positive products {1, 1, 3}: c = {1, 1, 1, 1}, uniform
   r = q::head_keep_ratios(h, l, 2, 0.3, 0.6);
   for (double x : r) EXPECT_NEAR(x, 0.3, 1e-12);
+  // clamp 0.5: floor and cap are both the median of {1, 1, 3}, every head at keep
+  r = q::head_keep_ratios(h, l, 2, 0.3, 0.5);
+  for (double x : r) EXPECT_NEAR(x, 0.3, 1e-12);
+  // below 0.5 the floor would pass the cap: refused
+  expect_error<InvalidArgument>([&] { q::head_keep_ratios(h, l, 2, 0.3, 0.49); }, "0.49");
   // keep 0.6: 0.6 * 4 * 3/6 = 1.2 > 1 -> head 1 at 1, the other 1.4 shared 1:1:1
   r = q::head_keep_ratios(h, l, 2, 0.6, 1.0);
   EXPECT_NEAR(r[1], 1.0, 1e-12);

@@ -1051,7 +1051,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
     f.add_argument(
-        "--max-evals", type=_COUNT, default=400, help="residual evaluations per fit (default 400)"
+        "--max-evals",
+        type=_COUNT,
+        default=400,
+        help="residual evaluations per fit round (a fit takes up to 3 rounds; default 400)",
     )
     f.add_argument(
         "--workers",

@@ -320,8 +320,12 @@ def test_attention_clamp_step_keeps_the_closest_clamp(tmp_path):
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
-        ("clamp_candidates", "0.4,0.9", "clamp_candidates"),
+        ("clamp_candidates", "0.4,0.9", '"0.4,0.9"'),
         ("clamp_candidates", "0.9,x", '"0.9,x"'),
+        ("clamp_candidates", "0.5,0.9,", '"0.5,0.9,"'),
+        ("clamp_candidates", "0x1p-1", '"0x1p-1"'),
+        ("clamp_plan", '{"name": "fp32"}', "clamp_plan"),
+        ("clamp_plan", "no-such-plan", "no-such-plan"),
         ("clamp_plan", "fp32:attention=shadow-attn:clamp_quantile=0.6", "clamp_plan"),
         ("clamp_plan", "fp32:attention=shadow-attn:ratios=uniform", "calibrated per-head"),
     ],

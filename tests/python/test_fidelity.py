@@ -268,3 +268,23 @@ def test_simulate_on_the_fitted_device(capsys):
     assert json.loads(capsys.readouterr().out)["prefill_tokens_per_s"] != pytest.approx(fitted)
     assert main([*argv, "--device", "snapdragon-8gen1", "--device-params", "fitted"]) == 2
     assert "snapdragon-8gen1" in capsys.readouterr().err
+
+
+def test_a_parameter_file_of_another_model_is_refused(tmp_path):
+    """SocModel.fitted reads only a vector of exactly this model's parameters, inside their
+    bounds: an unknown or missing name, or a value out of bounds, is a FormatError naming it."""
+    params = json.loads((ROOT / "python/socllm/fidelity/fitted_parameters.json").read_text())
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(params))
+    assert SocModel.fitted(good).values == SocModel.fitted().values
+    for name, edit in (
+        ("extra", lambda p: p["parameters"].update(gpu_boost={"value": 2.0})),
+        ("missing", lambda p: p["parameters"].pop("cpu_time_scale")),
+        ("bounds", lambda p: p["parameters"]["cpu_time_scale"].update(value=99.0)),
+    ):
+        bad = copy.deepcopy(params)
+        edit(bad)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(socllm.FormatError, match="gpu_boost|cpu_time_scale"):
+            SocModel.fitted(path)

@@ -7,8 +7,9 @@ heavy part (every layer, site and grid point in one call). :data:`STEPS` mirrors
 ``socllm calibrate``'s flags and the ``calibrate_<step>`` functions' signatures come from it.
 
 Each step has one Python run function here (:func:`step_run`): it draws the calibration windows
-(the tokenizer is Python's) and calls the step's C++ part, or, for ``pruning-rate``, composes
-whole-plan perplexity evaluations. A new step is one C++ file and one function here.
+(the tokenizer is Python's) and calls the step's C++ part, or, for ``pruning-rate`` and
+``attention-clamp``, composes whole-plan evaluations. A new step is one C++ file and one
+function here.
 
 Calibration text: WikiText-2 raw test, windows drawn from its first quarter
 (:mod:`socllm.calibration.artifact`); the seeds' details are in each step's C++ file:

@@ -67,8 +67,8 @@ def _held_out_fit(job: tuple) -> tuple[dict[int, float], int]:
     """One cross-validation fit in a worker process: fit on ``train``, predict ``test``."""
     quick, deps, train, test, max_evals = job
     ev = Evaluator(quick_targets() if quick else all_targets(), deps=deps)
-    f = ev.fit(train, max_evals)
-    return ev.predict(f["values"], test), ev.runs
+    f = ev.fit(train, max_evals, probe=train)  # the held-out rows are simulated afresh below
+    return ev._run(f["values"], test), ev.runs
 
 
 def run(
@@ -91,7 +91,7 @@ def run(
     test = [i for i in modelled if held_out(targets[i])]
     initial = ev.predict(ev.initial, modelled)
     main = ev.fit(train, max_evals)
-    fitted = ev.predict(main["values"], modelled)
+    fitted = ev._run(main["values"], modelled)  # afresh: no cached prediction can be stale
     cv: dict = {}
     lopo_pred: dict[int, float] = {}
     kfold_pred: dict[int, float] = {}
@@ -229,7 +229,7 @@ def markdown(report: dict, command: str = "socllm fidelity") -> str:
             f"| main fit's held-out rows | {mf['held_out']['n']} | {mf['held_out']['within_25pct']}"
             f" ({100 * mf['held_out']['share_within_25pct']:.0f}%) | "
             f"{100 * mf['held_out']['median_abs_error']:.0f}% |",
-            f"| profile as is, nothing fitted (all rows) | {mf['unfitted_all']['n']} | "
+            f"| neutral start, nothing fitted (all rows) | {mf['unfitted_all']['n']} | "
             f"{mf['unfitted_all']['within_25pct']} "
             f"({100 * mf['unfitted_all']['share_within_25pct']:.0f}%) | "
             f"{100 * mf['unfitted_all']['median_abs_error']:.0f}% |",
@@ -245,7 +245,7 @@ def markdown(report: dict, command: str = "socllm fidelity") -> str:
     lines += [
         "Parameters (one vector for every paper; a device column names the profiles it changes):",
         "",
-        "| parameter | profile's reading | fitted | unit | devices | what it is |",
+        "| parameter | start | fitted | unit | devices | what it is |",
         "| --- | ---: | ---: | --- | --- | --- |",
     ]
     for p in report["parameters"]:
@@ -358,7 +358,7 @@ def write_parameters(report: dict, path) -> None:
                 "bounds": p["bounds"],
                 "devices": p["devices"],
                 "about": p["about"],
-                "source": src if p["free"] else "the profile's reading (no target moves it)",
+                "source": src if p["free"] else "its neutral start (no target moves it)",
                 "fitted": p["free"],
             }
             for p in report["parameters"]

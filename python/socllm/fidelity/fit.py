@@ -68,18 +68,20 @@ class Evaluator:
         self._cache = [{} for _ in self.targets]
         self.initial = {p.name: p.initial for p in self.parameters}
         self.modelled = [i for i, t in enumerate(self.targets) if t.modelled]
-        if not self.deps:
-            self.deps = self._dependencies(self.initial)
+        # a copy: add_dependencies grows it, and a caller's list may serve other evaluators
+        self.deps = [tuple(d) for d in self.deps] or self._dependencies(self.initial)
 
-    def _dependencies(self, at: dict) -> list[tuple[str, ...]]:
-        """Which parameters move each target near the vector ``at``: every target predicted
-        there and with one parameter moved by 40% (inside its bounds)."""
-        base = self._run(at, self.modelled)
+    def _dependencies(self, at: dict, idx: list[int] | None = None) -> list[tuple[str, ...]]:
+        """Which parameters move each target of ``idx`` (default: every modelled one) near the
+        vector ``at``: predicted there and with one parameter moved by 40% (inside its
+        bounds)."""
+        idx = self.modelled if idx is None else idx
+        base = self._run(at, idx)
         deps: list[list[str]] = [[] for _ in self.targets]
         for p in self._bar(self.parameters, "dependencies"):
             moved = at[p.name] * 1.4 if at[p.name] * 1.4 <= p.upper else at[p.name] / 1.4
-            got = self._run({**at, p.name: moved}, self.modelled)
-            for i in self.modelled:
+            got = self._run({**at, p.name: moved}, idx)
+            for i in idx:
                 a, b = base[i], got[i]
                 if not (math.isfinite(a) and math.isfinite(b)) or abs(b - a) > 1e-9 * max(
                     abs(a), 1e-12
@@ -87,13 +89,15 @@ class Evaluator:
                     deps[i].append(p.name)
         return [tuple(d) for d in deps]
 
-    def add_dependencies(self, at: dict) -> bool:
-        """Dependencies found again at ``at`` joined to the known ones (a piecewise target, a
-        pruned part or a processor that leaves the critical path, can depend on a parameter
-        only away from the initial vector). True if any target gained one."""
-        found = self._dependencies(at)
+    def add_dependencies(self, at: dict, idx: list[int] | None = None) -> bool:
+        """Dependencies of the targets ``idx`` (default: every modelled one) found again at
+        ``at`` joined to the known ones (a piecewise target, a pruned part or a processor that
+        leaves the critical path, can depend on a parameter only away from the initial vector).
+        True if any target gained one."""
+        idx = self.modelled if idx is None else idx
+        found = self._dependencies(at, idx)
         grew = False
-        for i in self.modelled:
+        for i in idx:
             joined = tuple(p.name for p in self.parameters if p.name in self.deps[i] + found[i])
             if joined != self.deps[i]:
                 self.deps[i], self._cache[i], grew = joined, {}, True
@@ -132,30 +136,42 @@ class Evaluator:
                 out[i] = v
         return out
 
-    def fit(self, train: list[int], max_evals: int = 400, rounds: int = 3) -> dict:
+    def fit(
+        self,
+        train: list[int],
+        max_evals: int = 400,
+        rounds: int = 3,
+        probe: list[int] | None = None,
+    ) -> dict:
         """Parameters fitted to the targets ``train``: those no training target depends on stay
-        at their initial values. After each fit the dependencies are found again at the fitted
-        vector; if a training target now moves with a parameter that was not free, the fit goes
-        on from there with it free (at most ``rounds`` fits). Returns {values, free, cost,
-        evals, converged}."""
+        at their initial values. After each fit the dependencies of ``probe`` (default: every
+        modelled target; it must hold ``train``) are found again at the fitted vector; if a
+        training target now moves with a parameter that was not free, the fit goes on from there
+        with it free (at most ``rounds`` fits, ``max_evals`` each; a free set still growing
+        after the last is reported as not converged). Returns {values, free, cost, evals,
+        converged}."""
         values, evals = dict(self.initial), 0
         r = {"cost": 0.0, "converged": True}
         free: list[Parameter] = []
+
+        def free_now() -> list[Parameter]:
+            return [p for p in self.parameters if any(p.name in self.deps[i] for i in train)]
+
         for _ in range(rounds):
-            now = [p for p in self.parameters if any(p.name in self.deps[i] for i in train)]
-            if [p.name for p in now] == [p.name for p in free]:
+            if [p.name for p in free_now()] == [p.name for p in free]:
                 break
-            free = now
+            free = free_now()
             r = self._fit_free(train, free, values, max_evals)
             values, evals = r["values"], evals + r["evals"]
-            if not self.add_dependencies(values):
+            if not self.add_dependencies(values, probe):
                 break
+        converged = r["converged"] and [p.name for p in free_now()] == [p.name for p in free]
         return {
             "values": values,
             "free": [p.name for p in free],
             "cost": r["cost"],
             "evals": evals,
-            "converged": r["converged"],
+            "converged": converged,
         }
 
     def _fit_free(self, train: list[int], free: list[Parameter], start: dict, max_evals: int):

@@ -315,9 +315,22 @@ class SocModel:
         path = Path(path) if path else FITTED_PARAMETERS
         try:
             params = json.loads(path.read_text())["parameters"]
-            return cls({k: float(v["value"]) for k, v in params.items()})
+            values = {k: float(v["value"]) for k, v in params.items()}
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise FormatError(f"fitted SoC-model parameters {path}: {e}") from e
+        names = {p.name for p in PARAMETERS}
+        if set(values) != names:  # another model's vector: a silent start would mislead
+            raise FormatError(
+                f"fitted SoC-model parameters {path}: unknown {sorted(set(values) - names)}, "
+                f"missing {sorted(names - set(values))}"
+            )
+        for p in PARAMETERS:
+            if not p.lower <= values[p.name] <= p.upper:
+                raise FormatError(
+                    f"fitted SoC-model parameters {path}: {p.name} = {values[p.name]} is outside "
+                    f"[{p.lower}, {p.upper}]"
+                )
+        return cls(values)
 
     def profile(self, device: str) -> dict:
         if device not in self._profiles:

@@ -201,6 +201,11 @@ std::vector<std::pair<int, int>> bucket_offsets(int64_t n);
 // Index of the bucket nearest (mean squared error over <λQ, λK>) to (lq, lk); ties: the lower
 // index. bq/bk: the buckets' scales.
 int64_t nearest_bucket(float lq, float lk, std::span<const float> bq, std::span<const float> bk);
+// Eq. 3's default clamp_quantile: what step attention-clamp chose for SmolLM2-135M on
+// calibration text (128-window ablated importance, KL from fp32 on 4 x 2048 validation tokens;
+// 0.5-0.75 tie within noise, 0.95 costs +0.23 nats of KL; docs/RESULTS.md, issue 40). The
+// paper's absolute clamp (1e-3 in its loss units) does not carry over to another loss scale.
+inline constexpr double kDefaultClampQuantile = 0.75;
 // Per-head keep ratios by seed 000 Eq. 3: c_i = max(headImp_i, 0) * max(layerImp_j, 0),
 // clamped to the [1 - clamp_quantile, clamp_quantile] quantiles of the positive c (a head whose
 // removal did not hurt gets the lower bound, not 0); ratio_i = keep * N * c_i / sum(c); ratios

@@ -51,9 +51,8 @@ std::vector<OptionSpec> keep_ratio_options(const char* default_ratios) {
        default_ratios,
        "per-head keep ratios: calibrated (Eq. 3 from step head-importance) or uniform",
        {"calibrated", "uniform"}},
-      // The paper's example clamp is absolute (1e-3, in its loss units); on SmolLM2 the products
-      // are 1e-3..1 nats², so an absolute 1e-3 would clamp almost every head (uniform).
-      {"clamp_quantile", 0.95,
+      // chosen by step attention-clamp (attention_scheme.h kDefaultClampQuantile)
+      {"clamp_quantile", kDefaultClampQuantile,
        "Eq. 3's clamp of headImp x layerImp: the products are bounded to the [1 - q, q] "
        "quantiles of the positive ones, q in [0.5, 1] (0.5: uniform ratios)"},
   };

@@ -54,7 +54,7 @@ void init_attention(py::module_& m) {
         return out;
       },
       py::arg("head_importance"), py::arg("layer_importance"), py::arg("keep"),
-      py::arg("clamp_quantile") = 0.95,
+      py::arg("clamp_quantile") = attention::kDefaultClampQuantile,
       "Per-head keep ratios by seed 000 Eq. 3 (attention_scheme.h).");
   ops.def("keys_kept", &attention::keys_kept, py::arg("visible"), py::arg("ratio"),
           py::arg("min_keys") = 1);

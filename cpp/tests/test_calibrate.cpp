@@ -17,9 +17,9 @@ using namespace socllm::calibrate;
 TEST(CalibrationSteps, EverySchemaArrayHasARegisteredWriter) {
   std::set<std::string> names;
   for (const StepInfo* s : steps()) names.insert(s->name);
-  EXPECT_EQ(names,
-            (std::set<std::string>{"act-scales", "outliers", "pruning-rate", "head-importance",
-                                   "qk-scales", "smoothing", "bitwidths", "gptq"}));
+  EXPECT_EQ(names, (std::set<std::string>{"act-scales", "outliers", "pruning-rate",
+                                          "head-importance", "qk-scales", "attention-clamp",
+                                          "smoothing", "bitwidths", "gptq"}));
   for (const auto& spec : Calibration::schema()) EXPECT_TRUE(names.count(spec.step)) << spec.name;
   // every need is an array some step writes, or an attribute
   for (const StepInfo* s : steps())

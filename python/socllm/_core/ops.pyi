@@ -125,7 +125,7 @@ def gemm_u8s8s32(A: numpy.ndarray, B: numpy.ndarray, isa: str | None = None) -> 
     """
     int32 C = A @ B for uint8 A [M, K] and int8 B [K, N] (VNNI's native form; K <= max_exact_k()['u8s8'], ShapeError beyond).
     """
-def head_keep_ratios(head_importance: numpy.ndarray, layer_importance: numpy.ndarray, keep: typing.SupportsFloat | typing.SupportsIndex, clamp_quantile: typing.SupportsFloat | typing.SupportsIndex = 0.95) -> numpy.typing.NDArray[numpy.float64]:
+def head_keep_ratios(head_importance: numpy.ndarray, layer_importance: numpy.ndarray, keep: typing.SupportsFloat | typing.SupportsIndex, clamp_quantile: typing.SupportsFloat | typing.SupportsIndex = 0.75) -> numpy.typing.NDArray[numpy.float64]:
     """
     Per-head keep ratios by seed 000 Eq. 3 (attention_scheme.h).
     """

@@ -54,7 +54,7 @@ def parse_metrics(spec: str | Sequence[str]) -> list[str]:
 def heldout_windows(model, context: int = DEFAULT_CONTEXT, windows: int | None = None):
     """The first ``windows`` (None: all) non-overlapping ``context``-token windows of the
     held-out WikiText-2 tokens of ``model``'s tokenizer."""
-    from ..calibration import corpus_tokens, held_out_tokens
+    from ..calibration.artifact import corpus_tokens, held_out_tokens
 
     context = int_arg("metrics", "context", context)
     if windows is not None:

@@ -311,6 +311,7 @@ def _attention_clamp(ctx: StepContext) -> None:
     KL(fp32 || plan) of the next-token distributions, the lowest kept. Use the result as
     ``...:attention=shadow-attn:keep=0.2,clamp_quantile=<auto_clamp_quantile>``."""
     from ..eval.divergence import summarize, window_stats
+    from ..eval.stats import paired_difference
 
     o, m, data = ctx.options, ctx.model, ctx.data
     val = _validation_windows(ctx, o["clamp_validation_tokens"], o["clamp_validation_context"])
@@ -332,17 +333,16 @@ def _attention_clamp(ctx: StepContext) -> None:
                 bar.update()
     scored = {q: summarize(r) for q, r in rows.items()}
     best = min(candidates, key=lambda q: (scored[q]["kl"]["value"], q))
-    per_window = {q: np.array([r["kl"] / r["n"] for r in rows[q]]) for q in candidates}
+    per_window = {q: {str(i): r["kl"] / r["n"] for i, r in enumerate(rows[q])} for q in rows}
     tried = []
     for q in candidates:
-        d = per_window[q] - per_window[best]  # paired by window
-        se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+        d, se = paired_difference(per_window[best], per_window[q])  # paired by window
         tried.append(
             {
                 "clamp_quantile": q,
                 "kl": scored[q]["kl"]["value"],
                 "kl_se": scored[q]["kl"]["se"],
-                "kl_minus_chosen": float(d.mean()),
+                "kl_minus_chosen": d,
                 "kl_minus_chosen_se": se,
                 "top1": scored[q]["top1"]["value"],
                 "ppl_ratio": scored[q]["ppl_ratio"]["value"],

@@ -360,7 +360,8 @@ class ShadowAttn final : public SchemeKind {
 
   // Per fused launch an NPU Estimate task (launch + INT8 Q·Kᵀ of the dense rows x kv scores of
   // its heads: a static graph computes masked pairs too); per head a TopK task over its causal
-  // scores and a SparseAttention task over the keys it keeps, with Eq. 4's dependencies
+  // scores and a SparseAttention task over the keys it keeps (shadowAttn's own fused kernel,
+  // §4, timed at its own rate), with Eq. 4's dependencies
   // (ζnpu <- ζtopk; ζnpu, ζtopk <- ζqkv); the order of launches and heads is the scheduler's
   // (head_pipeline.h).
   std::vector<int64_t> tasks(const AttentionScheme& s, const TaskShape& sh, TaskSink& sink,
@@ -398,11 +399,11 @@ class ShadowAttn final : public SchemeKind {
                                   {h}, 4 * dense, {est});
       const int64_t kept = kept_pairs(sh.rows, sh.kv_len, sh.window, detail::head_ratio(sh, s, h),
                                       s.integer("min_keys"));
-      finals.push_back(sink.add("sparse_attention" + hn, sched::TaskKind::SparseAttention,
-                                sh.processor,
-                                {detail::attention_op(OpKind::SparseAttention, "sparse_attention",
-                                                      DType::Fp32, 1, d, kept, sh.core)},
-                                {h}, 4 * (kept + 2 * sh.rows * d), {est, tk}));  // Eq. 4
+      finals.push_back(
+          sink.add("sparse_attention" + hn, sched::TaskKind::SparseAttention, sh.processor,
+                   {detail::attention_op(OpKind::SparseAttention, "fused_sparse_attention",
+                                         DType::Fp32, 1, d, kept, sh.core)},
+                   {h}, 4 * (kept + 2 * sh.rows * d), {est, tk}));  // Eq. 4
     }
     return finals;
   }

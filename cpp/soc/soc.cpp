@@ -449,7 +449,13 @@ double CostModel::attention_us(const OpDesc& op, Processor on) const {
     case OpKind::TopK:
       return static_cast<double>(op.elements) * n / (p_.rate(base + "topk_gscores", what) * 1e3);
     case OpKind::SparseAttention:
-      return op.flops() / (p_.rate(base + d + "_sparse_attention_gops", what) * 1e3);
+      // The kernel's name picks its rate: C/G-Sparse's vanilla fp32 "sparse_attention" (seed 000
+      // Fig. 4a) or shadowAttn's own "fused_sparse_attention" (seed 000 §4).
+      if (op.name.empty())
+        throw InvalidArgument(
+            "[soc] a sparse attention op names its kernel (sparse_attention, "
+            "fused_sparse_attention)");
+      return op.flops() / (p_.rate(base + d + "_" + op.name + "_gops", what) * 1e3);
     case OpKind::Attention: {
       // Dense causal attention of m rows ending at key `elements`: a CPU kernel skips masked
       // pairs, so it computes m·kv - m(m-1)/2 of them (QK and PV: 4 ops per pair and dim).

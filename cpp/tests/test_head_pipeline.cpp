@@ -84,6 +84,7 @@ soc::DeviceProfile profile() {
   cm["cpu_core"]["mid"]["topk_gscores"] = n(0.5);
   cm["cpu_core"]["mid"]["fp32_attn_matmul_gops"] = n(2);
   cm["cpu_core"]["mid"]["fp32_sparse_attention_gops"] = n(1);
+  cm["cpu_core"]["mid"]["fp32_fused_sparse_attention_gops"] = n(1);
   cm["cpu_core"]["mid"]["fp32_attention_gops"] = n(1);
   cm["memory"]["dram_gbps"] = n(10);
   for (const char* s : {"cpu_npu_us", "gpu_npu_us", "cpu_gpu_us"}) cm["sync"][s] = n(7);
@@ -307,4 +308,39 @@ TEST(HeadPipelineGraph, OptionsChangeTheTimeline) {
   EXPECT_NE(run(base, true), run(mid, true));
   mid.attention.cpu_core = "big";
   expect_error<InvalidArgument>([&] { run(mid, true); }, "big");
+}
+
+TEST(HeadPipelineGraph, ShadowAttnTimesItsOwnFusedKernel) {
+  // seed 000 §4: shadowAttn's sparse attention is a kernel of its own; C/G-Sparse's is the
+  // vanilla fp32 one. With the fused rate 4x the vanilla one, each of shadowAttn's kept pairs
+  // takes a quarter of C/G-Sparse's: 4 ops per pair and dim at 4 vs 1 Gop/s (ms = ops / 1e3).
+  auto j = profile().json();
+  j["cost_model"]["cpu_core"]["mid"]["fp32_fused_sparse_attention_gops"]["value"] = 4.0;
+  const auto dev = soc::DeviceProfile::from_json(j, "test");
+  const int64_t d = small().head_dim;
+  for (const auto& [plan, gops] : {std::pair{"w8a8:attention=shadow-attn,ratios=uniform", 4.0},
+                                   std::pair{"w8a8:attention=sparse", 1.0}}) {
+    SimOptions o;
+    o.policy = "in-order";
+    const auto r = simulate_request(small(), Plan::parse(plan), dev, 32, 0, o);
+    int seen = 0;
+    for (const auto& t : r.graph.tasks()) {
+      if (t.kind != sched::TaskKind::SparseAttention) continue;
+      ASSERT_EQ(t.ops.size(), 1u) << plan;
+      const auto& s = r.timeline.spans[static_cast<size_t>(t.id)];
+      const double ops = 4.0 * static_cast<double>(t.ops[0].elements * d);
+      EXPECT_NEAR(s.end_us - s.start_us, ops / (gops * 1e3), 1e-9) << plan << " " << t.name;
+      ++seen;
+    }
+    EXPECT_GT(seen, 0) << plan;
+  }
+  // A profile without the fused rate names the entry it lacks.
+  auto k = profile().json();
+  k["cost_model"]["cpu_core"]["mid"].erase("fp32_fused_sparse_attention_gops");
+  expect_error<InvalidArgument>(
+      [&] {
+        simulate_request(small(), shadow_plan(), soc::DeviceProfile::from_json(k, "test"), 32, 0,
+                         {});
+      },
+      "fp32_fused_sparse_attention_gops");
 }

@@ -85,7 +85,9 @@ def check(records: list[dict], graph, config: dict) -> int:
                 assert {t["processor"] for t, o in att} == {r["processor"]}, where
                 assert {o["dtype"] for t, o in att if o["name"] in ("qk", "pv")} == {"int8"}
                 continue
-            kept = [o for t, o in att if o["name"] == "sparse_attention"]
+            kept = [
+                o for t, o in att if o["name"] in ("sparse_attention", "fused_sparse_attention")
+            ]
             assert len(kept) == heads, where
             # the CPU stages run where the attention is placed (estimates: the NPU's launches)
             cpu_side = {t["processor"] for t, o in att if ".estimate." not in t["name"]}

@@ -517,6 +517,16 @@ def attention_cost_model(profile: dict) -> tuple[dict, dict]:
             derived=True,
         ),
     }
+    fused = mid["fused_sparse_attention_speedup"]["value"]
+    cpu_mid["fp32_fused_sparse_attention_gops"] = num(
+        fused * cpu_mid["fp32_sparse_attention_gops"]["value"],
+        "Gop/s",
+        f"derived: shadowAttn's own sparse attention kernel (seed 000 §4) at "
+        f"profile /processors/cpu_mid/fused_sparse_attention_speedup {fused} x the vanilla "
+        "kernel's rate above",
+        derived=True,
+        assumed=True,
+    )
     return npu_attn, {"mid": cpu_mid}
 
 

@@ -35,6 +35,7 @@ MAIN_HELD_OUT = (
     "decode, internlm-1.8b",
     "GPU-only (PPL-OpenCL), llama-3.2-3b",
     "GPU-only (PPL-OpenCL), internlm-1.8b",
+    "fast sync over without, other models",
     "game, Hetero-tensor",
     "energy, Hetero-tensor over Hetero-layer",
     "energy efficiency",

@@ -92,6 +92,11 @@ def _topk(p: dict, ns: float) -> None:
     _set(p, "/cost_model/cpu_core/mid/topk_gscores", 1.0 / ns, "Gscore/s", FIT_SOURCE)
 
 
+def _fused_sparse(p: dict, speedup: float) -> None:
+    rate = p["cost_model"]["cpu_core"]["mid"]["fp32_fused_sparse_attention_gops"]
+    rate["value"] *= speedup
+
+
 def _shadow_fixed(p: dict, us: float) -> None:
     _set(p, "/cost_model/cpu/outlier_fixed_us", us, "us", FIT_SOURCE)
 
@@ -169,6 +174,13 @@ PARAMETERS: tuple[Parameter, ...] = (
         "topk_ns_per_score", 2.0, 0.2, 20.0, "ns",
         "the mid core's per-row top-k cost per score (seed 000 §3.2; no seed measures it)",
         _topk,
+    ),
+    Parameter(
+        "fused_sparse_attention_speedup", 1.0, 0.25, 4.0, "x",
+        "shadowAttn's own sparse attention kernel over C/G-Sparse's vanilla fp32 one, per kept "
+        "pair (seed 000 §4 fuses RoPE, quantization, matmul and softmax and multiplies in half "
+        "precision; no seed measures the gain)",
+        _fused_sparse,
     ),
     Parameter(
         "npu_fp16_shape_ratio_half", 1.0, 0.05, 100.0, "rows/columns",

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import socllm  # noqa: E402
 from socllm.calibration import corpus_tokens, held_out_tokens  # noqa: E402
+from socllm.eval.divergence import window_stats  # noqa: E402
 from socllm.eval.stats import paired_difference  # noqa: E402
 from socllm.io.files import atomic_write_text  # noqa: E402
 
@@ -67,31 +68,18 @@ FILLER = (
 )
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-def score_window(m, ids, plan, ref_logp):
-    """(mean NLL, KL(fp32 || plan) mean, top-1 agreement) of one window; ref_logp: fp32's
-    log-probabilities [T-1, V] (None: this is the fp32 run, returns them too)."""
+def score_window(m, ids, plan, ref_logits):
+    """(mean NLL, KL(fp32 || plan) mean, top-1 agreement, logits) of one window by
+    socllm.eval.divergence.window_stats; ref_logits: fp32's [T-1, V] (None: this is the fp32
+    run, scored against itself, and its logits are returned for the plans' runs)."""
     lg = m.logits(ids, plan)[:-1]
-    nll, kl, top1 = [], [], []
-    out = []
-    for r0 in range(0, lg.shape[0], 256):
-        lp = log_softmax(lg[r0 : r0 + 256].astype(np.float64))
-        tgt = np.asarray(ids[r0 + 1 : r0 + 1 + lp.shape[0]])
-        nll.append(-lp[np.arange(lp.shape[0]), tgt])
-        if ref_logp is None:
-            out.append(lp.astype(np.float32))
-        else:
-            rp = ref_logp[r0 : r0 + lp.shape[0]].astype(np.float64)
-            kl.append((np.exp(rp) * (rp - lp)).sum(-1))
-            top1.append(rp.argmax(-1) == lp.argmax(-1))
-    nll = float(np.concatenate(nll).mean())
-    if ref_logp is None:
-        return nll, 0.0, 1.0, np.concatenate(out)
-    return nll, float(np.concatenate(kl).mean()), float(np.concatenate(top1).mean()), None
+    s = window_stats(lg if ref_logits is None else ref_logits, lg, np.asarray(ids[1:]))
+    return (
+        s["nll"] / s["n"],
+        s["kl"] / s["n"],
+        s["top1"] / s["n"],
+        lg if ref_logits is None else None,
+    )
 
 
 def passkey_prompts(m, lengths, trials, seed=0):

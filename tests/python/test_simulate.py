@@ -71,6 +71,26 @@ def test_cost_model_in_profiles_is_the_current_fit():
             assert abs(p["error"]) < 0.15, p
 
 
+def test_mid_core_attention_rates_are_the_current_derivation():
+    """The mid core's attention rates stored in the profiles are what fit.py derives from the
+    raw entries now; shadowAttn's fused kernel runs at the vanilla sparse rate times the raw
+    speedup (seed 000 §4)."""
+    from socllm.devices import fit as mod
+
+    raw = load_profile("snapdragon-8gen3")
+    _, derived = mod.attention_cost_model(raw)
+    speedup = raw["processors"]["cpu_mid"]["fused_sparse_attention_speedup"]["value"]
+    mid = derived["mid"]
+    assert mid["fp32_fused_sparse_attention_gops"]["value"] == pytest.approx(
+        speedup * mid["fp32_sparse_attention_gops"]["value"], rel=1e-12
+    )
+    for device in ("snapdragon-8gen3", "snapdragon-8gen2", "snapdragon-8elite"):
+        stored = load_profile(device)["cost_model"]["cpu_core"]["mid"]
+        assert set(stored) == set(mid), device
+        for key, n in mid.items():
+            assert stored[key]["value"] == pytest.approx(n["value"], rel=1e-9), (device, key)
+
+
 def test_configs_build_graphs():
     """Every shape-only config works everywhere a config is accepted (one config type)."""
     for name in known_configs():

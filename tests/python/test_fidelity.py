@@ -288,3 +288,30 @@ def test_a_parameter_file_of_another_model_is_refused(tmp_path):
         path.write_text(json.dumps(bad))
         with pytest.raises(socllm.FormatError, match="gpu_boost|cpu_time_scale"):
             SocModel.fitted(path)
+
+
+def test_npu_compute_roof_is_its_own_parameter():
+    """npu_int8_time_scale scales the NPU INT8 overheads and weight streams, not the compute roof,
+    which npu_int8_compute_gops sets; a chunk-sized matmul then follows the roof by hand."""
+    base = load_profile("snapdragon-8gen3")["cost_model"]["npu"]
+    npu = SocModel({"npu_int8_time_scale": 2.0, "npu_int8_compute_gops": 1500.0}).profile(
+        "snapdragon-8gen3"
+    )["cost_model"]["npu"]
+    assert npu["int8_overhead_us"]["value"] == pytest.approx(2 * base["int8_overhead_us"]["value"])
+    assert npu["int8_weight_gbps"]["value"] == pytest.approx(base["int8_weight_gbps"]["value"] / 2)
+    assert npu["int8_compute_gops"]["value"] == 1500.0
+    # a 256 x 2048 x 5504 INT8 matmul (Qwen1.5-1.8B's FFN, one chunk): compute-bound at 1.5 TOPS
+    cost = socllm.sim.CostModel(
+        socllm.sim.DeviceProfile.from_json(
+            {"name": "t", "cost_model": {"npu": npu}}, "snapdragon-8gen3"
+        )
+    )
+    op = {"op": "matmul", "dtype": "int8", "m": 256, "k": 2048, "n": 5504}
+    tile = [int(npu[f"tile_{d}"]["value"]) for d in "mkn"]  # whole tiles (seed 002 §3.2)
+    m, k, n = (-(-x // t) * t for x, t in zip((256, 2048, 5504), tile, strict=True))
+    compute_us = 2 * m * k * n / (1500.0 * 1e3)
+    stream_us = 2048 * 5504 / (npu["int8_weight_gbps"]["value"] * 1e3)
+    assert compute_us > stream_us
+    assert cost.latency_us(op, "npu") == pytest.approx(
+        npu["int8_overhead_us"]["value"] + compute_us, rel=1e-9
+    )

@@ -76,8 +76,15 @@ def _npu_int8(p: dict, s: float) -> None:
     scale_rates(
         p["cost_model"]["npu"],
         s,
-        lambda k: k.startswith("int8_") and "attn" not in k or k == "elementwise_gelems",
+        lambda k: (
+            (k.startswith("int8_") and "attn" not in k and k != "int8_compute_gops")
+            or k == "elementwise_gelems"
+        ),
     )
+
+
+def _npu_int8_roof(p: dict, gops: float) -> None:
+    _set(p, "/cost_model/npu/int8_compute_gops", gops, "Gop/s", FIT_SOURCE)
 
 
 def _cpu(p: dict, s: float) -> None:
@@ -141,9 +148,18 @@ def _npu_setup(p: dict, s: float) -> None:
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "npu_int8_time_scale", 1.0, 0.3, 10.0, "x",
-        "a whole model's NPU INT8 graphs (matmuls and element-wise ops) over Table 3's isolated "
-        "matmuls (seed 001 §2.2): QNN graph overheads no micro-benchmark holds",
+        "a whole model's NPU INT8 graphs (matmuls' launch overheads and weight streams, "
+        "element-wise ops) over Table 3's isolated matmuls (seed 001 §2.2): QNN graph overheads "
+        "no micro-benchmark holds",
         _npu_int8,
+    ),
+    Parameter(
+        "npu_int8_compute_gops", 10000.0, 1443.0, 73000.0, "Gop/s",
+        "the NPU's INT8 matmul compute roof at a prefill chunk's rows: Table 3's 32- and 64-row "
+        "matmuls stream their weights and cannot show it (starts at the profile's assumed 10 "
+        "TOPS, seed 002 §1's 'in actual' FP16; bounds: Table 3's best measured 1,443 Gop/s and "
+        "the 73 TOPS peak)",
+        _npu_int8_roof,
     ),
     Parameter(
         "cpu_time_scale", 1.0, 0.3, 10.0, "x",

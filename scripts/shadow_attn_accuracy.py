@@ -98,8 +98,8 @@ def passkey_prompts(m, lengths, trials, seed=0):
 
 
 def main_clamp(m, how: str) -> float | None:
-    """The clamp_quantile of Table 6's shadowAttn row: None for the plan's default (0.75 since
-    issue 40; 0.95 before)."""
+    """The clamp_quantile of Table 6's shadowAttn row: None for the plan's default
+    (kDefaultClampQuantile, attention_scheme.h)."""
     if how == "default":
         return None
     if how == "auto":

@@ -83,6 +83,13 @@ def _npu_int8(p: dict, s: float) -> None:
     )
 
 
+# The 8 Gen 3's NPU figures the compute roof starts from and is bounded by (the profile's data).
+_NPU = load_profile(GEN3)
+_ROOF_START = float(_NPU["cost_model"]["npu"]["int8_compute_gops"]["value"])  # assumed, 10 TOPS
+_ROOF_LOWER = float(_NPU["processors"]["npu"]["int8_matmul_gops_effective"]["value"])  # Table 3
+_ROOF_UPPER = 1e3 * _NPU["processors"]["npu"]["int8_tops_peak"]["value"]  # peak, Gop/s
+
+
 def _npu_int8_roof(p: dict, gops: float) -> None:
     _set(p, "/cost_model/npu/int8_compute_gops", gops, "Gop/s", FIT_SOURCE)
 
@@ -154,11 +161,11 @@ PARAMETERS: tuple[Parameter, ...] = (
         _npu_int8,
     ),
     Parameter(
-        "npu_int8_compute_gops", 10000.0, 1443.0, 73000.0, "Gop/s",
+        "npu_int8_compute_gops", _ROOF_START, _ROOF_LOWER, _ROOF_UPPER, "Gop/s",
         "the NPU's INT8 matmul compute roof at a prefill chunk's rows: Table 3's 32- and 64-row "
-        "matmuls stream their weights and cannot show it (starts at the profile's assumed 10 "
-        "TOPS, seed 002 §1's 'in actual' FP16; bounds: Table 3's best measured 1,443 Gop/s and "
-        "the 73 TOPS peak)",
+        f"matmuls stream their weights and cannot show it (starts at the profile's assumed "
+        f"{_ROOF_START / 1e3:g} TOPS, seed 002 §1's 'in actual' FP16; bounds: Table 3's best "
+        f"measured {_ROOF_LOWER:,.0f} Gop/s and the {_ROOF_UPPER / 1e3:g} TOPS peak)",
         _npu_int8_roof,
     ),
     Parameter(

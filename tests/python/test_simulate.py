@@ -84,7 +84,7 @@ def test_mid_core_attention_rates_are_the_current_derivation():
     assert mid["fp32_fused_sparse_attention_gops"]["value"] == pytest.approx(
         speedup * mid["fp32_sparse_attention_gops"]["value"], rel=1e-12
     )
-    for device in ("snapdragon-8gen3", "snapdragon-8gen2", "snapdragon-8elite"):
+    for device in known_devices():
         stored = load_profile(device)["cost_model"]["cpu_core"]["mid"]
         assert set(stored) == set(mid), device
         for key, n in mid.items():

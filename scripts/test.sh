@@ -24,4 +24,9 @@ echo "[test] pytest"
 # of a file's time is imports, model loads and subprocesses that leave a core idle (8 min 40 s
 # -> 7 min 30 s on a 2-core Zen 4). A file stays in one worker, with its module fixtures.
 workers=${SOCLLM_TEST_WORKERS:-2}
+# numpy asks for transparent huge pages on every array over 4 MB (madvise); where the kernel
+# then compacts memory in the faulting thread (defrag "madvise", the VMs of CI), a fresh
+# [600, 262144] logits temporary took 5-13 s to touch instead of 0.2 s, erratically. The tests
+# make many such temporaries: without huge pages test_gemma3 takes half the time.
+export NUMPY_MADVISE_HUGEPAGE=${NUMPY_MADVISE_HUGEPAGE:-0}
 "$PY" -m pytest -q -n "$workers" --dist loadfile --durations=20 "$@"

@@ -122,12 +122,15 @@ def test_pruning_rate_step(smollm, outliers, tmp_path):
     # an output that is the model file itself is refused
     assert cli_main(["calibrate", "--out", str(smollm.path), "--quiet"]) == 2
     # another shadow-outlier placement (Gemma 3 needs its residual in fp32): the search runs
-    # under it and records it; its unpruned perplexity differs from the fp16 residual's
+    # under it and records it; its unpruned perplexity differs from the fp16 residual's. A
+    # budget every rate meets ends the search after its two ends (no bisection: 2 evaluations)
     dst2 = tmp_path / "p2.h5"
     argv2 = [*argv, "--out", str(dst2), "--pruning-plan", "shadow-outlier:residual=cpu/fp32"]
-    assert cli_main([*argv2, "--quiet"]) == 0
-    val2 = json.loads(load_calibration(dst2, smollm).provenance["auto_pruning_validation"])
+    assert cli_main([*argv2, "--budget", "1e6", "--quiet"]) == 0
+    p2 = load_calibration(dst2, smollm).provenance
+    val2 = json.loads(p2["auto_pruning_validation"])
     assert val["plan"] == "shadow-outlier" and val2["plan"] == "shadow-outlier:residual=cpu/fp32"
+    assert [t["rate"] for t in val2["tried"]] == [0.0, 1.0] and p2["auto_pruning_rate"] == 1.0
     assert val2["tried"][0]["perplexity"] != tried[0.0]
 
 

@@ -90,7 +90,7 @@ void init_sched(py::module_& s) {
   s.def(
       "simulate",
       [](const sched::TaskGraph& g, const soc::CostModel& cost, const std::string& policy,
-         int64_t optimal_max_tasks, int64_t steal_threshold) {
+         int64_t optimal_max_tasks, std::optional<int64_t> steal_threshold) {
         sched::SimOptions o;
         o.policy = sched::policy_from_name(policy);
         o.optimal_max_tasks = optimal_max_tasks;
@@ -99,13 +99,13 @@ void init_sched(py::module_& s) {
         return sched::simulate(g, cost, o);
       },
       py::arg("graph"), py::arg("cost"), py::arg("policy") = "ooe",
-      py::arg("optimal_max_tasks") = 24, py::arg("steal_threshold") = 5);
+      py::arg("optimal_max_tasks") = 24, py::arg("steal_threshold") = py::none());
 
   s.def(
       "simulate_durations",
       [](const sched::TaskGraph& g, const std::vector<double>& durations_us, double sync_us,
-         const std::string& policy, int64_t optimal_max_tasks, int64_t steal_threshold,
-         double steal_cpu_time_ratio) {
+         const std::string& policy, int64_t optimal_max_tasks,
+         std::optional<int64_t> steal_threshold, double steal_cpu_time_ratio) {
         sched::SimOptions o;
         o.policy = sched::policy_from_name(policy);
         o.optimal_max_tasks = optimal_max_tasks;
@@ -114,8 +114,8 @@ void init_sched(py::module_& s) {
         return sched::simulate(g, durations_us, sync_us, o);
       },
       py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0,
-      py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24, py::arg("steal_threshold") = 5,
-      py::arg("steal_cpu_time_ratio") = 5.0,
+      py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24,
+      py::arg("steal_threshold") = py::none(), py::arg("steal_cpu_time_ratio") = 5.0,
       "Simulation with given task durations and one cross-processor sync cost (hand examples).");
 
   s.def(

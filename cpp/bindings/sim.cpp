@@ -145,7 +145,7 @@ void init_sim(py::module_& s) {
       "simulate_cold_start",
       [](const py::object& config, const py::object& profile, const std::string& system,
          double bits, int64_t prompt_len, int64_t chunk_len, const std::string& policy,
-         const std::string& unpack_format, int64_t steal_threshold) {
+         const std::string& unpack_format, std::optional<int64_t> steal_threshold) {
         const ModelConfig c = ModelConfig::from_json(py_to_json(config, "ModelConfig"));
         const auto dev = profile_from_py(profile);
         ColdStartOptions o;
@@ -161,7 +161,7 @@ void init_sim(py::module_& s) {
       },
       py::arg("config"), py::arg("profile"), py::arg("system") = "edgeflow", py::arg("bits") = 5.0,
       py::arg("prompt_len") = 128, py::arg("chunk_len") = 256, py::arg("policy") = "",
-      py::arg("unpack_format") = "weightlet", py::arg("steal_threshold") = 5,
+      py::arg("unpack_format") = "weightlet", py::arg("steal_threshold") = py::none(),
       "A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of "
       "a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device "
       "(cold_start.h); policy '' = the system's own.");

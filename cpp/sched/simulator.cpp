@@ -25,7 +25,8 @@ constexpr std::array<PolicyInfo, 7> kPolicies = {{
      "chunk first"},
     {Policy::PositionSteal, "position-steal", "steal",
      "position-first plus EdgeFlow's CPU task stealing (seed 004 §4.3): an idle CPU takes the "
-     "NPU's top ready task when more than steal_threshold wait there"},
+     "NPU's top ready task when more than steal_threshold wait there (unset: the ratio of the "
+     "NPU tasks' CPU time to their NPU time, the paper's rule)"},
     {Policy::Optimal, "optimal", "optimal",
      "exact minimum makespan by branch and bound over non-idling schedules (small graphs only)"},
     {Policy::MllmExecutor, "mllm-executor", "mllm",
@@ -180,7 +181,21 @@ void share_bandwidth(const Problem& pb, const std::array<int64_t, kProcs>& runni
 
 // Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
 // ready tasks (dependencies finished and synchronized by now).
-Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold = 5) {
+// Seed 004 §4.3's stealing threshold: "according to the ratio between the execution time of
+// CPU and NPU matmul operators" (5 on its phone). Here: the NPU tasks' total CPU time over
+// their total NPU time, rounded (0 when nothing runs on the NPU).
+int64_t steal_threshold_from_costs(const Problem& pb) {
+  double cpu = 0, npu = 0;
+  for (size_t i = 0; i < pb.cpu_dur.size(); ++i)
+    if (pb.g.tasks()[i].processor == soc::Processor::Npu) {
+      cpu += pb.cpu_dur[i];
+      npu += pb.dur[i];
+    }
+  return npu > 0 ? static_cast<int64_t>(std::lround(cpu / npu)) : 0;
+}
+
+// `steal_threshold`: position-steal's (the other policies never steal).
+Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold = -1) {
   const auto& tasks = pb.g.tasks();
   const size_t n = tasks.size();
   Timeline tl;
@@ -460,10 +475,17 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
     tl.policy = policy_name(opts.policy);
     return tl;
   }
-  if (opts.steal_threshold < 0)
+  if (opts.steal_threshold && *opts.steal_threshold < 0)
     throw InvalidArgument("[simulate] steal_threshold must be >= 0, got " +
-                          std::to_string(opts.steal_threshold));
-  if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy, opts.steal_threshold);
+                          std::to_string(*opts.steal_threshold));
+  if (opts.policy == Policy::PositionSteal) {
+    const int64_t threshold =
+        opts.steal_threshold ? *opts.steal_threshold : steal_threshold_from_costs(pb);
+    Timeline tl = list_schedule(pb, opts.policy, threshold);
+    tl.steal_threshold = threshold;
+    return tl;
+  }
+  if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy);
   // Branch and bound works on fixed durations: the optimum ignores memory contention.
   Problem fixed = pb;
   fixed.shared_bytes_per_us = nullptr;
@@ -515,17 +537,19 @@ nlohmann::json Timeline::summary() const {
         {"tasks", u.tasks},
         {"energy_mj", u.energy_mj}};
   }
-  return {{"policy", policy},
-          {"device", device},
-          {"makespan_ms", makespan_us / 1e3},
-          {"energy_mj", energy_mj},
-          {"static_energy_mj", static_energy_mj},
-          {"dram_energy_mj", dram_energy_mj},
-          {"peak_working_bytes", peak_working_bytes},
-          {"decisions", decisions},
-          {"decision_us_mean",
-           decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
-          {"processors", procs}};
+  nlohmann::json s = {{"policy", policy},
+                      {"device", device},
+                      {"makespan_ms", makespan_us / 1e3},
+                      {"energy_mj", energy_mj},
+                      {"static_energy_mj", static_energy_mj},
+                      {"dram_energy_mj", dram_energy_mj},
+                      {"peak_working_bytes", peak_working_bytes},
+                      {"decisions", decisions},
+                      {"decision_us_mean",
+                       decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
+                      {"processors", procs}};
+  if (steal_threshold >= 0) s["steal_threshold"] = steal_threshold;
+  return s;
 }
 
 std::vector<double> task_durations_us(const TaskGraph& g, const soc::CostModel& cost) {

@@ -47,7 +47,7 @@ struct ColdStartOptions {
   std::string policy;       // "" = the system's own (above)
   // edgeflow: the unpack format's rate key ("weightlet"; "kquant" for the K-quant ablation).
   std::string unpack_format = "weightlet";
-  int64_t steal_threshold = 5;
+  std::optional<int64_t> steal_threshold;  // unset: seed 004's rule (sched::SimOptions)
 };
 
 // What an EdgeFlow weightlet row stores besides its weights: an fp32 scale and a 3-bit width

@@ -248,10 +248,45 @@ TEST(Simulator, CpuStealsWhenMoreThanTheThresholdWait) {
   EXPECT_GE(t.spans[7].start_us, 5.5);  // after the stolen task plus the CPU->NPU sync
   EXPECT_DOUBLE_EQ(t.usage[static_cast<size_t>(Processor::Cpu)].busy_us, 5.0);
   EXPECT_DOUBLE_EQ(t.makespan_us, 7.0);  // NPU: n0, n2..n6 until 6, then `after` 6-7
-  o.steal_threshold = 7;                 // never more than 7 waiting: no stealing
+  EXPECT_EQ(t.steal_threshold, 5);       // unset: the CPU/NPU time ratio (5), the paper's rule
+  EXPECT_EQ(t.summary()["steal_threshold"], 5);
+  o.steal_threshold = 7;  // never more than 7 waiting: no stealing
   const auto none = sched::simulate(g, d, 0.5, o);
   for (const auto& sp : none.spans) EXPECT_EQ(sp.processor, Processor::Npu);
   EXPECT_DOUBLE_EQ(none.makespan_us, 8.0);
+  EXPECT_FALSE(run(g, d, Policy::PositionFirst).summary().contains("steal_threshold"));
+}
+
+TEST(Simulator, StealThresholdFollowsTheCpuOverNpuTimeRatio) {
+  // Seed 004 §4.3 sets the threshold "according to the ratio between the execution time of CPU
+  // and NPU matmul operators". Ten 1 µs NPU tasks and `after` (on n1), CPU 3.4x slower, so the
+  // rule gives 3. At 0 the NPU takes n0 and nine wait: the CPU steals n1 (0-3.4). At 3.4 the
+  // NPU runs n4 and n5..n9 wait (5 > 3): the CPU steals n5 (3.4-6.8); at 6.8 only n9 waits.
+  // The NPU runs n0, n2-n4, n6-n9 until 8, then `after` (ready at 3.4 + 0.5 sync): 9 µs.
+  TaskGraph g;
+  for (int i = 0; i < 10; ++i) add(g, "n" + std::to_string(i), Processor::Npu, {});
+  add(g, "after", Processor::Npu, {1});
+  const std::vector<double> d(11, 1.0);
+  sched::SimOptions o;
+  o.policy = Policy::PositionSteal;
+  o.steal_cpu_time_ratio = 3.4;
+  const auto t = sched::simulate(g, d, 0.5, o);
+  EXPECT_EQ(t.steal_threshold, 3);
+  std::vector<int64_t> stolen;
+  for (size_t i = 0; i < t.spans.size(); ++i)
+    if (t.spans[i].processor == Processor::Cpu) stolen.push_back(static_cast<int64_t>(i));
+  EXPECT_EQ(stolen, (std::vector<int64_t>{1, 5}));
+  EXPECT_DOUBLE_EQ(t.spans[5].start_us, 3.4);
+  EXPECT_DOUBLE_EQ(t.spans[5].end_us, 6.8);
+  EXPECT_DOUBLE_EQ(t.makespan_us, 9.0);
+  // the paper's own 5 at the same costs: at 3.4 five wait, not more than 5: one steal, 10 µs
+  o.steal_threshold = 5;
+  const auto five = sched::simulate(g, d, 0.5, o);
+  EXPECT_EQ(five.steal_threshold, 5);
+  EXPECT_DOUBLE_EQ(five.makespan_us, 10.0);
+  // a negative threshold is refused with its value
+  o.steal_threshold = -1;
+  EXPECT_THROW(sched::simulate(g, d, 0.5, o), InvalidArgument);
 }
 
 TEST(Simulator, BadGraphsAndInputs) {

@@ -539,7 +539,7 @@ def simulate_cold_start(
     chunk: int | None = 256,
     policy: str = "",
     unpack_format: str = "weightlet",
-    steal_threshold: int = 5,
+    steal_threshold: int | None = None,
 ) -> Timeline:
     """Cold start of a config on a device (cpp/sim/cold_start.h, seed 004 §3-5): flash
     reads (lane ``io``), unpacking (``cpu-aux``), run-time graph preparation and the prefill to
@@ -548,7 +548,9 @@ def simulate_cold_start(
     (edgeflow: position-steal); summary() gives ttft_ms, read_ms, unpack_ms, compute_ms,
     bytes_read, energy_mj and per-processor busy time and bubbles. ``unpack_format`` (one of
     the profile's unpack rates) applies to edgeflow only, ``steal_threshold`` to the
-    position-steal policy only: elsewhere they are refused."""
+    position-steal policy only: elsewhere they are refused. Unset, the threshold follows seed
+    004 §4.3's rule, the ratio of the NPU tasks' CPU time to their NPU time (rounded; the
+    paper's phone: 5); summary() gives the one used."""
     fn = "simulate_cold_start"
     system = str_arg(fn, "system", system)
     bits = real_arg(fn, "bits", bits)
@@ -557,7 +559,8 @@ def simulate_cold_start(
         chunk = int_arg(fn, "chunk", chunk, 0)
     policy = str_arg(fn, "policy", policy)
     unpack_format = str_arg(fn, "unpack_format", unpack_format)
-    steal_threshold = int_arg(fn, "steal_threshold", steal_threshold, 0)
+    if steal_threshold is not None:
+        steal_threshold = int_arg(fn, "steal_threshold", steal_threshold, 0)
     profile = _profile(device)
     # each system's own policy (cold_start.cpp default_policy); an unknown system is the core's
     own = {
@@ -582,7 +585,7 @@ def simulate_cold_start(
                 f"{fn}: unknown unpack_format {unpack_format!r} (profile "
                 f"{profile.get('name', '?')!r} has unpack rates for: {', '.join(known)})"
             )
-    if steal_threshold != 5 and system in own:
+    if steal_threshold is not None and system in own:
         resolved = _core.sim.policy_name(policy) if policy else own[system]
         if resolved != "position-steal":
             raise not_applicable(

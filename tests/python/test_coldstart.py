@@ -163,16 +163,24 @@ def test_measured_cold_start_command(tmp_path):
     assert np.isfinite(row["read_gb_s"]) and row["read_gb_s"] > 0
 
 
-def test_steal_threshold_is_the_cpu_over_npu_time_ratio(elite):
-    """Unset, EdgeFlow's stealing threshold follows seed 004 §4.3's rule, "the ratio between
-    the execution time of CPU and NPU matmul operators": recomputed here from the cost model's
-    per-op times of the graph's NPU tasks. Given, it is used as is."""
-    r = _sim("edgeflow", prompt=512)
-    cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(elite))
-    npu_tasks = [t for t in _tasks(r) if t["processor"] == "npu"]
+def _steal_rule(tasks, cost) -> int:
+    """Seed 004 §4.3's threshold recomputed: the NPU tasks' CPU time over their NPU time."""
+    npu_tasks = [t for t in tasks if t["processor"] == "npu"]
     assert npu_tasks and all(t["ops"][0]["op"] == "matmul" for t in npu_tasks)
     cpu_us = sum(cost.latency_us(op, "cpu") for t in npu_tasks for op in t["ops"])
     npu_us = sum(cost.latency_us(op, "npu") for t in npu_tasks for op in t["ops"])
-    assert r.summary()["steal_threshold"] == round(cpu_us / npu_us) > 5  # the paper's phone: 5
+    return round(cpu_us / npu_us)
+
+
+def test_steal_threshold_is_the_cpu_over_npu_time_ratio(elite):
+    """Unset, EdgeFlow's stealing threshold follows seed 004 §4.3's rule, "the ratio between
+    the execution time of CPU and NPU matmul operators": recomputed here from the cost model's
+    per-op times of the graph's NPU tasks, for a cold start and for a warm prefill (the
+    pipeline ablation's). Given, it is used as is."""
+    cost = socllm.sim.CostModel(socllm.sim.DeviceProfile.from_json(elite))
+    r = _sim("edgeflow", prompt=512)
+    assert r.summary()["steal_threshold"] == _steal_rule(_tasks(r), cost) > 5  # the paper's: 5
+    warm = socllm.simulate(CFG, elite, "edgeflow", 512, chunk=128, policy="position-steal")
+    assert warm.summary()["steal_threshold"] == _steal_rule(warm.tasks, cost)
     assert _sim("edgeflow", prompt=512, steal_threshold=2).summary()["steal_threshold"] == 2
     assert "steal_threshold" not in _sim("llama.cpp").summary()

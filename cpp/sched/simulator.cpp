@@ -179,8 +179,6 @@ void share_bandwidth(const Problem& pb, const std::array<int64_t, kProcs>& runni
   }
 }
 
-// Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
-// ready tasks (dependencies finished and synchronized by now).
 // Seed 004 §4.3's stealing threshold: "according to the ratio between the execution time of
 // CPU and NPU matmul operators" (5 on its phone). Here: the NPU tasks' total CPU time over
 // their total NPU time, rounded (0 when nothing runs on the NPU).
@@ -194,7 +192,9 @@ int64_t steal_threshold_from_costs(const Problem& pb) {
   return npu > 0 ? static_cast<int64_t>(std::lround(cpu / npu)) : 0;
 }
 
-// `steal_threshold`: position-steal's (the other policies never steal).
+// Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
+// ready tasks (dependencies finished and synchronized by now). `steal_threshold`:
+// position-steal's (the other policies never steal).
 Timeline list_schedule(const Problem& pb, Policy policy, int64_t steal_threshold = -1) {
   const auto& tasks = pb.g.tasks();
   const size_t n = tasks.size();

@@ -229,13 +229,20 @@ TEST(Simulator, PositionGuidedPriorityRunsEarlierChunksFirst) {
   EXPECT_EQ(sched::policy_from_name("steal"), Policy::PositionSteal);
 }
 
+// `n` independent NPU tasks n0..n(n-1), ready at 0, and `after` on the NPU after n1: the
+// stealing tests' graph.
+static TaskGraph npu_tasks_then_after_n1(int n) {
+  TaskGraph g;
+  for (int i = 0; i < n; ++i) add(g, "n" + std::to_string(i), Processor::Npu, {});
+  add(g, "after", Processor::Npu, {1});
+  return g;
+}
+
 TEST(Simulator, CpuStealsWhenMoreThanTheThresholdWait) {
   // Seven 1 µs NPU tasks ready at 0 and an idle CPU, threshold 5, CPU 5x slower: when the NPU
   // takes the first, six wait (> 5): the CPU steals one (5 µs); then five wait, which is not
   // more than 5. A task on the NPU depending on the stolen one waits for the CPU and the sync.
-  TaskGraph g;
-  for (int i = 0; i < 7; ++i) add(g, "n" + std::to_string(i), Processor::Npu, {});
-  add(g, "after", Processor::Npu, {1});
+  const TaskGraph g = npu_tasks_then_after_n1(7);
   const std::vector<double> d(8, 1.0);
   sched::SimOptions o;
   o.policy = Policy::PositionSteal;
@@ -263,9 +270,7 @@ TEST(Simulator, StealThresholdFollowsTheCpuOverNpuTimeRatio) {
   // rule gives 3. At 0 the NPU takes n0 and nine wait: the CPU steals n1 (0-3.4). At 3.4 the
   // NPU runs n4 and n5..n9 wait (5 > 3): the CPU steals n5 (3.4-6.8); at 6.8 only n9 waits.
   // The NPU runs n0, n2-n4, n6-n9 until 8, then `after` (ready at 3.4 + 0.5 sync): 9 µs.
-  TaskGraph g;
-  for (int i = 0; i < 10; ++i) add(g, "n" + std::to_string(i), Processor::Npu, {});
-  add(g, "after", Processor::Npu, {1});
+  const TaskGraph g = npu_tasks_then_after_n1(10);
   const std::vector<double> d(11, 1.0);
   sched::SimOptions o;
   o.policy = Policy::PositionSteal;
@@ -286,7 +291,13 @@ TEST(Simulator, StealThresholdFollowsTheCpuOverNpuTimeRatio) {
   EXPECT_DOUBLE_EQ(five.makespan_us, 10.0);
   // a negative threshold is refused with its value
   o.steal_threshold = -1;
-  EXPECT_THROW(sched::simulate(g, d, 0.5, o), InvalidArgument);
+  try {
+    sched::simulate(g, d, 0.5, o);
+    ADD_FAILURE() << "a negative steal_threshold was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("steal_threshold must be >= 0, got -1"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Simulator, BadGraphsAndInputs) {

@@ -1,9 +1,9 @@
 """Comparisons of large arrays (a model's logits) in row blocks.
 
-Whole-array numpy expressions on [600, 262144] float32 logits (Gemma 3's vocabulary) allocate
-temporaries of 630 MB each, and on the 2-core VMs of CI their first touch took 5-13 s a call,
-erratically (``np.testing.assert_allclose``, 13 s; ``np.abs(a - b).max()``, 0.4-7 s); the
-same arithmetic in blocks of 16 rows takes 0.3-0.6 s.
+Whole-array numpy expressions on [544, 262144] float32 logits (Gemma 3's vocabulary) allocate
+temporaries of 570 MB each. On the 2-core VMs of CI their first touch was slow and erratic
+(``np.abs(a - b).max()``: 0.4-7 s; one ``np.testing.assert_allclose``: 39 s, with numpy's huge
+pages on); the same arithmetic in blocks of 16 rows took 0.3-0.6 s.
 """
 
 from __future__ import annotations

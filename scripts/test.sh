@@ -26,7 +26,7 @@ echo "[test] pytest"
 workers=${SOCLLM_TEST_WORKERS:-2}
 # numpy asks for transparent huge pages on every array over 4 MB (madvise); where the kernel
 # then compacts memory in the faulting thread (defrag "madvise", the VMs of CI), a fresh
-# [600, 262144] logits temporary took 5-13 s to touch instead of 0.2 s, erratically. The tests
-# make many such temporaries: without huge pages test_gemma3 takes half the time.
+# [544, 262144] logits temporary took up to 7.4 s to touch, 0.7-0.8 s without huge pages. The
+# tests make many such temporaries: without huge pages test_gemma3 takes half the time.
 export NUMPY_MADVISE_HUGEPAGE=${NUMPY_MADVISE_HUGEPAGE:-0}
 "$PY" -m pytest -q -n "$workers" --dist loadfile --durations=20 "$@"

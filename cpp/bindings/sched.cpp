@@ -105,7 +105,7 @@ void init_sched(py::module_& s) {
       "simulate_durations",
       [](const sched::TaskGraph& g, const std::vector<double>& durations_us, double sync_us,
          const std::string& policy, int64_t optimal_max_tasks,
-         std::optional<int64_t> steal_threshold, double steal_cpu_time_ratio) {
+         std::optional<int64_t> steal_threshold, std::optional<double> steal_cpu_time_ratio) {
         sched::SimOptions o;
         o.policy = sched::policy_from_name(policy);
         o.optimal_max_tasks = optimal_max_tasks;
@@ -115,7 +115,7 @@ void init_sched(py::module_& s) {
       },
       py::arg("graph"), py::arg("durations_us"), py::arg("sync_us") = 0.0,
       py::arg("policy") = "ooe", py::arg("optimal_max_tasks") = 24,
-      py::arg("steal_threshold") = py::none(), py::arg("steal_cpu_time_ratio") = 5.0,
+      py::arg("steal_threshold") = py::none(), py::arg("steal_cpu_time_ratio") = py::none(),
       "Simulation with given task durations and one cross-processor sync cost (hand examples).");
 
   s.def(

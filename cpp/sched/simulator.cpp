@@ -181,15 +181,15 @@ void share_bandwidth(const Problem& pb, const std::array<int64_t, kProcs>& runni
 
 // Seed 004 §4.3's stealing threshold: "according to the ratio between the execution time of
 // CPU and NPU matmul operators" (5 on its phone). Here: the NPU tasks' total CPU time over
-// their total NPU time, rounded (0 when nothing runs on the NPU).
-int64_t steal_threshold_from_costs(const Problem& pb) {
+// their total NPU time (0 when nothing runs on the NPU); the threshold is that ratio rounded.
+double cpu_over_npu_time_ratio(const Problem& pb) {
   double cpu = 0, npu = 0;
   for (size_t i = 0; i < pb.cpu_dur.size(); ++i)
     if (pb.g.tasks()[i].processor == soc::Processor::Npu) {
       cpu += pb.cpu_dur[i];
       npu += pb.dur[i];
     }
-  return npu > 0 ? static_cast<int64_t>(std::lround(cpu / npu)) : 0;
+  return npu > 0 ? cpu / npu : 0.0;
 }
 
 // Event-driven list scheduling: whenever a processor is idle, the policy picks one of its
@@ -479,10 +479,12 @@ Timeline run(const Problem& pb, const SimOptions& opts) {
     throw InvalidArgument("[simulate] steal_threshold must be >= 0, got " +
                           std::to_string(*opts.steal_threshold));
   if (opts.policy == Policy::PositionSteal) {
+    const double ratio = cpu_over_npu_time_ratio(pb);
     const int64_t threshold =
-        opts.steal_threshold ? *opts.steal_threshold : steal_threshold_from_costs(pb);
+        opts.steal_threshold ? *opts.steal_threshold : static_cast<int64_t>(std::lround(ratio));
     Timeline tl = list_schedule(pb, opts.policy, threshold);
     tl.steal_threshold = threshold;
+    tl.steal_cpu_over_npu_time_ratio = ratio;
     return tl;
   }
   if (opts.policy != Policy::Optimal) return list_schedule(pb, opts.policy);
@@ -548,7 +550,10 @@ nlohmann::json Timeline::summary() const {
                       {"decision_us_mean",
                        decisions ? decision_ns_total / 1e3 / static_cast<double>(decisions) : 0.0},
                       {"processors", procs}};
-  if (steal_threshold >= 0) s["steal_threshold"] = steal_threshold;
+  if (steal_threshold >= 0) {
+    s["steal_threshold"] = steal_threshold;
+    s["steal_cpu_over_npu_time_ratio"] = steal_cpu_over_npu_time_ratio;
+  }
   return s;
 }
 
@@ -636,8 +641,15 @@ Timeline simulate(const TaskGraph& g, const std::vector<double>& duration_us, do
              {},
              {},
              {}};
-  if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size())
-    for (double d : duration_us) pb.cpu_dur.push_back(d * opts.steal_cpu_time_ratio);
+  if (opts.policy == Policy::PositionSteal && duration_us.size() == g.tasks().size()) {
+    if (!opts.steal_cpu_time_ratio || !(*opts.steal_cpu_time_ratio > 0) ||
+        !std::isfinite(*opts.steal_cpu_time_ratio))
+      throw InvalidArgument(
+          "[simulate] position-steal with given durations needs steal_cpu_time_ratio > 0 (how "
+          "much longer a stolen NPU task runs on the CPU), got " +
+          (opts.steal_cpu_time_ratio ? std::to_string(*opts.steal_cpu_time_ratio) : "none"));
+    for (double d : duration_us) pb.cpu_dur.push_back(d * *opts.steal_cpu_time_ratio);
+  }
   return run(pb, opts);
 }
 

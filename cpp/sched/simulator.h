@@ -73,9 +73,9 @@ struct SimOptions {
   // position-steal: NPU tasks that must be waiting before an idle CPU steals one (unset: seed
   // 004 §4.3's rule, the ratio of the NPU tasks' CPU time to their NPU time, rounded), and,
   // when durations are given rather than a cost model, how much longer a stolen task runs on
-  // the CPU than on the NPU (the 8 Elite profile's cpu_over_npu_matmul_time_ratio).
+  // the CPU than on the NPU (required then: no device fact stands in for it).
   std::optional<int64_t> steal_threshold;
-  double steal_cpu_time_ratio = 5.0;
+  std::optional<double> steal_cpu_time_ratio;
   // Share DRAM bandwidth between processors running at once (when the profile models it).
   bool memory_contention = true;
   // mllm-executor: chunks in flight at once (the released executor's ThreadPool(4)).
@@ -132,7 +132,8 @@ struct Timeline {
   double decision_ns_total = 0;    // host time the policy spent deciding (bench_scheduler)
   int64_t search_nodes = 0;        // optimal: nodes explored
   int64_t steal_threshold = -1;    // position-steal: the threshold it used (given or derived)
-  nlohmann::json summary() const;  // makespan, energy, per-processor busy / bubble
+  double steal_cpu_over_npu_time_ratio = 0;  // position-steal: the NPU tasks' CPU / NPU time
+  nlohmann::json summary() const;            // makespan, energy, per-processor busy / bubble
 };
 
 // Durations of every task on its processor under `cost`, in µs.

@@ -140,7 +140,8 @@ nlohmann::json PrefillTimeline::summary() const {
                             {"scheduler_decisions", s["decisions"]},
                             {"scheduler_us_per_decision", s["decision_us_mean"]},
                             {"total_ms", total_ms}});
-  if (s.contains("steal_threshold")) out["steal_threshold"] = s["steal_threshold"];
+  for (const char* k : {"steal_threshold", "steal_cpu_over_npu_time_ratio"})
+    if (s.contains(k)) out[k] = s[k];
   if (phase == "decode") {
     out["tpot_ms"] = total_ms;  // one decoding step
     out["decode_tokens_per_s"] = total_ms > 0 ? 1e3 / total_ms : 0.0;

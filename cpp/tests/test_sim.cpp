@@ -246,6 +246,15 @@ TEST(Simulator, CpuStealsWhenMoreThanTheThresholdWait) {
   const std::vector<double> d(8, 1.0);
   sched::SimOptions o;
   o.policy = Policy::PositionSteal;
+  // given durations carry no CPU time: the ratio must be given, and is refused when missing
+  try {
+    sched::simulate(g, d, 0.5, o);
+    ADD_FAILURE() << "position-steal ran on given durations without steal_cpu_time_ratio";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("steal_cpu_time_ratio > 0"), std::string::npos)
+        << e.what();
+  }
+  o.steal_cpu_time_ratio = 5.0;
   const auto t = sched::simulate(g, d, 0.5, o);
   int64_t on_cpu = 0;
   for (const auto& sp : t.spans) on_cpu += sp.processor == Processor::Cpu;
@@ -276,6 +285,8 @@ TEST(Simulator, StealThresholdFollowsTheCpuOverNpuTimeRatio) {
   o.policy = Policy::PositionSteal;
   o.steal_cpu_time_ratio = 3.4;
   const auto t = sched::simulate(g, d, 0.5, o);
+  EXPECT_DOUBLE_EQ(t.steal_cpu_over_npu_time_ratio, 3.4);  // 11 tasks: 11 x 3.4 / 11 x 1
+  EXPECT_DOUBLE_EQ(t.summary()["steal_cpu_over_npu_time_ratio"].get<double>(), 3.4);
   EXPECT_EQ(t.steal_threshold, 3);
   std::vector<int64_t> stolen;
   for (size_t i = 0; i < t.spans.size(); ++i)

@@ -228,7 +228,7 @@ def simulate_cold_start(config: typing.Any, profile: typing.Any, system: str = '
     """
     A cold start (flash reads, unpacking, graph preparation, prefill to the first token) of a config under a system (edgeflow, llm.npu+, llm.npu, llama.cpp, mnn) on a device (cold_start.h); policy '' = the system's own.
     """
-def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], sync_us: typing.SupportsFloat | typing.SupportsIndex = 0.0, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex | None = None, steal_cpu_time_ratio: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> Timeline:
+def simulate_durations(graph: TaskGraph, durations_us: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], sync_us: typing.SupportsFloat | typing.SupportsIndex = 0.0, policy: str = 'ooe', optimal_max_tasks: typing.SupportsInt | typing.SupportsIndex = 24, steal_threshold: typing.SupportsInt | typing.SupportsIndex | None = None, steal_cpu_time_ratio: typing.SupportsFloat | typing.SupportsIndex | None = None) -> Timeline:
     """
     Simulation with given task durations and one cross-processor sync cost (hand examples).
     """

@@ -43,6 +43,7 @@ MAIN_HELD_OUT = (
     "long prompts",
     "pipeline ablation",
     "bubble rate",
+    "stealing threshold",
     "cold-start energy",
 )
 

@@ -40,11 +40,13 @@ TASKS = PERPLEXITY_TASKS + LMEVAL_TASKS
 
 def _plans(specs: list[str] | None) -> list[str]:
     """Plans from repeated --plan options; a comma list is split unless it carries options
-    ("smoothquant:alpha=0.8")."""
+    ("smoothquant:alpha=0.8"); a plan file (@PATH or *.json, plan_files) is read."""
+    from .plan_files import read_plan
+
     out: list[str] = []
     for spec in specs or ["fp32"]:
-        out.extend([spec] if ":" in spec or spec.startswith("{") else spec.split(","))
-    out = [p.strip() for p in out if p.strip()]
+        out.extend([spec] if ":" in spec or spec.startswith(("{", "@")) else spec.split(","))
+    out = [read_plan(p.strip()) for p in out if p.strip()]
     if not out:
         raise InvalidArgumentError(f"--plan {' '.join(specs or [])!r} names no plan")
     for plan in out:
@@ -389,10 +391,12 @@ def cmd_cold_start(args) -> int:
     # The prompt: held-out WikiText-2 tokens of the first file's tokenizer (its weights are not
     # loaded: that would put the file in the page cache before its cold start).
     prompt = held_out_tokens(corpus_tokens(FileTokenizer(files[0])))[: args.prompt_tokens]
+    from .plan_files import read_plan
+
     rows = cold_start(
         files,
         prompt=prompt,
-        plan=args.plan,
+        plan=None if args.plan is None else read_plan(args.plan),
         calib=args.calib,
         repeats=args.repeats,
         progress=not args.quiet,
@@ -555,7 +559,9 @@ def _simulate_plan(args):
             f"simulate: --engine {args.engine} is the plan {args.engine!r} (a HeteroLLM preset); "
             f"give --engine or --plan, not both"
         )
-    plan = args.engine or (args.plan if args.plan is not None else "shadow-outlier")
+    from .plan_files import read_plan
+
+    plan = args.engine or (read_plan(args.plan) if args.plan is not None else "shadow-outlier")
     if args.phase == "decode" and args.chunk is not None:
         raise InvalidArgumentError(
             f"simulate: --chunk {args.chunk} applies to a prompt (--phase prefill or session), "
@@ -768,7 +774,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--plan",
         action="append",
-        help="plan name, name:key=value,... or JSON; repeat or comma-separate for several "
+        help="plan name, name:key=value,..., JSON, or a plan file (@PATH or PATH.json); repeat "
+        "or comma-separate for several "
         "(default fp32; see socllm.Plan.known())",
     )
     e.add_argument("--calib", default=None, help="calibration file (socllm calibrate)")
@@ -906,7 +913,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--plan",
         default=None,
-        help="plan name or name:key=value,... (default shadow-outlier); every part composes, "
+        help="plan name, name:key=value,... or a plan file (@PATH or PATH.json; default "
+        "shadow-outlier); every part composes, "
         "e.g. edgeflow:bits=5,partition=solver,attention=shadow-attn",
     )
     m.add_argument("--prompt-len", type=_COUNT, default=1024)

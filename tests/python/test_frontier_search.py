@@ -1,0 +1,129 @@
+"""The frontier's Pareto rules and its racing search (socllm.frontier), on hand-computed cases
+and on synthetic plans whose exhaustive frontier is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from socllm.frontier.pareto import dominates, frontier_flags, racing_survivors
+from socllm.frontier.search import search
+
+KEYS = ("dnll", "ttft_ms", "decode_tokens_per_s")
+
+
+def _row(dnll, ttft, tps=10.0, se=0.01, energy=1.0, mem=1.0):
+    return {
+        "dnll": dnll, "dnll_se": se, "ttft_ms": ttft, "decode_tokens_per_s": tps,
+        "energy_mj": energy, "memory_mb": mem,
+    }  # fmt: skip
+
+
+def test_dominance_by_hand():
+    a, b = _row(0.1, 100), _row(0.2, 100)
+    assert dominates(a, b, KEYS) and not dominates(b, a, KEYS)
+    assert not dominates(a, a, KEYS)  # equal: neither dominates
+    # more tokens/s is better: a faster decoder at equal accuracy and TTFT dominates
+    assert dominates(_row(0.1, 100, tps=20), _row(0.1, 100, tps=10), KEYS)
+    # a trade-off: neither dominates
+    assert not dominates(_row(0.1, 200), _row(0.2, 100), KEYS)
+    assert not dominates(_row(0.2, 100), _row(0.1, 200), KEYS)
+
+
+def test_frontier_flags_by_hand():
+    # (dnll, ttft): fp32-like (0, 300), two trade-offs, one dominated by (0.05, 150), a tie pair
+    rows = [_row(0, 300), _row(0.05, 150), _row(0.08, 160), _row(0.3, 100), _row(0.3, 100)]
+    assert frontier_flags(rows, ("dnll", "ttft_ms")) == [True, True, False, True, True]
+    with pytest.raises(ValueError, match="must be finite"):
+        frontier_flags([_row(math.nan, 1)], ("dnll",))
+
+
+def test_racing_drops_only_what_is_surely_dominated():
+    # b is as fast as a and its interval 0.10 ± 2 x 0.01 lies wholly above a's 0.02 ± 0.02
+    a, b = _row(0.02, 100), _row(0.10, 100)
+    assert racing_survivors([a, b], z=2) == [True, False]
+    # within noise: 0.05 - 0.02 < 0.02 + 0.02, both stay
+    assert racing_survivors([a, _row(0.05, 100)], z=2) == [True, True]
+    # b is faster: a trade-off, never dropped however sure the accuracy
+    assert racing_survivors([a, _row(0.10, 90)], z=2) == [True, True]
+    # no standard error yet (one window): kept
+    assert racing_survivors([a, _row(0.10, 100, se=math.nan)], z=2) == [True, True]
+    with pytest.raises(ValueError, match="z must be >= 0"):
+        racing_survivors([a], z=-1)
+
+
+def _synthetic(n_plans=24, seed=0):
+    """Plans with a true ΔNLL, window noise and a TTFT: faster plans lose more accuracy, with
+    scatter as wide as the trade-off (like the preset plans: block-sparse attention loses a nat
+    at the speed of sparse attention), so most plans are clearly dominated."""
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(50, 400, n_plans)
+    true = 0.5 * (400 - ttft) / 350 + rng.uniform(0, 0.6, n_plans)
+    plans = [f"p{i}" for i in range(n_plans)]
+    noise = {p: np.random.default_rng([seed, i]).normal(0, 0.05, 64) for i, p in enumerate(plans)}
+    sim = {p: {"ttft_ms": ttft[i], "decode_tokens_per_s": 10.0, "energy_mj": 1.0,
+               "memory_mb": 1.0} for i, p in enumerate(plans)}  # fmt: skip
+    truth = {p: true[i] for i, p in enumerate(plans)}
+    calls = []
+
+    def score(plan, windows):
+        calls.append((plan, tuple(windows)))
+        return {w: truth[plan] + noise[plan][w] for w in windows}
+
+    return plans, sim, score, calls
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_search_finds_the_exhaustive_frontier_with_fewer_evaluations(seed):
+    plans, sim, score, calls = _synthetic(seed=seed)
+    res = search(plans, lambda p: sim[p], score, schedule=(4, 8, 16, 32), z=2.0)
+    # exhaustive: every plan on all 32 windows, the frontier of the point estimates
+    exhaustive = [
+        {"dnll": float(np.mean(list(score(p, range(32)).values()))), **sim[p]} for p in plans
+    ]
+    want = frontier_flags(exhaustive, ("dnll", "ttft_ms"))
+    assert res.frontier == want and sum(want) >= 3
+    assert res.exhaustive_windows == 24 * 32
+    assert res.windows_scored < 0.65 * res.exhaustive_windows  # 36-58% on seeds 0-19
+    # no window of a plan was scored twice
+    seen = [(p, w) for p, ws in calls[: -len(plans)] for w in ws]
+    assert len(seen) == len(set(seen)) == res.windows_scored
+    # a frontier member has every window; a dropped plan says why
+    for r, on in zip(res.results, res.frontier, strict=True):
+        if on:
+            assert len(r.window_dnll) == 32 and not r.dropped
+        if r.dropped:
+            assert "dominated" in r.dropped and not on
+
+
+def test_budgets_and_the_evaluation_cap():
+    plans, sim, score, calls = _synthetic()
+    res = search(plans, lambda p: sim[p], score, (4, 8, 16), budgets={"max_ttft_ms": 200})
+    over = [r for r in res.results if r.simulated["ttft_ms"] > 200]
+    assert over and all("over --max-ttft-ms 200" in r.dropped for r in over)
+    assert not any(r.window_dnll for r in over)  # never scored
+    assert not any(on for r, on in zip(res.results, res.frontier, strict=True) if r in over)
+    capped = search(plans, lambda p: sim[p], score, (4, 8, 16), max_evals=120)
+    assert capped.windows_scored <= 120
+    assert capped.rounds[0]["evaluations"] == 96  # 24 plans x 4 windows, then the cap
+    strict = search(plans, lambda p: sim[p], score, (4, 8), budgets={"max_dnll": 0.3})
+    kept = [r for r in strict.results if not r.dropped]
+    assert kept and all(r.dnll - 2 * r.dnll_se <= 0.3 for r in kept)
+    assert any("over --max-dnll 0.3" in r.dropped for r in strict.results)
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"plans": []}, "search space is empty"),
+        ({"schedule": (8, 4)}, "must increase"),
+        ({"schedule": (1, 4)}, "at least 2 windows"),
+        ({"budgets": {"max_speed": 1}}, "unknown budgets"),
+    ],
+)
+def test_bad_search_input_is_refused(kw, words):
+    plans, sim, score, _ = _synthetic(4)
+    args = {"plans": plans, "schedule": (2, 4), **kw}
+    with pytest.raises(ValueError, match=words):
+        search(args["plans"], lambda p: sim[p], score, args["schedule"], budgets=kw.get("budgets"))

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
-APT_PKGS=(libeigen3-dev libopenblas-openmp-dev libhdf5-dev zlib1g-dev libspdlog-dev nlohmann-json3-dev libgtest-dev pkg-config g++ cmake)
+APT_PKGS=(libeigen3-dev libopenblas-openmp-dev libhdf5-dev zlib1g-dev libspdlog-dev nlohmann-json3-dev libgtest-dev pkg-config g++ cmake
+          chromium-headless-shell)  # the last: the frontier report's rendering test
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -25,6 +25,8 @@ void init_plan(py::module_& m) {
       .def_readonly("name", &Plan::name)
       .def_readonly("chunk_len", &Plan::chunk_len)
       .def_property_readonly("needs_calibration", &Plan::needs_calibration)
+      .def_property_readonly("calibration_steps", &Plan::calibration_steps,
+                             "the calibration steps whose statistics the plan reads, in order")
       .def_property_readonly(
           "rotation", [](const Plan& p) { return p.rotation.name(); },
           "The rotations it folds into the weights, by name ('none', 'hadamard,seed=0,down', "

@@ -674,6 +674,19 @@ Plan Plan::for_decode() const {
   return p;
 }
 
+std::vector<std::string> Plan::calibration_steps() const {
+  // The same predicates the engine checks before it builds a plan's linears and attention.
+  std::vector<std::string> steps;
+  if (linear.needs_calibration()) steps.push_back("act-scales");
+  if (linear.needs_outlier_calibration()) steps.push_back("outliers");
+  if (linear.needs_smoothing_calibration()) steps.push_back("smoothing");
+  if (linear.channel_bits && linear.channel_bits->stored) steps.push_back("bitwidths");
+  if (linear.needs_hessians()) steps.push_back("gptq");
+  if (attention.needs_qk_scales()) steps.push_back("qk-scales");
+  if (attention.needs_head_importance()) steps.push_back("head-importance");
+  return steps;
+}
+
 bool Plan::can_run(soc::Processor p, soc::DType f) {
   switch (p) {
     // The NPU (Hexagon HTP) computes INT8/INT16 and FP16, not FP32 (seed 001 §2.3, seed 002 §3);

@@ -168,6 +168,9 @@ struct Plan {
     return linear.needs_calibration() || attention.needs_head_importance() ||
            attention.needs_qk_scales();
   }
+  // The calibration steps (socllm calibrate --steps) whose statistics this plan reads, in the
+  // order they run; empty when it reads none.
+  std::vector<std::string> calibration_steps() const;
   // The preset names that alias HeteroLLM's engines (seed 002 §5: gpu-only, npu-padding,
   // npu-pipe, npu-online-prepare, hetero-layer, hetero-tensor).
   static std::vector<std::string> hetero_engines();

@@ -101,10 +101,20 @@ def build_info() -> dict:
     }
 
 
+def frontier(model, device="snapdragon-8gen3", **options) -> dict:
+    """The plan frontier of a loaded ``model`` on ``device``: which composed plan to ship for a
+    budget, accuracy and simulated time together (``socllm frontier``; see
+    :func:`socllm.plan_frontier.run.frontier` for the options and the report)."""
+    from .plan_frontier.run import frontier as _frontier
+
+    return _frontier(model, device, **options)
+
+
 # Subpackages (ops, quant, sim, io, calibration, eval) are attributes, not star-exports:
 # `from socllm import *` must not shadow the builtin eval or the stdlib io.
 __all__ = [
     "load",
+    "frontier",
     "LanguageModel",
     "PerplexityResult",
     "simulate",

@@ -701,6 +701,55 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_frontier(args) -> int:
+    from .io.files import write_output
+    from .plan_frontier.pareto import check_objectives
+    from .plan_frontier.run import frontier, markdown, to_json
+    from .plan_frontier.space import parse_axes
+
+    _setup(args)
+    if args.out is None and args.json is None:
+        args.out = "socllm-frontier"
+    _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
+    axes = parse_axes(args.axis or [])
+    objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
+    try:
+        check_objectives(objectives)
+    except ValueError as e:
+        raise InvalidArgumentError(f"frontier: {e}") from None
+    budgets = {
+        "max_dnll": args.max_dnll,
+        "max_ttft_ms": args.max_ttft_ms,
+        "max_energy_mj": args.max_energy_mj,
+        "max_memory_mb": args.max_memory_mb,
+        "min_decode_tokens_per_s": args.min_decode_tokens_per_s,
+    }
+    device = _fitted_device(args.device, args.device_params)
+    if args.device_params is None:
+        _core.sim.load_device(args.device)  # an unknown device before any work
+    from .model import load
+
+    cache = Path(args.cache) if args.cache else Path(args.out or ".", "cache")
+    model = load(args.model, calib=args.calib, progress=not args.quiet)
+    if args.calib is None:
+        from .plan_frontier.calibrate import calibrate_for
+
+        calibrate_for(model, axes, cache, samples=args.calib_samples, progress=not args.quiet)
+    rep = frontier(
+        model, device, prompt_len=args.prompt_len, decode_tokens=args.decode_tokens,
+        axes=axes, budgets=budgets, windows=args.windows, context=args.context,
+        max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
+        out_dir=args.out, progress=not args.quiet,
+    )  # fmt: skip
+    if args.json is not None:
+        write_output(args.json, to_json(rep), what="--json")
+    if args.json != "-":
+        print(markdown(rep), end="")
+        if args.out:
+            print(f"wrote {args.out}/frontier.html (and .json, .md, .png; plans/*.json)")
+    return 0 if rep["recommended"] else 3
+
+
 def cmd_fidelity(args) -> int:
     from . import fidelity
     from .io.files import write_output
@@ -1086,6 +1135,69 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(f)
     f.set_defaults(fn=cmd_fidelity)
+
+    fr = sub.add_parser(
+        "frontier",
+        help="which plan to ship: the accuracy / TTFT (/ energy / memory) frontier of composed "
+        "plans on a modelled phone (exit status 3: no plan meets the budgets)",
+    )
+    fr.add_argument("--model", default="smollm2-135m")
+    fr.add_argument(
+        "--calib",
+        default=None,
+        help="calibration file with the steps the space's plans read (default: made for the "
+        "space and cached, --calib-samples windows of 512; head importance by Taylor)",
+    )
+    fr.add_argument("--calib-samples", type=_COUNT, default=16, help="see --calib (default 16)")
+    fr.add_argument("--device", default="snapdragon-8gen3", help="profile name or .json path")
+    fr.add_argument(
+        "--device-params", default=None, metavar="fitted|PATH",
+        help="time on the SoC model's fitted parameters (socllm fidelity)",
+    )  # fmt: skip
+    fr.add_argument("--prompt-len", type=_COUNT, default=1024)
+    fr.add_argument("--decode-tokens", type=_COUNT, default=16)
+    fr.add_argument(
+        "--axis",
+        action="append",
+        metavar="NAME=V1|V2|...",
+        help="an axis of the space replacing its default: linear, attention, partition, "
+        "chunk_len (values separated by '|'; repeat for several axes)",
+    )
+    fr.add_argument(
+        "--objectives",
+        default="dnll,ttft_ms",
+        help="the frontier's objectives (default dnll,ttft_ms; also energy_mj, memory_mb, "
+        "decode_tokens_per_s)",
+    )
+    for flag, what in (
+        ("--max-dnll", "mean ΔNLL from fp32, nats/token"),
+        ("--max-ttft-ms", "time to the first token"),
+        ("--max-energy-mj", "energy of the request"),
+        ("--max-memory-mb", "peak memory"),
+        ("--min-decode-tokens-per-s", "decoding speed"),
+    ):
+        fr.add_argument(flag, type=float, default=None, help=f"budget: {what}")
+    fr.add_argument(
+        "--windows", type=_number(int, 2), default=16,
+        help="held-out windows for the plans still on the frontier at the end (default 16)",
+    )  # fmt: skip
+    fr.add_argument("--context", type=_WINDOW, default=512, help="tokens per window (512)")
+    fr.add_argument(
+        "--max-evals", type=_COUNT, default=None, help="cap on plan x window evaluations"
+    )
+    fr.add_argument(
+        "--z", type=_number(float, 0), default=2.0,
+        help="a plan is dropped when another's ΔNLL is lower by z standard errors (default 2)",
+    )  # fmt: skip
+    fr.add_argument("--json", default=None, metavar="PATH|-", help="the report as JSON")
+    fr.add_argument(
+        "--out", default=None, help="report directory (default socllm-frontier unless --json)"
+    )
+    fr.add_argument(
+        "--cache", default=None, help="per-plan results (default OUT/cache): a rerun reuses them"
+    )
+    _common(fr)
+    fr.set_defaults(fn=cmd_frontier)
 
     r = sub.add_parser("run", help="the main job on a model: generate, evaluate, report")
     r.add_argument("--model", default="smollm2-135m")

@@ -1,4 +1,4 @@
-"""The frontier's Pareto rules and its racing search (socllm.frontier), on hand-computed cases
+"""The frontier's Pareto rules and its racing search (socllm.plan_frontier), on hand-computed cases
 and on synthetic plans whose exhaustive frontier is known."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from socllm.frontier.pareto import dominates, frontier_flags, racing_survivors
-from socllm.frontier.search import search
+from socllm.plan_frontier.pareto import dominates, frontier_flags, racing_survivors
+from socllm.plan_frontier.search import search
 
 KEYS = ("dnll", "ttft_ms", "decode_tokens_per_s")
 
@@ -67,9 +67,9 @@ def _synthetic(n_plans=24, seed=0):
     truth = {p: true[i] for i, p in enumerate(plans)}
     calls = []
 
-    def score(plan, windows):
-        calls.append((plan, tuple(windows)))
-        return {w: truth[plan] + noise[plan][w] for w in windows}
+    def score(need):
+        calls.append({p: tuple(w) for p, w in need.items()})
+        return {p: {w: {"dnll": truth[p] + noise[p][w]} for w in ws} for p, ws in need.items()}
 
     return plans, sim, score, calls
 
@@ -79,22 +79,35 @@ def test_the_search_finds_the_exhaustive_frontier_with_fewer_evaluations(seed):
     plans, sim, score, calls = _synthetic(seed=seed)
     res = search(plans, lambda p: sim[p], score, schedule=(4, 8, 16, 32), z=2.0)
     # exhaustive: every plan on all 32 windows, the frontier of the point estimates
+    n_calls = len(calls)
+    every = score({p: range(32) for p in plans})
     exhaustive = [
-        {"dnll": float(np.mean(list(score(p, range(32)).values()))), **sim[p]} for p in plans
+        {"dnll": np.mean([s["dnll"] for s in every[p].values()]), **sim[p]} for p in plans
     ]
     want = frontier_flags(exhaustive, ("dnll", "ttft_ms"))
     assert res.frontier == want and sum(want) >= 3
     assert res.exhaustive_windows == 24 * 32
     assert res.windows_scored < 0.65 * res.exhaustive_windows  # 36-58% on seeds 0-19
     # no window of a plan was scored twice
-    seen = [(p, w) for p, ws in calls[: -len(plans)] for w in ws]
+    seen = [(p, w) for need in calls[:n_calls] for p, ws in need.items() for w in ws]
     assert len(seen) == len(set(seen)) == res.windows_scored
     # a frontier member has every window; a dropped plan says why
     for r, on in zip(res.results, res.frontier, strict=True):
         if on:
-            assert len(r.window_dnll) == 32 and not r.dropped
+            assert len(r.windows) == 32 and not r.dropped
         if r.dropped:
             assert "dominated" in r.dropped and not on
+    assert res.frontier == search(  # every constant objective added changes nothing
+        plans, lambda p: sim[p], score, (4, 8, 16, 32),
+        objectives=("dnll", "ttft_ms", "energy_mj", "decode_tokens_per_s"),
+    ).frontier  # fmt: skip
+    assert res.frontier == search(  # every constant objective added changes nothing
+        plans,
+        lambda p: sim[p],
+        score,
+        (4, 8, 16, 32),
+        objectives=("dnll", "ttft_ms", "energy_mj", "decode_tokens_per_s"),
+    ).frontier  # fmt: skip
 
 
 def test_budgets_and_the_evaluation_cap():
@@ -102,7 +115,7 @@ def test_budgets_and_the_evaluation_cap():
     res = search(plans, lambda p: sim[p], score, (4, 8, 16), budgets={"max_ttft_ms": 200})
     over = [r for r in res.results if r.simulated["ttft_ms"] > 200]
     assert over and all("over --max-ttft-ms 200" in r.dropped for r in over)
-    assert not any(r.window_dnll for r in over)  # never scored
+    assert not any(r.windows for r in over)  # never scored
     assert not any(on for r, on in zip(res.results, res.frontier, strict=True) if r in over)
     capped = search(plans, lambda p: sim[p], score, (4, 8, 16), max_evals=120)
     assert capped.windows_scored <= 120
@@ -120,10 +133,16 @@ def test_budgets_and_the_evaluation_cap():
         ({"schedule": (8, 4)}, "must increase"),
         ({"schedule": (1, 4)}, "at least 2 windows"),
         ({"budgets": {"max_speed": 1}}, "unknown budgets"),
+        ({"plans": ["p0", "p0"]}, "names a plan twice"),
+        ({"objectives": ("ttft_ms",)}, "must include dnll"),
+        ({"objectives": ("dnll", "speed")}, "unknown objective"),
     ],
 )
 def test_bad_search_input_is_refused(kw, words):
     plans, sim, score, _ = _synthetic(4)
     args = {"plans": plans, "schedule": (2, 4), **kw}
     with pytest.raises(ValueError, match=words):
-        search(args["plans"], lambda p: sim[p], score, args["schedule"], budgets=kw.get("budgets"))
+        search(
+            args["plans"], lambda p: sim[p], score, args["schedule"], budgets=kw.get("budgets"),
+            objectives=kw.get("objectives", ("dnll", "ttft_ms")),
+        )  # fmt: skip

@@ -158,6 +158,11 @@ class Plan:
         The prefill attention scheme: {'kind': ..., options} (attention_scheme.h)
         """
     @property
+    def calibration_steps(self) -> list[str]:
+        """
+        the calibration steps whose statistics the plan reads, in order
+        """
+    @property
     def characterization(self) -> str:
         ...
     @property

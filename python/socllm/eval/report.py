@@ -166,6 +166,7 @@ def run_main_job(
     )
 
     timeline = simulate_section(model, out_dir, progress)
+    frontier = preset_frontier(model, evals, out_dir, progress)
 
     report = {
         "socllm_version": __version__,
@@ -193,7 +194,8 @@ def run_main_job(
         },
         "wikitext2": evals,
         "timeline": timeline,
-        "plots": {"token_loss": LOSS_PLOT, "timeline": TIMELINE_PLOT},
+        "frontier": frontier,
+        "plots": {"token_loss": LOSS_PLOT, "timeline": TIMELINE_PLOT, "frontier": FRONTIER_PLOT},
     }
     atomic_write_text(out_dir / REPORT_JSON, json.dumps(report, indent=2) + "\n")
     atomic_write_text(out_dir / REPORT_MD, render_markdown(report))
@@ -242,6 +244,43 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
         "runs": rows,
         "trace": TRACE_FILE,
     }
+
+
+FRONTIER_PLOT = "frontier.png"
+
+
+def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> dict:
+    """The preset plans side by side (issue 41 item 6): each one's held-out ΔNLL (the table
+    above) and the TTFT and energy of the engine's own prefill of the timeline's held-out prompt
+    under it, planned for and simulated on the 8 Gen 3 profile; the frontier of ΔNLL and TTFT,
+    and its plot."""
+    from ..calibration import corpus_tokens, held_out_tokens
+    from ..plan_frontier.pareto import frontier_flags
+    from ..plan_frontier.run import plot
+    from ..sim.timeline import simulate_model
+
+    ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]
+    rows = []
+    for e in tqdm(evals, desc="frontier", disable=not progress):
+        s = simulate_model(model, ids, SIM_DEVICE, e["plan"], chunk=256).summary()
+        busy = sum(s["busy_ms"].values())
+        rows.append(
+            {
+                "plan": e["plan"],
+                "dnll": e["delta_nll"],
+                "dnll_se": e["delta_nll_se"],
+                "ttft_ms": s["ttft_ms"],
+                "energy_mj": s["energy_mj"],
+                "memory_mb": s["peak_memory_bytes"] / 1e6,
+                "cpu_share": s["busy_ms"].get("cpu", 0.0) / busy if busy else 0.0,
+                "windows": e["n_windows"],
+            }
+        )
+    for r, on in zip(rows, frontier_flags(rows, ("dnll", "ttft_ms")), strict=True):
+        r["frontier"] = on
+    out = {"device": SIM_DEVICE, "prompt_len": len(ids), "chunk_len": 256, "plans": rows}
+    plot({**out, "model": model.config["name"]}, out_dir / FRONTIER_PLOT)
+    return out
 
 
 def machine_lines(m: dict) -> list[str]:
@@ -309,4 +348,24 @@ def render_markdown(r: dict) -> str:
                 f"{100 * b.get('cpu', 0):.0f}% |"
             )
         lines += ["", "![timeline](timeline.png)", ""]
+    if "frontier" in r:
+        f = r["frontier"]
+        lines += [
+            f"## Which preset to ship: accuracy and time to first token ({f['device']})",
+            "",
+            f"ΔNLL from the table above; TTFT and energy of the engine's prefill of "
+            f"{f['prompt_len']} held-out tokens under each preset (chunks of {f['chunk_len']}), "
+            "simulated. Frontier: no other preset is both more accurate and faster "
+            "(`socllm frontier` searches composed plans).",
+            "",
+            "| plan | frontier | ΔNLL (nats) | TTFT ms | energy mJ | memory MB | CPU share |",
+            "| --- | :-: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for p in sorted(f["plans"], key=lambda p: (not p["frontier"], p["ttft_ms"])):
+            lines.append(
+                f"| {p['plan']} | {'yes' if p['frontier'] else ''} | "
+                f"{p['dnll']:+.4f} ± {p['dnll_se']:.4f} | {p['ttft_ms']:.1f} | "
+                f"{p['energy_mj']:.0f} | {p['memory_mb']:.0f} | {100 * p['cpu_share']:.0f}% |"
+            )
+        lines += ["", f"![frontier]({FRONTIER_PLOT})", ""]
     return "\n".join(lines)

@@ -39,6 +39,23 @@ OBJECTIVES: tuple[Objective, ...] = (
     Objective("memory_mb", "MB", True, "peak memory (resident weights, caches, working set)"),
 )
 SIMULATED = tuple(o.key for o in OBJECTIVES if o.key != "dnll")
+# The frontier's default objectives: accuracy against the time to the first token (the
+# question of issue 41); the others are budgets unless asked for.
+DEFAULT_OBJECTIVES = ("dnll", "ttft_ms")
+
+
+def check_objectives(keys: Sequence[str]) -> tuple[str, ...]:
+    """``keys`` checked: known objectives, ``dnll`` among them, none twice."""
+    known = [o.key for o in OBJECTIVES]
+    keys = tuple(keys)
+    for k in keys:
+        if k not in known:
+            raise ValueError(f"unknown objective {k!r} (objectives: {', '.join(known)})")
+    if "dnll" not in keys:
+        raise ValueError(f"the objectives must include dnll (accuracy), got {list(keys)}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"an objective is named twice in {list(keys)}")
+    return keys
 
 
 def _cost(row: Mapping[str, float], key: str) -> float:

@@ -6,13 +6,14 @@ plans that may still be on the frontier.
    dropped before any window is scored.
 2. Round r scores the survivors on the first ``schedule[r]`` held-out windows (windows already
    scored are reused: a plan's per-window ΔNLL is cached), then drops the plans that racing
-   (:func:`~socllm.frontier.pareto.racing_survivors`) or the ``max_dnll`` budget rules out at
+   (:func:`~socllm.plan_frontier.pareto.racing_survivors`) or the ``max_dnll`` budget rules out at
    ``z`` standard errors.
 3. The last round's survivors have all windows; the frontier is computed on them, and every
    dropped plan keeps the estimate it had when it was dropped.
 
-The scorer is a callable, so the same search runs on the engine (frontier/evaluate.py), on Ray
-workers, or on synthetic plans in a test.
+The scorer is a callable given, per plan, the windows to score (a round's plans share their
+new windows, so a scorer computes each window's fp32 reference once), so the same search runs
+on the engine (frontier/evaluate.py), on Ray workers, or on synthetic plans in a test.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..eval.stats import paired_difference
-from .pareto import OBJECTIVES, frontier_flags, racing_survivors
+from .pareto import DEFAULT_OBJECTIVES, check_objectives, frontier_flags, racing_survivors
 
-# Per-window accuracy of a plan: {window index: (plan NLL - fp32 NLL) per token}.
-WindowScorer = Callable[[str, Sequence[int]], Mapping[int, float]]
+# {plan: window indices} -> {plan: {window index: {"dnll": (plan NLL - fp32 NLL) per token,
+# and whatever else the scorer measures (kl, top1)}}}
+WindowStats = Mapping[str, float]
+WindowScorer = Callable[[Mapping[str, Sequence[int]]], Mapping[str, Mapping[int, WindowStats]]]
 Simulator = Callable[[str], Mapping[str, float]]
 
 SIMULATED_BUDGETS = {
@@ -40,20 +43,28 @@ SIMULATED_BUDGETS = {
 class PlanResult:
     plan: str
     simulated: dict[str, float]
-    window_dnll: dict[int, float] = field(default_factory=dict)
+    windows: dict[int, dict[str, float]] = field(default_factory=dict)  # window -> its stats
     dropped: str = ""  # why the search stopped scoring it ("" for the last round's plans)
+
+    def mean(self, key: str) -> float:
+        w = [s[key] for s in self.windows.values()]
+        return sum(w) / len(w) if w else math.nan
+
+    def se(self, key: str) -> float:
+        """Standard error over windows of the mean of ``key`` (NaN below 2 windows); for
+        ``dnll``, a per-window difference from fp32 on the same text, the paired SE."""
+        if len(self.windows) < 2:
+            return math.nan
+        d = {str(k): s[key] for k, s in self.windows.items()}
+        return paired_difference(dict.fromkeys(d, 0.0), d)[1]
 
     @property
     def dnll(self) -> float:
-        w = self.window_dnll
-        return sum(w.values()) / len(w) if w else math.nan
+        return self.mean("dnll")
 
     @property
     def dnll_se(self) -> float:
-        if len(self.window_dnll) < 2:
-            return math.nan
-        d = {str(k): v for k, v in self.window_dnll.items()}
-        return paired_difference(dict.fromkeys(d, 0.0), d)[1]
+        return self.se("dnll")
 
     def row(self) -> dict:
         return {"plan": self.plan, "dnll": self.dnll, "dnll_se": self.dnll_se, **self.simulated}
@@ -89,11 +100,16 @@ def search(
     z: float = 2.0,
     budgets: Mapping[str, float] | None = None,
     max_evals: int | None = None,
+    objectives: Sequence[str] = DEFAULT_OBJECTIVES,
     progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
-    """Race ``plans`` over the window counts of ``schedule`` (increasing, e.g. 2, 4, 8, 16).
-    ``max_evals`` caps plan x window evaluations: a round that would pass it scores fewer
-    windows, and the search stops there (its plans' estimates carry their wider errors)."""
+    """Race ``plans`` over the window counts of ``schedule`` (increasing, e.g. 2, 4, 8, 16)
+    for the frontier of ``objectives`` (``dnll`` and simulated ones; the others can be
+    budgets). ``max_evals`` caps plan x window evaluations: a round that would pass it scores
+    fewer windows, and the search stops there (its plans' estimates carry their wider
+    errors)."""
+    objectives = check_objectives(objectives)
+    timed = [k for k in objectives if k != "dnll"]
     budgets = dict(budgets or {})
     unknown = set(budgets) - set(SIMULATED_BUDGETS) - {"max_dnll"}
     if unknown:
@@ -106,6 +122,8 @@ def search(
         raise ValueError(
             f"the first round needs at least 2 windows (a standard error), got {schedule[0]}"
         )
+    if len(set(plans)) != len(plans):
+        raise ValueError("the search space names a plan twice")
     results = [PlanResult(p, dict(simulate(p))) for p in plans]
     for r in results:
         r.dropped = _within(r.simulated, budgets)
@@ -114,7 +132,7 @@ def search(
         alive = [r for r in results if not r.dropped]
         if not alive:
             break
-        need = {id(r): [i for i in range(n) if i not in r.window_dnll] for r in alive}
+        need = {r.plan: [i for i in range(n) if i not in r.windows] for r in alive}
         cost = sum(len(v) for v in need.values())
         last = False
         if max_evals is not None and spent + cost > max_evals:
@@ -123,18 +141,21 @@ def search(
             need = {k: v[:per] for k, v in need.items()}
             cost = sum(len(v) for v in need.values())
             last = True
-        for r in alive:
-            if need[id(r)]:
-                r.window_dnll.update(score(r.plan, need[id(r)]))
+        need = {p: w for p, w in need.items() if w}
+        if need:
+            got = score(need)
+            for r in alive:
+                for w in need.get(r.plan, ()):
+                    r.windows[w] = dict(got[r.plan][w])
         spent += cost
         rows = [r.row() for r in alive]
-        keep = racing_survivors(rows, z)
+        keep = racing_survivors(rows, z, timed)
         for r, k in zip(alive, keep, strict=True):
             if not k:
-                r.dropped = f"dominated at {len(r.window_dnll)} windows (z = {z:g})"
+                r.dropped = f"dominated at {len(r.windows)} windows (z = {z:g})"
             elif "max_dnll" in budgets and r.dnll - z * r.dnll_se > budgets["max_dnll"]:
                 r.dropped = (
-                    f"ΔNLL over --max-dnll {budgets['max_dnll']:g} at {len(r.window_dnll)} windows"
+                    f"ΔNLL over --max-dnll {budgets['max_dnll']:g} at {len(r.windows)} windows"
                 )
         rounds.append(
             {"windows": n, "scored": len(alive), "evaluations": cost,
@@ -147,9 +168,7 @@ def search(
         if last:
             break
     final = [r for r in results if not r.dropped]
-    flags_final = (
-        frontier_flags([r.row() for r in final], [o.key for o in OBJECTIVES]) if final else []
-    )
+    flags_final = frontier_flags([r.row() for r in final], objectives) if final else []
     on = {id(r): f for r, f in zip(final, flags_final, strict=True)}
     return SearchResult(
         results=results,

@@ -1,0 +1,53 @@
+"""The calibration a frontier's space needs, made once and cached (``socllm frontier`` without
+``--calib``): the union of the steps its plans read (``Plan.calibration_steps``), on
+``samples`` windows of the calibration slice, head importance by Taylor's first-order estimate
+(Eq. 1-2 by ablation takes minutes per window; issue 38). The file is keyed by the model file's
+content, the steps and their options, so a rerun loads it and a changed model makes another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .. import _core
+from .space import build_space
+
+# Steps in the order they run (each may read an earlier one's statistics).
+STEP_ORDER = (
+    "act-scales", "outliers", "smoothing", "bitwidths", "gptq", "qk-scales", "head-importance",
+)  # fmt: skip
+
+
+def steps_for(plans: Sequence[str]) -> list[str]:
+    """The calibration steps any of ``plans`` reads, in run order."""
+    need = {s for p in plans for s in _core.Plan(p).calibration_steps}
+    return [s for s in STEP_ORDER if s in need]
+
+
+def calibrate_for(
+    model, axes: Mapping[str, Sequence[str]], cache_dir, *, samples: int = 16, progress=False
+) -> Path | None:
+    """Loads into ``model`` a calibration with every step the space of ``axes`` reads (made
+    and cached under ``cache_dir`` if not there yet); None when no plan reads one."""
+    from ..calibration import run_steps
+    from ..calibration.artifact import save_calibration
+    from ..eval.sweep import file_sha256
+
+    steps = steps_for(build_space(axes).plans)
+    if not steps:
+        return None
+    options: dict = {}
+    if {"act-scales", "qk-scales"} & set(steps):
+        options["samples"] = samples
+    if "head-importance" in steps:
+        options.update(importance_method="taylor", importance_samples=samples)
+    key = json.dumps([file_sha256(model.path), steps, options], sort_keys=True)
+    path = Path(cache_dir) / f"calib-{hashlib.sha256(key.encode()).hexdigest()[:16]}.h5"
+    if not path.exists():
+        data = run_steps(model, steps, progress=progress, **options)
+        save_calibration(path, data, model)  # atomic: a killed run leaves no partial file
+    model.load_calibration(path)
+    return path

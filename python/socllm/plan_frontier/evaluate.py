@@ -1,0 +1,198 @@
+"""A plan's objectives on the engine (issue 41 item 2): accuracy on held-out WikiText-2 windows
+and the simulated request on a phone, both from the same numerics.
+
+* Accuracy (:meth:`EngineEvaluator.score`): per window the mean NLL difference from fp32 on the
+  true next tokens (``dnll``), KL(fp32 || plan) and top-1 agreement per token
+  (eval.divergence.window_stats). Windows are the held-out text (after the calibration slice),
+  so no calibration window is ever scored. Plans asked for the same window share its fp32
+  logits.
+* Time, energy, memory (:meth:`EngineEvaluator.simulate`): the engine runs a
+  ``prompt_len``-token held-out prompt under the plan, planned for the device, then
+  ``decode_tokens`` greedy steps; the task graph it executed is simulated
+  (sim.timeline.simulate_model): TTFT, decode tokens/s, the request's energy, peak memory and
+  the CPU's share of the busy time.
+
+Results are cached per plan in ``cache_dir`` (one JSON file per plan, written atomically after
+every batch of windows), keyed by the content of the model file, the calibration file, the
+device profile and the settings, so a second run, e.g. with a new budget, scores nothing
+twice, and a killed run loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .. import _core
+from ..errors import InvalidArgumentError
+from ..eval.divergence import heldout_windows, window_stats
+from ..io.files import atomic_write_text
+
+CACHE_FORMAT = 1
+
+
+def _file_digest(path) -> str:
+    from ..eval.sweep import file_sha256
+
+    return file_sha256(path) if path is not None else ""
+
+
+def plan_key(plan: str) -> str:
+    """A plan's canonical form: its full JSON (two spellings of one plan share results)."""
+    return json.dumps(_core.Plan(plan).to_json(), sort_keys=True)
+
+
+class EngineEvaluator:
+    """Scores and times plans of one loaded model on one device profile."""
+
+    def __init__(
+        self,
+        model,
+        device,
+        *,
+        prompt_len: int = 1024,
+        decode_tokens: int = 16,
+        context: int = 512,
+        max_windows: int = 16,
+        policy: str = "npu-stall-first",
+        cache_dir: str | Path | None = None,
+    ):
+        from ..sim.timeline import _profile
+
+        limit = model.config["context_length"]
+        if prompt_len < 1 or prompt_len > limit:
+            raise InvalidArgumentError(f"frontier: prompt_len {prompt_len} must be in [1, {limit}]")
+        if decode_tokens < 1:
+            raise InvalidArgumentError(
+                f"frontier: decode_tokens must be >= 1 (decode tokens/s), got {decode_tokens}"
+            )
+        self.model = model
+        self.profile = _profile(device)
+        self.device = self.profile["name"] if isinstance(self.profile, dict) else str(device)
+        self.prompt_len, self.decode_tokens, self.policy = prompt_len, decode_tokens, policy
+        self.context = context
+        self.windows = heldout_windows(model, context, max_windows)
+        # the timed prompt: held-out text after the scored windows (timing reads no accuracy)
+        from ..calibration.artifact import corpus_tokens, held_out_tokens
+
+        rest = held_out_tokens(corpus_tokens(model))[context * max_windows :]
+        if len(rest) < prompt_len:
+            raise InvalidArgumentError(
+                f"frontier: the held-out text has {len(rest)} tokens after {max_windows} windows "
+                f"of {context}; a {prompt_len}-token prompt does not fit"
+            )
+        self.prompt = list(rest[:prompt_len])
+        self.settings = {
+            "format": CACHE_FORMAT,
+            "model": _file_digest(model.path),
+            "calibration": _file_digest(model.calibration_path),
+            "device": hashlib.sha256(json.dumps(self.profile, sort_keys=True).encode()).hexdigest(),
+            "prompt_len": prompt_len,
+            "decode_tokens": decode_tokens,
+            "context": context,
+            "policy": policy,
+        }
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._memo: dict[str, dict] = {}
+        self.evaluations = {"windows": 0, "simulations": 0}  # work done by this evaluator
+
+    # -- cache ----------------------------------------------------------------------------
+    def _path(self, key: str) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        digest = hashlib.sha256(
+            json.dumps([self.settings, key], sort_keys=True).encode()
+        ).hexdigest()
+        return self.cache_dir / f"{digest[:24]}.json"
+
+    def _entry(self, plan: str) -> dict:
+        key = plan_key(plan)
+        if key not in self._memo:
+            entry = {"plan": plan, "plan_json": json.loads(key), "windows": {}}
+            path = self._path(key)
+            if path is not None and path.exists():
+                try:
+                    stored = json.loads(path.read_text())
+                except ValueError:
+                    stored = None  # a foreign or damaged file: recomputed and rewritten
+                if stored and stored.get("settings") == self.settings:
+                    entry = stored["entry"]
+            self._memo[key] = entry
+        return self._memo[key]
+
+    def _save(self, plan: str) -> None:
+        key = plan_key(plan)
+        path = self._path(key)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            body = {"settings": self.settings, "entry": self._memo[key]}
+            atomic_write_text(path, json.dumps(body, indent=1) + "\n")
+
+    # -- objectives -----------------------------------------------------------------------
+    def timeline(self, plan: str):
+        """The simulated request of ``plan`` (a fresh engine run; its summary is
+        :meth:`simulate`'s)."""
+        from ..sim.timeline import simulate_model
+
+        chunk = int(_core.Plan(plan).to_json().get("chunk_len", 0)) or None
+        return simulate_model(
+            self.model, self.prompt, self.profile, plan, chunk=chunk, policy=self.policy,
+            decode_tokens=self.decode_tokens,
+        )  # fmt: skip
+
+    def simulate(self, plan: str) -> dict[str, float]:
+        """TTFT, decode tokens/s, energy, peak memory and CPU share of ``plan`` on the device."""
+        entry = self._entry(plan)
+        if "simulated" not in entry:
+            s = self.timeline(plan).summary()
+            busy = s["busy_ms"]
+            total_busy = sum(busy.values())
+            entry["simulated"] = {
+                "ttft_ms": float(s["ttft_ms"]),
+                "decode_tokens_per_s": float(s["decode_tokens_per_s"]),
+                "energy_mj": float(s["energy_mj"]),
+                "memory_mb": float(s["peak_memory_bytes"]) / 1e6,
+                "cpu_share": float(busy.get("cpu", 0.0)) / total_busy if total_busy else 0.0,
+            }
+            self.evaluations["simulations"] += 1
+            self._save(plan)
+        return dict(entry["simulated"])
+
+    def score(self, need: Mapping[str, Sequence[int]]) -> dict[str, dict[int, dict]]:
+        """Per plan, per window index: ``dnll``, ``kl``, ``top1`` (per token); cached windows
+        are not scored again. Window by window, so every plan asked for a window shares its
+        fp32 logits."""
+        out: dict[str, dict[int, dict]] = {p: {} for p in need}
+        todo: dict[int, list[str]] = {}
+        for plan, ws in need.items():
+            cached = self._entry(plan)["windows"]
+            for w in ws:
+                if not 0 <= w < len(self.windows):
+                    raise InvalidArgumentError(
+                        f"frontier: window {w} asked, {len(self.windows)} held out"
+                    )
+                if str(w) in cached:
+                    out[plan][w] = cached[str(w)]
+                else:
+                    todo.setdefault(w, []).append(plan)
+        for w in sorted(todo):
+            ids = self.windows[w]
+            targets = np.asarray(ids[1:], dtype=np.int64)
+            ref = self.model.logits(ids, "fp32")[:-1]
+            for plan in todo[w]:
+                s = window_stats(ref, self.model.logits(ids, plan)[:-1], targets)
+                stats = {
+                    "dnll": (s["nll"] - s["nll_ref"]) / s["n"],
+                    "kl": s["kl"] / s["n"],
+                    "top1": s["top1"] / s["n"],
+                }
+                self._entry(plan)["windows"][str(w)] = stats
+                out[plan][w] = stats
+                self.evaluations["windows"] += 1
+            for plan in todo[w]:
+                self._save(plan)
+        return out

@@ -1,0 +1,336 @@
+"""``socllm frontier`` / :func:`socllm.plan_frontier`: search composed plans of one model on one
+phone for the accuracy / time / energy / memory frontier, and say which plan to ship for a
+budget (issue 41).
+
+The report (:func:`frontier`) lists every plan of the space with its objectives, whether it is
+on the frontier and, if the search stopped scoring it, why; what the search spent against an
+exhaustive grid; and one recommended plan per goal (the most accurate, the fastest first token,
+the least energy) among the frontier plans within every budget, each written as a plan file
+that ``socllm eval``, ``simulate`` and ``run --cold`` take (``--plan @FILE``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import InvalidArgumentError
+from ..io.files import atomic_path, atomic_write_text
+from ..plan_files import write_plan
+from .evaluate import EngineEvaluator
+from .pareto import DEFAULT_OBJECTIVES, check_objectives
+from .search import SIMULATED_BUDGETS, search
+from .space import DEFAULT_AXES, build_space
+
+# The rounds' window counts: 2, 4, 8, ... up to the windows asked for.
+FIRST_ROUND_WINDOWS = 2
+# A plan is dropped when another is surely better: its ΔNLL interval at this many SEs lies
+# wholly below this plan's (racing, frontier/pareto.py).
+DEFAULT_Z = 2.0
+# The goals a recommendation serves: (name, objective, minimize)
+GOALS = (
+    ("most-accurate", "dnll", True),
+    ("fastest-ttft", "ttft_ms", True),
+    ("least-energy", "energy_mj", True),
+)
+
+
+def window_schedule(windows: int) -> list[int]:
+    """2, 4, 8, ... and ``windows`` last."""
+    if windows < FIRST_ROUND_WINDOWS:
+        raise InvalidArgumentError(
+            f"frontier: windows must be >= {FIRST_ROUND_WINDOWS} (a standard error), got {windows}"
+        )
+    out, n = [], FIRST_ROUND_WINDOWS
+    while n < windows:
+        out.append(n)
+        n *= 2
+    return [*out, windows]
+
+
+def _meets(row: Mapping, budgets: Mapping[str, float]) -> bool:
+    for name, limit in budgets.items():
+        if name == "max_dnll":
+            if row["dnll"] > limit:
+                return False
+            continue
+        key, upper = SIMULATED_BUDGETS[name]
+        if (upper and row[key] > limit) or (not upper and row[key] < limit):
+            return False
+    return True
+
+
+def recommend(rows: Sequence[Mapping], budgets: Mapping[str, float]) -> dict[str, dict]:
+    """Per goal, the frontier plan within every budget that serves it best: ``{goal: row}``;
+    a goal no frontier plan within the budgets serves is absent."""
+    feasible = [r for r in rows if r["frontier"] and _meets(r, budgets)]
+    out = {}
+    for goal, key, minimize in GOALS:
+        if feasible:
+            best = min(feasible, key=lambda r: (r[key] if minimize else -r[key], r["dnll"]))
+            out[goal] = best
+    return out
+
+
+def nearest(rows: Sequence[Mapping], budgets: Mapping[str, float], n: int = 3) -> list[dict]:
+    """The plans that miss the budgets by the least (the largest relative excess over a
+    budget, smallest first; a ΔNLL budget on a plan never scored counts as missed by all):
+    what to show when no plan meets them."""
+
+    def excess(r) -> float:
+        worst = 0.0
+        for name, limit in budgets.items():
+            key, upper = ("dnll", True) if name == "max_dnll" else SIMULATED_BUDGETS[name]
+            v = r[key]
+            if not math.isfinite(v):
+                return math.inf
+            over = (v - limit) if upper else (limit - v)
+            worst = max(worst, over / max(abs(limit), 1e-12))
+        return worst
+
+    return sorted(rows, key=excess)[:n]
+
+
+def frontier(
+    model,
+    device="snapdragon-8gen3",
+    *,
+    prompt_len: int = 1024,
+    decode_tokens: int = 16,
+    axes: Mapping[str, Sequence[str]] | None = None,
+    budgets: Mapping[str, float] | None = None,
+    windows: int = 16,
+    context: int = 512,
+    max_evals: int | None = None,
+    z: float = DEFAULT_Z,
+    objectives: Sequence[str] = DEFAULT_OBJECTIVES,
+    policy: str = "npu-stall-first",
+    cache_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> dict:
+    """The frontier of ``model`` (loaded, with the calibration its plans need) on ``device``
+    (a profile name, path or dict) for a ``prompt_len``-token prompt and ``decode_tokens``
+    decoded tokens; the frontier is over ``objectives`` (default ΔNLL and TTFT; the other
+    objectives are budgets). Returns the report (see the module doc); with ``out_dir`` also writes
+    ``frontier.json``, ``frontier.md``, ``frontier.png`` and ``plans/<goal>.json``."""
+    from tqdm.auto import tqdm
+
+    budgets = {k: float(v) for k, v in (budgets or {}).items() if v is not None}
+    for name in budgets:
+        if name != "max_dnll" and name not in SIMULATED_BUDGETS:
+            raise InvalidArgumentError(
+                f"frontier: unknown budget {name!r} (budgets: max_dnll, "
+                f"{', '.join(SIMULATED_BUDGETS)})"
+            )
+    try:
+        objectives = check_objectives(objectives)
+    except ValueError as e:
+        raise InvalidArgumentError(f"frontier: {e}") from None
+    space = build_space(axes or DEFAULT_AXES)
+    evaluator = EngineEvaluator(
+        model, device, prompt_len=prompt_len, decode_tokens=decode_tokens, context=context,
+        max_windows=windows, policy=policy, cache_dir=cache_dir,
+    )  # fmt: skip
+    schedule = window_schedule(windows)
+    bar = tqdm(total=len(space.plans), desc="frontier: simulate", disable=not progress)
+
+    def simulate(plan):
+        bar.update(1)
+        return evaluator.simulate(plan)
+
+    def log(msg):
+        if progress:
+            tqdm.write(f"frontier: {msg}")
+
+    result = search(
+        space.plans, simulate, evaluator.score, schedule, z=z, budgets=budgets,
+        max_evals=max_evals, objectives=objectives, progress=log,
+    )  # fmt: skip
+    bar.close()
+    rows = []
+    for r, on in zip(result.results, result.frontier, strict=True):
+        rows.append(
+            {
+                "plan": r.plan,
+                "parts": space.parts[r.plan],
+                "dnll": r.dnll,
+                "dnll_se": r.dnll_se,
+                "kl": r.mean("kl") if r.windows else math.nan,
+                "kl_se": r.se("kl"),
+                "top1": r.mean("top1") if r.windows else math.nan,
+                "windows": len(r.windows),
+                **r.simulated,
+                "frontier": on,
+                "dropped": r.dropped,
+            }
+        )
+    rec = recommend(rows, budgets)
+    report = {
+        "model": str(getattr(model, "path", model)),
+        "device": evaluator.device,
+        "prompt_len": prompt_len,
+        "decode_tokens": decode_tokens,
+        "context": context,
+        "windows": windows,
+        "z": z,
+        "objectives": list(objectives),
+        "budgets": budgets,
+        "space": {
+            "axes": {k: list(v) for k, v in space.axes.items()},
+            "products": space.size,
+            "plans": len(space.plans),
+            "refused": space.refused,
+        },
+        "evaluations": {
+            "windows_scored": result.windows_scored,
+            "exhaustive_windows": result.exhaustive_windows,
+            "rounds": result.rounds,
+            "new_windows": evaluator.evaluations["windows"],
+            "new_simulations": evaluator.evaluations["simulations"],
+        },
+        "plans": rows,
+        "recommended": {g: r["plan"] for g, r in rec.items()},
+        "nearest": [] if rec else [r["plan"] for r in nearest(rows, budgets)],
+    }
+    if out_dir is not None:
+        first = next(iter(report["recommended"].values()), None)
+        write_outputs(report, Path(out_dir), evaluator.timeline(first) if first else None)
+    return report
+
+
+def markdown(report: Mapping) -> str:
+    """The Pareto table (frontier plans first) and what the search spent."""
+    ev = report["evaluations"]
+    lines = [
+        f"Frontier of {Path(report['model']).name} on {report['device']}: "
+        f"{report['prompt_len']}-token prompt, {report['decode_tokens']} decoded tokens; "
+        f"accuracy on up to {report['windows']} held-out windows of {report['context']} tokens.",
+        "",
+        f"Space: {report['space']['plans']} plans ({report['space']['products']} products, "
+        f"{len(report['space']['refused'])} not composable). Scored "
+        f"{ev['windows_scored']} plan-windows of an exhaustive {ev['exhaustive_windows']} "
+        f"({100 * ev['windows_scored'] / max(ev['exhaustive_windows'], 1):.0f}%).",
+        "",
+        "| plan | frontier | ΔNLL ± SE (nats) | KL | top-1 | TTFT ms | decode tok/s | energy mJ "
+        "| memory MB | CPU share | windows |",
+        "| --- | :-: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    order = sorted(report["plans"], key=lambda r: (not r["frontier"], r["ttft_ms"]))
+    for r in order:
+        acc = f"{r['dnll']:+.4f} ± {r['dnll_se']:.4f}" if r["windows"] >= 2 else "-"
+        kl = f"{r['kl']:.4f}" if r["windows"] else "-"
+        top1 = f"{100 * r['top1']:.1f}%" if r["windows"] else "-"
+        mark = "yes" if r["frontier"] else (r["dropped"] or "no")
+        lines.append(
+            f"| `{r['plan']}` | {mark} | {acc} | {kl} | {top1} | {r['ttft_ms']:.1f} | "
+            f"{r['decode_tokens_per_s']:.2f} | {r['energy_mj']:.0f} | {r['memory_mb']:.0f} | "
+            f"{100 * r['cpu_share']:.0f}% | {r['windows']} |"
+        )
+    lines.append("")
+    if report["recommended"]:
+        lines.append("Recommended (frontier plans within the budgets):")
+        for goal, plan in report["recommended"].items():
+            lines.append(f"- {goal}: `{plan}` (plans/{goal}.json)")
+    else:
+        lines.append(
+            f"No plan meets the budgets {report['budgets']}; nearest: "
+            + ", ".join(f"`{p}`" for p in report["nearest"])
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: Mapping, dest: Path) -> None:
+    """ΔNLL against TTFT, energy as colour, the frontier drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["plans"] if r["windows"]]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    if rows:
+        sc = ax.scatter(
+            [r["ttft_ms"] for r in rows], [r["dnll"] for r in rows],
+            c=[r["energy_mj"] for r in rows], cmap="viridis", s=28, zorder=3,
+        )  # fmt: skip
+        fig.colorbar(sc, ax=ax, label="energy per request (mJ)")
+        ax.errorbar(
+            [r["ttft_ms"] for r in rows], [r["dnll"] for r in rows],
+            yerr=[0 if math.isnan(r["dnll_se"]) else r["dnll_se"] for r in rows],
+            fmt="none", ecolor="0.6", lw=0.8, zorder=2,
+        )  # fmt: skip
+        front = sorted((r for r in rows if r["frontier"]), key=lambda r: r["ttft_ms"])
+        ax.step(
+            [r["ttft_ms"] for r in front], [r["dnll"] for r in front], where="post",
+            color="C3", lw=1.5, label="frontier", zorder=4,
+        )  # fmt: skip
+        for r in front:
+            ax.annotate(r["plan"], (r["ttft_ms"], r["dnll"]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")  # fmt: skip
+        ax.legend(loc="upper right")
+    ax.set_xlabel(f"TTFT (ms), {report['prompt_len']}-token prompt, {report['device']}")
+    ax.set_ylabel("ΔNLL from fp32 (nats/token)")
+    ax.set_title(f"{Path(report['model']).name}: accuracy against time to first token")
+    fig.tight_layout()
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def to_json(report: Mapping) -> str:
+    """The report as strict JSON: a value not measured (NaN: a plan dropped before it was
+    scored) is null."""
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, Mapping):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(report), indent=1, allow_nan=False) + "\n"
+
+
+def write_outputs(report: Mapping, out: Path, timeline=None) -> None:
+    """frontier.json, .md, .png, .html, plans/<goal>.json and, given the first recommended
+    plan's ``timeline``, timeline.png and its Perfetto trace timeline.json."""
+    from .html import render
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "frontier.json", to_json(report))
+    atomic_write_text(out / "frontier.md", markdown(report))
+    plot(report, out / "frontier.png")
+    png = None
+    if timeline is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(12, 2.8), dpi=100)
+        timeline.plot(ax)
+        fig.tight_layout()
+        png = out / "timeline.png"
+        with atomic_path(png) as tmp:
+            fig.savefig(tmp, format="png")
+        plt.close(fig)
+        timeline.to_perfetto(out / "timeline.json")
+    atomic_write_text(out / "frontier.html", render(report, out, png))
+    rows = {r["plan"]: r for r in report["plans"]}
+    for goal, plan in report["recommended"].items():
+        r = rows[plan]
+        write_plan(
+            out / "plans" / f"{goal}.json",
+            plan,
+            about=(
+                f"socllm frontier: {goal} among the frontier plans of {Path(report['model']).name} "
+                f"on {report['device']} within {report['budgets'] or 'no budget'}: ΔNLL "
+                f"{r['dnll']:+.4f} ± {r['dnll_se']:.4f}, TTFT {r['ttft_ms']:.1f} ms, "
+                f"{r['energy_mj']:.0f} mJ"
+            ),
+        )

@@ -173,6 +173,17 @@ def test_cli_run_writes_report(tmp_path):
     assert runs["npu-stall-first"]["busy_ms"] == pytest.approx(runs["in-order"]["busy_ms"])
     assert (out / "timeline.png").stat().st_size > 1000
     assert json.loads((out / "timeline_trace.json").read_text())["traceEvents"]
+    # the presets side by side (issue 41 item 6): ΔNLL from the table, TTFT of each engine run
+    front = {p["plan"]: p for p in rep["frontier"]["plans"]}
+    assert set(front) == set(socllm.Plan.known())
+    table = {e["plan"]: e for e in rep["wikitext2"]}
+    for name, p in front.items():
+        assert p["dnll"] == table[name]["delta_nll"] and p["ttft_ms"] > 0
+    fastest = min(front.values(), key=lambda p: p["ttft_ms"])
+    assert front["fp32"]["frontier"] and fastest["frontier"]
+    assert front["fp32"]["ttft_ms"] > fastest["ttft_ms"]  # fp32 on the phone's CPU
+    assert (out / "frontier.png").stat().st_size > 10_000
+    assert "Which preset to ship" in (out / "report.md").read_text()
 
 
 def test_cli_convert(tmp_path):

@@ -217,9 +217,10 @@ def test_the_command_calibrates_its_space_and_says_when_no_plan_fits(tmp_path, c
     """`socllm frontier` without --calib makes the calibration its plans read (cached), writes
     its report, and with a budget no plan meets exits 3 naming the nearest plans."""
     out = tmp_path / "fr"
-    argv = ["frontier", "--axis", "linear=fp32|w8a8", "--axis", "attention=fp32", "--axis", "chunk_len=0",
-            "--prompt-len", "64", "--decode-tokens", "1", "--windows", "2", "--context", "64",
-            "--calib-samples", "2", "--out", str(out), "--quiet"]  # fmt: skip
+    argv = ["frontier", "--axis", "linear=fp32|w8a8", "--axis", "attention=fp32",
+            "--axis", "chunk_len=0", "--prompt-len", "64", "--decode-tokens", "1",
+            "--windows", "2", "--context", "64", "--calib-samples", "2",
+            "--out", str(out), "--quiet"]  # fmt: skip
     assert main([*argv, "--json", "-"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert {r["plan"] for r in rep["plans"]} == {"fp32", "w8a8"}

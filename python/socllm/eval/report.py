@@ -9,6 +9,7 @@ prefill on a modelled Snapdragon 8 Gen 3 under each scheduling policy, and write
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -58,15 +59,17 @@ def check_report_outputs(model_name: str, out_dir: Path, json_dest: str | None) 
 def paired_nll_vs(reference: np.ndarray, other: np.ndarray, block: int = NLL_BLOCK) -> dict:
     """Mean per-token NLL difference ``other - reference`` on the same scored tokens, with its
     standard error over blocks of ``block`` consecutive tokens (neighbouring tokens' losses are
-    correlated, so blocks, not tokens, are the independent units), and the perplexity ratio."""
+    correlated, so blocks, not tokens, are the independent units; NaN below two blocks), and
+    the perplexity ratio."""
     from .stats import paired_difference
 
-    n = min(reference.size, other.size) // block * block
+    m = min(reference.size, other.size)
+    n = m // block * block
     a = reference[:n].reshape(-1, block).mean(1)
     b = other[:n].reshape(-1, block).mean(1)
-    mean, se = paired_difference(dict(enumerate(a)), dict(enumerate(b)))
+    se = paired_difference(dict(enumerate(a)), dict(enumerate(b)))[1] if a.size > 1 else math.nan
     return {
-        "delta_nll": float(mean),
+        "delta_nll": float((other[:m] - reference[:m]).mean()),
         "delta_nll_se": float(se),
         "blocks": int(a.size),
         "ppl_ratio": float(np.exp(other.mean() - reference.mean())),

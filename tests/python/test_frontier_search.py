@@ -120,6 +120,13 @@ def test_budgets_and_the_evaluation_cap():
     capped = search(plans, lambda p: sim[p], score, (4, 8, 16), max_evals=120)
     assert capped.windows_scored <= 120
     assert capped.rounds[0]["evaluations"] == 96  # 24 plans x 4 windows, then the cap
+    # a cap below one window per plan: the plans left unscored say so, none is on the frontier
+    tiny = search(plans, lambda p: sim[p], score, (4, 8), max_evals=10)
+    assert tiny.windows_scored == 0 and not any(tiny.frontier)
+    assert all("not scored within --max-evals 10" in r.dropped for r in tiny.results)
+    slow = search(plans, lambda p: sim[p], score, (4,), budgets={"min_decode_tokens_per_s": 11})
+    assert all("decode_tokens_per_s 10 under --min-decode-tokens-per-s 11" in r.dropped
+               for r in slow.results)  # fmt: skip
     strict = search(plans, lambda p: sim[p], score, (4, 8), budgets={"max_dnll": 0.3})
     kept = [r for r in strict.results if not r.dropped]
     assert kept and all(r.dnll - 2 * r.dnll_se <= 0.3 for r in kept)

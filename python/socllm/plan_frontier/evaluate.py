@@ -179,12 +179,15 @@ class EngineEvaluator:
                     out[plan][w] = cached[str(w)]
                 else:
                     todo.setdefault(w, []).append(plan)
+        # the numerics of the plan as planned for the device (partitions solved there), as in
+        # the timed run
+        planned = {p: _core.Plan(p).on_device(self.profile) for p in need}
         for w in sorted(todo):
             ids = self.windows[w]
             targets = np.asarray(ids[1:], dtype=np.int64)
             ref = self.model.logits(ids, "fp32")[:-1]
             for plan in todo[w]:
-                s = window_stats(ref, self.model.logits(ids, plan)[:-1], targets)
+                s = window_stats(ref, self.model.logits(ids, planned[plan])[:-1], targets)
                 stats = {
                     "dnll": (s["nll"] - s["nll_ref"]) / s["n"],
                     "kl": s["kl"] / s["n"],

@@ -87,7 +87,8 @@ def _within(sim: Mapping[str, float], budgets: Mapping[str, float]) -> str:
         key, upper = SIMULATED_BUDGETS[name]
         v = sim[key]
         if (upper and v > limit) or (not upper and v < limit):
-            return f"{key} {v:.4g} over --{name.replace('_', '-')} {limit:g}"
+            side = "over" if upper else "under"
+            return f"{key} {v:.4g} {side} --{name.replace('_', '-')} {limit:g}"
     return ""
 
 
@@ -167,6 +168,9 @@ def search(
             )
         if last:
             break
+    for r in results:
+        if not r.dropped and not r.windows:  # the cap came before its first window
+            r.dropped = f"not scored within --max-evals {max_evals}"
     final = [r for r in results if not r.dropped]
     flags_final = frontier_flags([r.row() for r in final], objectives) if final else []
     on = {id(r): f for r, f in zip(final, flags_final, strict=True)}

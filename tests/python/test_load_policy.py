@@ -19,8 +19,12 @@ POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter with no wait policy in its environment but ``env``."""
-    base = {k: v for k, v in os.environ.items() if k not in POLICY_VARS}
+    """``code`` in a fresh interpreter with no wait policy in its environment but ``env``, and
+    no OpenBLAS kernel choice (a machine that sets one gets blas_core's warning about it, which
+    is not this file's subject)."""
+    base = {
+        k: v for k, v in os.environ.items() if k not in POLICY_VARS and k != "OPENBLAS_CORETYPE"
+    }
     return subprocess.run(
         [sys.executable, "-c", code],
         env={**base, "OMP_DISPLAY_ENV": "VERBOSE", **env},

@@ -34,7 +34,7 @@ def calibrate_for(
     and cached under ``cache_dir`` if not there yet); None when no plan reads one."""
     from ..calibration import run_steps
     from ..calibration.artifact import save_calibration
-    from ..eval.sweep import file_sha256
+    from ..registry import file_digest
 
     steps = steps_for(build_space(axes).plans)
     if not steps:
@@ -44,7 +44,7 @@ def calibrate_for(
         options["samples"] = samples
     if "head-importance" in steps:
         options.update(importance_method="taylor", importance_samples=samples)
-    key = json.dumps([file_sha256(model.path), steps, options], sort_keys=True)
+    key = json.dumps([file_digest(model.path), steps, options], sort_keys=True)
     path = Path(cache_dir) / f"calib-{hashlib.sha256(key.encode()).hexdigest()[:16]}.h5"
     if not path.exists():
         data = run_steps(model, steps, progress=progress, **options)

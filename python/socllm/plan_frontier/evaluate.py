@@ -36,9 +36,9 @@ CACHE_FORMAT = 1
 
 
 def _file_digest(path) -> str:
-    from ..eval.sweep import file_sha256
+    from ..registry import file_digest
 
-    return file_sha256(path) if path is not None else ""
+    return file_digest(path) if path is not None else ""
 
 
 def plan_key(plan: str) -> str:

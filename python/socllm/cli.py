@@ -727,14 +727,24 @@ def cmd_frontier(args) -> int:
     device = _fitted_device(args.device, args.device_params)
     if args.device_params is None:
         _core.sim.load_device(args.device)  # an unknown device before any work
+    if args.calib is not None and args.calib_samples is not None:
+        raise not_applicable(
+            "frontier", f"--calib-samples {args.calib_samples}",
+            "the calibration the command makes", f"--calib {args.calib} is given",
+        )  # fmt: skip
     from .model import load
+    from .registry import cache_dir
 
-    cache = Path(args.cache) if args.cache else Path(args.out or ".", "cache")
+    if args.cache:
+        cache = Path(args.cache)
+    else:
+        cache = Path(args.out, "cache") if args.out else cache_dir() / "frontier"
     model = load(args.model, calib=args.calib, progress=not args.quiet)
     if args.calib is None:
         from .plan_frontier.calibrate import calibrate_for
 
-        calibrate_for(model, axes, cache, samples=args.calib_samples, progress=not args.quiet)
+        samples = 16 if args.calib_samples is None else args.calib_samples
+        calibrate_for(model, axes, cache, samples=samples, progress=not args.quiet)
     rep = frontier(
         model, device, prompt_len=args.prompt_len, decode_tokens=args.decode_tokens,
         axes=axes, budgets=budgets, windows=args.windows, context=args.context,
@@ -1148,7 +1158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibration file with the steps the space's plans read (default: made for the "
         "space and cached, --calib-samples windows of 512; head importance by Taylor)",
     )
-    fr.add_argument("--calib-samples", type=_COUNT, default=16, help="see --calib (default 16)")
+    fr.add_argument("--calib-samples", type=_COUNT, default=None, help="see --calib (default 16)")
     fr.add_argument("--device", default="snapdragon-8gen3", help="profile name or .json path")
     fr.add_argument(
         "--device-params", default=None, metavar="fitted|PATH",
@@ -1194,7 +1204,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=None, help="report directory (default socllm-frontier unless --json)"
     )
     fr.add_argument(
-        "--cache", default=None, help="per-plan results (default OUT/cache): a rerun reuses them"
+        "--cache",
+        default=None,
+        help="per-plan results (default OUT/cache, or the socllm cache folder with --json only): "
+        "a rerun reuses them",
     )
     _common(fr)
     fr.set_defaults(fn=cmd_frontier)

@@ -118,6 +118,7 @@ def test_a_rerun_with_a_new_budget_costs_no_evaluation(report, calibrated):
         (["--axis", "linear=no-such-plan"], "search space is empty"),
         (["--objectives", "ttft_ms"], "must include dnll"),
         (["--device", "snapdragon-9"], "snapdragon-9"),
+        (["--calib", "c.h5", "--calib-samples", "4"], "--calib-samples 4"),
     ],
 )
 def test_bad_input_is_refused_before_work(tmp_path, capsys, argv, words):

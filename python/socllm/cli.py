@@ -749,7 +749,7 @@ def cmd_frontier(args) -> int:
         model, device, prompt_len=args.prompt_len, decode_tokens=args.decode_tokens,
         axes=axes, budgets=budgets, windows=args.windows, context=args.context,
         max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
-        out_dir=args.out, progress=not args.quiet,
+        out_dir=args.out, progress=not args.quiet, policy=args.policy or "npu-stall-first",
     )  # fmt: skip
     if args.json is not None:
         write_output(args.json, to_json(rep), what="--json")
@@ -1166,6 +1166,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     fr.add_argument("--prompt-len", type=_COUNT, default=1024)
     fr.add_argument("--decode-tokens", type=_COUNT, default=16)
+    _add_policy(fr, "the scheduler every plan's executed graph is timed under (npu-stall-first)")
     fr.add_argument(
         "--axis",
         action="append",

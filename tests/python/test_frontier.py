@@ -109,6 +109,12 @@ def test_a_rerun_with_a_new_budget_costs_no_evaluation(report, calibrated):
     )
     assert none["recommended"] == {} and none["nearest"]
     assert none["evaluations"]["new_windows"] == 0
+    # another scheduler times the plans again and reuses every scored window
+    other = frontier(
+        calibrated, axes=AXES, cache_dir=out / "cache", policy="first-ready", **SETTINGS
+    )
+    assert other["evaluations"]["new_windows"] == 0
+    assert other["evaluations"]["new_simulations"] == len(PLANS)
 
 
 @pytest.mark.parametrize(

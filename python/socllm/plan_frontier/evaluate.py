@@ -12,10 +12,11 @@ and the simulated request on a phone, both from the same numerics.
   (sim.timeline.simulate_model): TTFT, decode tokens/s, the request's energy, peak memory and
   the CPU's share of the busy time.
 
-Results are cached per plan in ``cache_dir`` (one JSON file per plan, written atomically after
-every batch of windows), keyed by the content of the model file, the calibration file, the
-device profile and the settings, so a second run, e.g. with a new budget, scores nothing
-twice, and a killed run loses at most the batch in flight.
+Results are cached per plan in ``cache_dir`` (one JSON file per plan and kind, written
+atomically after every window), keyed by the content of the model file, the calibration file,
+the device profile and what the kind depends on (the accuracy on the window length; the timing
+on the prompt, the decoded tokens and the policy), so a second run, e.g. with a new budget or
+policy, scores nothing twice, and a killed run loses at most the window in flight.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def _file_digest(path) -> str:
     from ..registry import file_digest
 
     return file_digest(path) if path is not None else ""
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def plan_key(plan: str) -> str:
@@ -86,50 +91,53 @@ class EngineEvaluator:
                 f"of {context}; a {prompt_len}-token prompt does not fit"
             )
         self.prompt = list(rest[:prompt_len])
-        self.settings = {
+        # what each kind of result depends on: the accuracy not on the timed request, the
+        # timing not on the scored windows
+        common = {
             "format": CACHE_FORMAT,
             "model": _file_digest(model.path),
             "calibration": _file_digest(model.calibration_path),
-            "device": hashlib.sha256(json.dumps(self.profile, sort_keys=True).encode()).hexdigest(),
-            "prompt_len": prompt_len,
-            "decode_tokens": decode_tokens,
-            "context": context,
-            "policy": policy,
+            "device": _digest(self.profile),
         }
+        self.settings = {
+            "accuracy": {**common, "context": context},
+            "timing": {
+                **common, "prompt": _digest(self.prompt), "decode_tokens": decode_tokens,
+                "policy": policy,
+            },
+        }  # fmt: skip
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self._memo: dict[str, dict] = {}
+        self._memo: dict[tuple[str, str], dict] = {}
         self.evaluations = {"windows": 0, "simulations": 0}  # work done by this evaluator
 
     # -- cache ----------------------------------------------------------------------------
-    def _path(self, key: str) -> Path | None:
+    def _path(self, kind: str, key: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        digest = hashlib.sha256(
-            json.dumps([self.settings, key], sort_keys=True).encode()
-        ).hexdigest()
-        return self.cache_dir / f"{digest[:24]}.json"
+        return self.cache_dir / kind / f"{_digest([self.settings[kind], key])[:24]}.json"
 
-    def _entry(self, plan: str) -> dict:
+    def _entry(self, kind: str, plan: str) -> dict:
+        """The cached results of one kind ("accuracy": per window, "timing") of ``plan``."""
         key = plan_key(plan)
-        if key not in self._memo:
+        if (kind, key) not in self._memo:
             entry = {"plan": plan, "plan_json": json.loads(key), "windows": {}}
-            path = self._path(key)
+            path = self._path(kind, key)
             if path is not None and path.exists():
                 try:
                     stored = json.loads(path.read_text())
                 except ValueError:
                     stored = None  # a foreign or damaged file: recomputed and rewritten
-                if stored and stored.get("settings") == self.settings:
+                if stored and stored.get("settings") == self.settings[kind]:
                     entry = stored["entry"]
-            self._memo[key] = entry
-        return self._memo[key]
+            self._memo[kind, key] = entry
+        return self._memo[kind, key]
 
-    def _save(self, plan: str) -> None:
+    def _save(self, kind: str, plan: str) -> None:
         key = plan_key(plan)
-        path = self._path(key)
+        path = self._path(kind, key)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            body = {"settings": self.settings, "entry": self._memo[key]}
+            body = {"settings": self.settings[kind], "entry": self._memo[kind, key]}
             atomic_write_text(path, json.dumps(body, indent=1) + "\n")
 
     # -- objectives -----------------------------------------------------------------------
@@ -146,7 +154,7 @@ class EngineEvaluator:
 
     def simulate(self, plan: str) -> dict[str, float]:
         """TTFT, decode tokens/s, energy, peak memory and CPU share of ``plan`` on the device."""
-        entry = self._entry(plan)
+        entry = self._entry("timing", plan)
         if "simulated" not in entry:
             s = self.timeline(plan).summary()
             busy = s["busy_ms"]
@@ -159,7 +167,7 @@ class EngineEvaluator:
                 "cpu_share": float(busy.get("cpu", 0.0)) / total_busy if total_busy else 0.0,
             }
             self.evaluations["simulations"] += 1
-            self._save(plan)
+            self._save("timing", plan)
         return dict(entry["simulated"])
 
     def score(self, need: Mapping[str, Sequence[int]]) -> dict[str, dict[int, dict]]:
@@ -169,7 +177,7 @@ class EngineEvaluator:
         out: dict[str, dict[int, dict]] = {p: {} for p in need}
         todo: dict[int, list[str]] = {}
         for plan, ws in need.items():
-            cached = self._entry(plan)["windows"]
+            cached = self._entry("accuracy", plan)["windows"]
             for w in ws:
                 if not 0 <= w < len(self.windows):
                     raise InvalidArgumentError(
@@ -193,9 +201,9 @@ class EngineEvaluator:
                     "kl": s["kl"] / s["n"],
                     "top1": s["top1"] / s["n"],
                 }
-                self._entry(plan)["windows"][str(w)] = stats
+                self._entry("accuracy", plan)["windows"][str(w)] = stats
                 out[plan][w] = stats
                 self.evaluations["windows"] += 1
             for plan in todo[w]:
-                self._save(plan)
+                self._save("accuracy", plan)
         return out

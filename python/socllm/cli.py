@@ -424,7 +424,6 @@ def _check_run_flags(args) -> None:
     """--cold measures cold starts instead of the main job: each mode's flags are refused in
     the other, where they would change nothing (issue 37)."""
     cold_only = {
-        "--plan": args.plan,
         "--calib": args.calib,
         "--prompt-tokens": args.prompt_tokens,
         "--repeats": args.repeats,
@@ -480,6 +479,13 @@ def cmd_run(args) -> int:
     samples = args.calib_samples
     if samples is None:
         samples = FULL_CALIB_SAMPLES if args.full else QUICK_CALIB_SAMPLES
+    extra = None
+    if args.plan is not None:
+        from .plan_files import plan_file_path, read_plan
+
+        path = plan_file_path(args.plan)
+        extra = (path.name if path is not None else args.plan, read_plan(args.plan))
+        _core.Plan(extra[1])  # an unknown plan before any work
     run_main_job(
         args.model,
         Path("socllm-out" if args.out is None else args.out),
@@ -487,6 +493,7 @@ def cmd_run(args) -> int:
         calib_samples=samples,
         progress=not args.quiet,
         json_dest=args.json,
+        extra_plan=extra,
     )
     return 0
 
@@ -1235,7 +1242,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of the main job: time to first token of each --model file (comma-separated) "
         "evicted from the page cache, split into read / unpack / prepare / prefill",
     )
-    r.add_argument("--plan", default=None, help="--cold: plan for fp32 files (default fp32)")
+    r.add_argument(
+        "--plan",
+        default=None,
+        help="a plan (text or file: @PATH, PATH.json, e.g. socllm frontier's recommendation) "
+        "evaluated and timed next to the presets; with --cold: the plan for fp32 files "
+        "(default fp32)",
+    )
     r.add_argument("--calib", default=None, help="--cold: calibration for --plan on fp32 files")
     r.add_argument(
         "--prompt-tokens", type=_COUNT, default=None, help="--cold: prompt length (default 128)"

@@ -153,11 +153,25 @@ def test_cli_eval_json(smollm):
 
 def test_cli_run_writes_report(tmp_path):
     out = tmp_path / "report"
-    r = _cli("run", "--out", str(out), "--limit-tokens", "128", "--calib-samples", "2", "--quiet")
+    from socllm.plan_files import write_plan
+
+    extra = write_plan(tmp_path / "rec.json", "smoothquant:alpha=0.6,chunk_len=128")
+    r = _cli(
+        "run", "--out", str(out), "--limit-tokens", "128", "--calib-samples", "2", "--quiet",
+        "--plan", f"@{extra}",
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["generation"]["new_tokens"] > 0 and rep["generation"]["text"]
-    assert {e["plan"] for e in rep["wikitext2"]} == set(socllm.Plan.known())
+    # the presets and the plan file given, under its file name (issue 41: a recommended plan)
+    assert {e["plan"] for e in rep["wikitext2"]} == {*socllm.Plan.known(), "rec.json"}
+    rec = next(e for e in rep["wikitext2"] if e["plan"] == "rec.json")
+    assert (
+        socllm.Plan(rec["plan_spec"]).to_json()
+        == socllm.Plan("smoothquant:alpha=0.6,chunk_len=128").to_json()
+    )
+    sq = next(e for e in rep["wikitext2"] if e["plan"] == "smoothquant")
+    assert rec["perplexity"] != sq["perplexity"]  # alpha 0.6, not the preset's 0.5
     assert 5 < rep["wikitext2"][0]["perplexity"] < 100
     assert (out / "token_loss.png").stat().st_size > 1000
     assert "WikiText-2 perplexity" in (out / "report.md").read_text()
@@ -175,7 +189,7 @@ def test_cli_run_writes_report(tmp_path):
     assert json.loads((out / "timeline_trace.json").read_text())["traceEvents"]
     # the presets side by side (issue 41 item 6): ΔNLL from the table, TTFT of each engine run
     front = {p["plan"]: p for p in rep["frontier"]["plans"]}
-    assert set(front) == set(socllm.Plan.known())
+    assert set(front) == {*socllm.Plan.known(), "rec.json"}
     table = {e["plan"]: e for e in rep["wikitext2"]}
     for name, p in front.items():
         assert p["dnll"] == table[name]["delta_nll"] and p["ttft_ms"] > 0

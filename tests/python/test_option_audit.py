@@ -351,7 +351,9 @@ def test_convert_packed_group_of_an_int8_file(tmp_path, smollm):
 @pytest.mark.parametrize(
     "argv,needles",
     [
-        (["run", "--plan", "w8a8"], ["--plan w8a8", "--cold"]),
+        (["run", "--calib", "c.h5"], ["--calib c.h5", "--cold"]),
+        (["run", "--plan", "no-such-plan"], ["no-such-plan"]),
+        (["run", "--plan", "@missing.json"], ["missing.json", "does not exist"]),
         (["run", "--repeats", "2"], ["--repeats 2", "--cold"]),
         (["run", "--prompt-tokens", "16"], ["--prompt-tokens 16"]),
         (["run", "--cold", "--out", "x"], ["--out x", "main job"]),

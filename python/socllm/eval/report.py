@@ -108,7 +108,10 @@ def run_main_job(
     calib_samples: int = QUICK_CALIB_SAMPLES,
     progress: bool = True,
     json_dest: str | None = None,
+    extra_plan: tuple[str, str] | None = None,
 ) -> dict:
+    """The main job (module doc). ``extra_plan``: (label, plan text) of a plan evaluated and
+    timed next to the presets (``socllm run --plan``), calibrated for with the steps it reads."""
     from ..model import load
     from .bench_utils import machine_line
     from .perplexity import eval_wikitext2
@@ -133,21 +136,34 @@ def run_main_job(
     from ..calibration import run_steps, save_calibration
 
     t0 = time.perf_counter()
+    plans = {p: p for p in _core.Plan.known()}  # label -> plan text
+    if extra_plan is not None:
+        label, text = extra_plan
+        if label in plans:
+            label = f"{label} (--plan)"
+        plans[label] = text
+    from ..plan_frontier.calibrate import steps_for
+
+    steps = steps_for(list(plans.values()))  # the presets': act-scales, outliers, smoothing
+    options = {}
+    if "head-importance" in steps:  # Taylor's estimate: the ablation takes minutes a window
+        options.update(importance_method="taylor", importance_samples=calib_samples)
     cal = run_steps(
         model,
-        "act-scales,outliers,smoothing",
+        steps,
         samples=calib_samples,
         seqlen=512,
         smoothing_windows=min(8, calib_samples),
         smoothing_rows=64,
         progress=progress,
+        **options,
     )
     calib_path = save_calibration(out_dir / CALIB_FILE, cal, model)
     model.load_calibration(calib_path)
     calib_s = time.perf_counter() - t0
 
     evals, token_nll = [], {}
-    for plan in _core.Plan.known():
+    for label, plan in plans.items():
         summary, result = eval_wikitext2(
             model,
             plan,
@@ -158,8 +174,11 @@ def run_main_job(
             progress=progress,
             heldout=True,
         )
+        summary["plan"] = label
+        if plan != label:
+            summary["plan_spec"] = plan
         evals.append(summary)
-        token_nll[plan] = result.token_nll
+        token_nll[label] = result.token_nll
     for e in evals:
         e.update(paired_nll_vs(token_nll["fp32"], token_nll[e["plan"]]))
     plot_token_loss(
@@ -265,7 +284,8 @@ def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> 
     ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]
     rows = []
     for e in tqdm(evals, desc="frontier", disable=not progress):
-        s = simulate_model(model, ids, SIM_DEVICE, e["plan"], chunk=256).summary()
+        s = simulate_model(model, ids, SIM_DEVICE, e.get("plan_spec", e["plan"]), chunk=256)
+        s = s.summary()
         busy = sum(s["busy_ms"].values())
         rows.append(
             {

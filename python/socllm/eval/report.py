@@ -230,6 +230,7 @@ def run_main_job(
 
 SIM_DEVICE = "snapdragon-8gen3"
 SIM_PROMPT = 512
+SIM_CHUNK = 256  # the prompt's chunks unless a plan names its own
 
 
 def simulate_section(model, out_dir: Path, progress: bool) -> dict:
@@ -246,7 +247,7 @@ def simulate_section(model, out_dir: Path, progress: bool) -> dict:
     ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]
     rows = []
     # one engine run; its graph is simulated under each policy
-    ooe = simulate_model(model, ids, SIM_DEVICE, "shadow-outlier", chunk=256)
+    ooe = simulate_model(model, ids, SIM_DEVICE, "shadow-outlier", chunk=SIM_CHUNK)
     for policy in tqdm(
         ("in-order", "first-ready", "npu-stall-first"), desc="simulate", disable=not progress
     ):
@@ -284,8 +285,9 @@ def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> 
     ids = held_out_tokens(corpus_tokens(model))[:SIM_PROMPT]
     rows = []
     for e in tqdm(evals, desc="frontier", disable=not progress):
-        s = simulate_model(model, ids, SIM_DEVICE, e.get("plan_spec", e["plan"]), chunk=256)
-        s = s.summary()
+        plan = e.get("plan_spec", e["plan"])
+        chunk = int(_core.Plan(plan).to_json().get("chunk_len", 0)) or SIM_CHUNK  # the plan's own
+        s = simulate_model(model, ids, SIM_DEVICE, plan, chunk=chunk).summary()
         busy = sum(s["busy_ms"].values())
         rows.append(
             {
@@ -301,7 +303,7 @@ def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> 
         )
     for r, on in zip(rows, frontier_flags(rows, ("dnll", "ttft_ms")), strict=True):
         r["frontier"] = on
-    out = {"device": SIM_DEVICE, "prompt_len": len(ids), "chunk_len": 256, "plans": rows}
+    out = {"device": SIM_DEVICE, "prompt_len": len(ids), "chunk_len": SIM_CHUNK, "plans": rows}
     plot({**out, "model": model.config["name"]}, out_dir / FRONTIER_PLOT)
     return out
 
@@ -377,7 +379,8 @@ def render_markdown(r: dict) -> str:
             f"## Which preset to ship: accuracy and time to first token ({f['device']})",
             "",
             f"ΔNLL from the table above; TTFT and energy of the engine's prefill of "
-            f"{f['prompt_len']} held-out tokens under each preset (chunks of {f['chunk_len']}), "
+            f"{f['prompt_len']} held-out tokens under each plan (chunks of {f['chunk_len']} "
+            "unless the plan names its own), "
             "simulated. Frontier: no other preset is both more accurate and faster "
             "(`socllm frontier` searches composed plans).",
             "",

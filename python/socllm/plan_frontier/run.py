@@ -115,7 +115,8 @@ def frontier(
     (a profile name, path or dict) for a ``prompt_len``-token prompt and ``decode_tokens``
     decoded tokens; the frontier is over ``objectives`` (default ΔNLL and TTFT; the other
     objectives are budgets). Returns the report (see the module doc); with ``out_dir`` also writes
-    ``frontier.json``, ``frontier.md``, ``frontier.png`` and ``plans/<goal>.json``."""
+    ``frontier.json``, ``.md``, ``.png``, ``.html``, ``plans/<goal>.json`` and the first
+    recommended plan's timeline (``timeline.png``, Perfetto ``timeline.json``)."""
     from tqdm.auto import tqdm
 
     budgets = {k: float(v) for k, v in (budgets or {}).items() if v is not None}
@@ -158,9 +159,9 @@ def frontier(
                 "parts": space.parts[r.plan],
                 "dnll": r.dnll,
                 "dnll_se": r.dnll_se,
-                "kl": r.mean("kl") if r.windows else math.nan,
+                "kl": r.mean("kl"),
                 "kl_se": r.se("kl"),
-                "top1": r.mean("top1") if r.windows else math.nan,
+                "top1": r.mean("top1"),
                 "windows": len(r.windows),
                 **r.simulated,
                 "frontier": on,
@@ -176,6 +177,7 @@ def frontier(
         "context": context,
         "windows": windows,
         "z": z,
+        "policy": policy,
         "objectives": list(objectives),
         "budgets": budgets,
         "space": {

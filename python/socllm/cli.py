@@ -712,13 +712,14 @@ def cmd_frontier(args) -> int:
     from .io.files import write_output
     from .plan_frontier.pareto import check_objectives
     from .plan_frontier.run import frontier, markdown, to_json
-    from .plan_frontier.space import parse_axes
+    from .plan_frontier.space import build_space, parse_axes
 
     _setup(args)
     if args.out is None and args.json is None:
         args.out = "socllm-frontier"
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     axes = parse_axes(args.axis or [])
+    build_space(axes)  # an unknown axis or an empty space before any work (milliseconds)
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     try:
         check_objectives(objectives)

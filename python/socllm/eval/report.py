@@ -142,16 +142,13 @@ def run_main_job(
         if label in plans:
             label = f"{label} (--plan)"
         plans[label] = text
-    from ..plan_frontier.calibrate import steps_for
+    from ..plan_frontier.calibrate import step_options, steps_for
 
     steps = steps_for(list(plans.values()))  # the presets': act-scales, outliers, smoothing
-    options = {}
-    if "head-importance" in steps:  # Taylor's estimate: the ablation takes minutes a window
-        options.update(importance_method="taylor", importance_samples=calib_samples)
+    options = step_options(steps, calib_samples)
     cal = run_steps(
         model,
         steps,
-        samples=calib_samples,
         seqlen=512,
         smoothing_windows=min(8, calib_samples),
         smoothing_rows=64,
@@ -278,6 +275,7 @@ def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> 
     under it, planned for and simulated on the 8 Gen 3 profile; the frontier of ΔNLL and TTFT,
     and its plot."""
     from ..calibration import corpus_tokens, held_out_tokens
+    from ..plan_frontier.evaluate import request_objectives
     from ..plan_frontier.pareto import frontier_flags
     from ..plan_frontier.run import plot
     from ..sim.timeline import simulate_model
@@ -286,18 +284,14 @@ def preset_frontier(model, evals: list[dict], out_dir: Path, progress: bool) -> 
     rows = []
     for e in tqdm(evals, desc="frontier", disable=not progress):
         plan = e.get("plan_spec", e["plan"])
-        chunk = int(_core.Plan(plan).to_json().get("chunk_len", 0)) or SIM_CHUNK  # the plan's own
+        chunk = _core.Plan(plan).chunk_len or SIM_CHUNK  # the plan's own, if it names one
         s = simulate_model(model, ids, SIM_DEVICE, plan, chunk=chunk).summary()
-        busy = sum(s["busy_ms"].values())
         rows.append(
             {
                 "plan": e["plan"],
                 "dnll": e["delta_nll"],
                 "dnll_se": e["delta_nll_se"],
-                "ttft_ms": s["ttft_ms"],
-                "energy_mj": s["energy_mj"],
-                "memory_mb": s["peak_memory_bytes"] / 1e6,
-                "cpu_share": s["busy_ms"].get("cpu", 0.0) / busy if busy else 0.0,
+                **request_objectives(s),
                 "windows": e["n_windows"],
             }
         )

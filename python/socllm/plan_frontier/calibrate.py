@@ -15,16 +15,23 @@ from pathlib import Path
 from .. import _core
 from .space import build_space
 
-# Steps in the order they run (each may read an earlier one's statistics).
-STEP_ORDER = (
-    "act-scales", "outliers", "smoothing", "bitwidths", "gptq", "qk-scales", "head-importance",
-)  # fmt: skip
-
 
 def steps_for(plans: Sequence[str]) -> list[str]:
-    """The calibration steps any of ``plans`` reads, in run order."""
+    """The calibration steps any of ``plans`` reads, in the core registry's order (each step
+    after the ones whose statistics it reads)."""
     need = {s for p in plans for s in _core.Plan(p).calibration_steps}
-    return [s for s in STEP_ORDER if s in need]
+    return [s["name"] for s in _core.calibration_steps() if s["name"] in need]
+
+
+def step_options(steps: Sequence[str], samples: int) -> dict:
+    """``samples`` windows for the steps that take them, and head importance by Taylor's
+    estimate (the ablation takes minutes a window) when it is among ``steps``."""
+    options: dict = {}
+    if {"act-scales", "qk-scales"} & set(steps):
+        options["samples"] = samples
+    if "head-importance" in steps:
+        options.update(importance_method="taylor", importance_samples=samples)
+    return options
 
 
 def calibrate_for(
@@ -39,11 +46,7 @@ def calibrate_for(
     steps = steps_for(build_space(axes).plans)
     if not steps:
         return None
-    options: dict = {}
-    if {"act-scales", "qk-scales"} & set(steps):
-        options["samples"] = samples
-    if "head-importance" in steps:
-        options.update(importance_method="taylor", importance_samples=samples)
+    options = step_options(steps, samples)
     key = json.dumps([file_digest(model.path), steps, options], sort_keys=True)
     path = Path(cache_dir) / f"calib-{hashlib.sha256(key.encode()).hexdigest()[:16]}.h5"
     if not path.exists():

@@ -46,6 +46,22 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
+def request_objectives(summary: Mapping) -> dict[str, float]:
+    """The frontier's simulated objectives from a simulated request's summary: TTFT, energy,
+    peak memory, the CPU's share of the busy time and, for a session, decode tokens/s."""
+    busy = summary["busy_ms"]
+    total_busy = sum(busy.values())
+    out = {
+        "ttft_ms": float(summary["ttft_ms"]),
+        "energy_mj": float(summary["energy_mj"]),
+        "memory_mb": float(summary["peak_memory_bytes"]) / 1e6,
+        "cpu_share": float(busy.get("cpu", 0.0)) / total_busy if total_busy else 0.0,
+    }
+    if "decode_tokens_per_s" in summary:
+        out["decode_tokens_per_s"] = float(summary["decode_tokens_per_s"])
+    return out
+
+
 def plan_key(plan: str) -> str:
     """A plan's canonical form: its full JSON (two spellings of one plan share results)."""
     return json.dumps(_core.Plan(plan).to_json(), sort_keys=True)
@@ -77,7 +93,7 @@ class EngineEvaluator:
             )
         self.model = model
         self.profile = _profile(device)
-        self.device = self.profile["name"] if isinstance(self.profile, dict) else str(device)
+        self.device = self.profile["name"]
         self.prompt_len, self.decode_tokens, self.policy = prompt_len, decode_tokens, policy
         self.context = context
         self.windows = heldout_windows(model, context, max_windows)
@@ -146,7 +162,7 @@ class EngineEvaluator:
         :meth:`simulate`'s)."""
         from ..sim.timeline import simulate_model
 
-        chunk = int(_core.Plan(plan).to_json().get("chunk_len", 0)) or None
+        chunk = _core.Plan(plan).chunk_len or None
         return simulate_model(
             self.model, self.prompt, self.profile, plan, chunk=chunk, policy=self.policy,
             decode_tokens=self.decode_tokens,
@@ -156,16 +172,7 @@ class EngineEvaluator:
         """TTFT, decode tokens/s, energy, peak memory and CPU share of ``plan`` on the device."""
         entry = self._entry("timing", plan)
         if "simulated" not in entry:
-            s = self.timeline(plan).summary()
-            busy = s["busy_ms"]
-            total_busy = sum(busy.values())
-            entry["simulated"] = {
-                "ttft_ms": float(s["ttft_ms"]),
-                "decode_tokens_per_s": float(s["decode_tokens_per_s"]),
-                "energy_mj": float(s["energy_mj"]),
-                "memory_mb": float(s["peak_memory_bytes"]) / 1e6,
-                "cpu_share": float(busy.get("cpu", 0.0)) / total_busy if total_busy else 0.0,
-            }
+            entry["simulated"] = request_objectives(self.timeline(plan).summary())
             self.evaluations["simulations"] += 1
             self._save("timing", plan)
         return dict(entry["simulated"])

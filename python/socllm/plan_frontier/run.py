@@ -21,7 +21,7 @@ from ..io.files import atomic_path, atomic_write_text
 from ..plan_files import write_plan
 from .evaluate import EngineEvaluator
 from .pareto import DEFAULT_OBJECTIVES, check_objectives
-from .search import SIMULATED_BUDGETS, search
+from .search import BUDGETS, budget_excess, search
 from .space import DEFAULT_AXES, build_space
 
 # The rounds' window counts: 2, 4, 8, ... up to the windows asked for.
@@ -51,15 +51,7 @@ def window_schedule(windows: int) -> list[int]:
 
 
 def _meets(row: Mapping, budgets: Mapping[str, float]) -> bool:
-    for name, limit in budgets.items():
-        if name == "max_dnll":
-            if row["dnll"] > limit:
-                return False
-            continue
-        key, upper = SIMULATED_BUDGETS[name]
-        if (upper and row[key] > limit) or (not upper and row[key] < limit):
-            return False
-    return True
+    return all(budget_excess(row, name, limit) <= 0 for name, limit in budgets.items())
 
 
 def recommend(rows: Sequence[Mapping], budgets: Mapping[str, float]) -> dict[str, dict]:
@@ -82,11 +74,9 @@ def nearest(rows: Sequence[Mapping], budgets: Mapping[str, float], n: int = 3) -
     def excess(r) -> float:
         worst = 0.0
         for name, limit in budgets.items():
-            key, upper = ("dnll", True) if name == "max_dnll" else SIMULATED_BUDGETS[name]
-            v = r[key]
-            if not math.isfinite(v):
+            over = budget_excess(r, name, limit)
+            if not math.isfinite(over):
                 return math.inf
-            over = (v - limit) if upper else (limit - v)
             worst = max(worst, over / max(abs(limit), 1e-12))
         return worst
 
@@ -121,10 +111,9 @@ def frontier(
 
     budgets = {k: float(v) for k, v in (budgets or {}).items() if v is not None}
     for name in budgets:
-        if name != "max_dnll" and name not in SIMULATED_BUDGETS:
+        if name not in BUDGETS:
             raise InvalidArgumentError(
-                f"frontier: unknown budget {name!r} (budgets: max_dnll, "
-                f"{', '.join(SIMULATED_BUDGETS)})"
+                f"frontier: unknown budget {name!r} (budgets: {', '.join(BUDGETS)})"
             )
     try:
         objectives = check_objectives(objectives)

@@ -37,6 +37,14 @@ SIMULATED_BUDGETS = {
     "max_memory_mb": ("memory_mb", True),
     "min_decode_tokens_per_s": ("decode_tokens_per_s", False),
 }
+BUDGETS = {"max_dnll": ("dnll", True), **SIMULATED_BUDGETS}  # name: (objective, upper bound)
+
+
+def budget_excess(row: Mapping[str, float], name: str, limit: float) -> float:
+    """How far ``row`` misses budget ``name`` at ``limit``, in the objective's unit (<= 0: met;
+    NaN if the objective is not measured)."""
+    key, upper = BUDGETS[name]
+    return (row[key] - limit) if upper else (limit - row[key])
 
 
 @dataclass
@@ -82,13 +90,10 @@ class SearchResult:
 def _within(sim: Mapping[str, float], budgets: Mapping[str, float]) -> str:
     """'' if ``sim`` meets every simulated budget, else the first one it misses."""
     for name, limit in budgets.items():
-        if name not in SIMULATED_BUDGETS:
-            continue
-        key, upper = SIMULATED_BUDGETS[name]
-        v = sim[key]
-        if (upper and v > limit) or (not upper and v < limit):
+        if name in SIMULATED_BUDGETS and budget_excess(sim, name, limit) > 0:
+            key, upper = SIMULATED_BUDGETS[name]
             side = "over" if upper else "under"
-            return f"{key} {v:.4g} {side} --{name.replace('_', '-')} {limit:g}"
+            return f"{key} {sim[key]:.4g} {side} --{name.replace('_', '-')} {limit:g}"
     return ""
 
 
@@ -112,7 +117,7 @@ def search(
     objectives = check_objectives(objectives)
     timed = [k for k in objectives if k != "dnll"]
     budgets = dict(budgets or {})
-    unknown = set(budgets) - set(SIMULATED_BUDGETS) - {"max_dnll"}
+    unknown = set(budgets) - set(BUDGETS)
     if unknown:
         raise ValueError(f"unknown budgets {sorted(unknown)}")
     if not plans:

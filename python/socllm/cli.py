@@ -712,14 +712,15 @@ def cmd_frontier(args) -> int:
     from .io.files import write_output
     from .plan_frontier.pareto import check_objectives
     from .plan_frontier.run import frontier, markdown, to_json
-    from .plan_frontier.space import build_space, parse_axes
+    from .plan_frontier.space import build_space, parse_axes, parse_presets
 
     _setup(args)
     if args.out is None and args.json is None:
         args.out = "socllm-frontier"
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     axes = parse_axes(args.axis or [])
-    build_space(axes)  # an unknown axis or an empty space before any work (milliseconds)
+    presets = parse_presets(args.presets)
+    build_space(axes, presets)  # an unknown axis or preset, an empty space: before any work
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     try:
         check_objectives(objectives)
@@ -752,12 +753,13 @@ def cmd_frontier(args) -> int:
         from .plan_frontier.calibrate import calibrate_for
 
         samples = 16 if args.calib_samples is None else args.calib_samples
-        calibrate_for(model, axes, cache, samples=samples, progress=not args.quiet)
+        calibrate_for(model, axes, cache, presets=presets, samples=samples, progress=not args.quiet)
     rep = frontier(
         model, device, prompt_len=args.prompt_len, decode_tokens=args.decode_tokens,
         axes=axes, budgets=budgets, windows=args.windows, context=args.context,
         max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
         out_dir=args.out, progress=not args.quiet, policy=args.policy or "npu-stall-first",
+        characterization=args.characterization or "", presets=presets,
     )  # fmt: skip
     if args.json is not None:
         write_output(args.json, to_json(rep), what="--json")
@@ -1171,6 +1173,16 @@ def build_parser() -> argparse.ArgumentParser:
     fr.add_argument(
         "--device-params", default=None, metavar="fitted|PATH",
         help="time on the SoC model's fitted parameters (socllm fidelity)",
+    )  # fmt: skip
+    fr.add_argument(
+        "--characterization", default=None,
+        help="time every plan with the device's named cost-model variant (heterollm, "
+        "llmnpu-table3, llmnpu-e2e): one reading of its NPU; default: each plan's own",
+    )  # fmt: skip
+    fr.add_argument(
+        "--presets", default="all", metavar="all|none|NAME,NAME",
+        help="the core's preset plans searched with the space, each reported as beaten or "
+        "not by a frontier plan (default all)",
     )  # fmt: skip
     fr.add_argument("--prompt-len", type=_COUNT, default=1024)
     fr.add_argument("--decode-tokens", type=_COUNT, default=16)

@@ -18,7 +18,9 @@ from socllm.plan_frontier.run import frontier
 
 PLANS = ("fp32", "w8a8", "shadow-outlier:pruning_rate=0.5")
 AXES = {"linear": PLANS, "attention": ("fp32",), "partition": ("none",), "chunk_len": ("0",)}
-SETTINGS = dict(prompt_len=128, decode_tokens=2, windows=3, context=128)
+# w8a8 is one of the space's plans; w4-group joins it as a plan of its own
+PRESETS = ("w8a8", "w4-group")
+SETTINGS = dict(prompt_len=128, decode_tokens=2, windows=3, context=128, presets=PRESETS)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,32 @@ def test_a_rerun_with_a_new_budget_costs_no_evaluation(report, calibrated):
         calibrated, axes=AXES, cache_dir=out / "cache", policy="first-ready", **SETTINGS
     )
     assert other["evaluations"]["new_windows"] == 0
-    assert other["evaluations"]["new_simulations"] == len(PLANS)
+    assert other["evaluations"]["new_simulations"] == len(PLANS) + 1  # and w4-group
+
+
+def test_presets_against_the_frontier(report):
+    """A preset that is a space plan is that plan's row; one that is not is a row of its own;
+    each verdict recomputed from the rows' per-window ΔNLL."""
+    rep, out = report
+    rows = {r["plan"]: r for r in rep["plans"]}
+    assert rows["w8a8"]["presets"] == ["w8a8"]
+    assert rows["w4-group"]["parts"] == {"preset": "w4-group"}
+    assert [v["preset"] for v in rep["presets"]] == list(PRESETS)
+    for v in rep["presets"]:
+        p = rows[v["plan"]]
+        if v["at_ttft"]:
+            a = rows[v["at_ttft"]["plan"]]
+            assert a["frontier"] and a["ttft_ms"] <= p["ttft_ms"]
+            common = a["window_dnll"].keys() & p["window_dnll"].keys()
+            gain = sum(p["window_dnll"][w] - a["window_dnll"][w] for w in common) / len(common)
+            assert v["at_ttft"]["gain"] == pytest.approx(gain, rel=1e-12) and gain > 0
+        if v["at_dnll"]:
+            b = rows[v["at_dnll"]["plan"]]
+            assert b["frontier"] and b["ttft_ms"] < p["ttft_ms"]
+            assert v["at_dnll"]["speedup"] == pytest.approx(p["ttft_ms"] / b["ttft_ms"])
+        assert v["beaten"] == bool(v["at_ttft"] or v["at_dnll"])
+    md = (out / "frontier.md").read_text()
+    assert "Presets against the frontier" in md and "| w4-group |" in md
 
 
 @pytest.mark.parametrize(
@@ -125,6 +152,7 @@ def test_a_rerun_with_a_new_budget_costs_no_evaluation(report, calibrated):
         (["--objectives", "ttft_ms"], "must include dnll"),
         (["--device", "snapdragon-9"], "snapdragon-9"),
         (["--calib", "c.h5", "--calib-samples", "4"], "--calib-samples 4"),
+        (["--presets", "w8a8,no-such"], "unknown preset 'no-such'"),
     ],
 )
 def test_bad_input_is_refused_before_work(tmp_path, capsys, argv, words):
@@ -178,8 +206,8 @@ def test_the_html_report_renders_without_console_errors(report, tmp_path):
         "</body>",
         "<script>var h = document.querySelectorAll('th')[6]; h.click(); h.click();"
         "document.body.dataset.ttft = Array.prototype.map.call("
-        "document.querySelectorAll('tbody tr'), function (r) { return r.cells[6].textContent; })"
-        ".join(' ');</script></body>",
+        "document.querySelector('table').tBodies[0].rows,"
+        " function (r) { return r.cells[6].textContent; }).join(' ');</script></body>",
     ))  # fmt: skip
     dom, log = _render(probe, tmp_path)
     assert not _console_errors(log)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from socllm.plan_frontier.pareto import dominates, frontier_flags, racing_survivors
+from socllm.plan_frontier.run import versus_presets
 from socllm.plan_frontier.search import search
 
 KEYS = ("dnll", "ttft_ms", "decode_tokens_per_s")
@@ -153,3 +154,29 @@ def test_bad_search_input_is_refused(kw, words):
             args["plans"], lambda p: sim[p], score, args["schedule"], budgets=kw.get("budgets"),
             objectives=kw.get("objectives", ("dnll", "ttft_ms")),
         )  # fmt: skip
+
+
+def test_presets_against_the_frontier_by_hand():
+    """A preset off the frontier is beaten at its TTFT by the most accurate faster frontier
+    plan (gain paired over windows) and at its accuracy by the fastest as-accurate one; fp32
+    and the fastest plan, on the frontier, are beaten by nothing."""
+
+    def row(plan, ttft, w, on):
+        return {"plan": plan, "ttft_ms": ttft, "window_dnll": dict(enumerate(w)), "frontier": on,
+                "dnll": sum(w) / len(w), "dnll_se": math.nan}  # fmt: skip
+
+    rows = [
+        row("fast", 100, [0.5, 0.7], True),
+        row("mid", 300, [0.1, 0.1], True),
+        row("fp32", 1000, [0.0, 0.0], True),
+        row("preset", 350, [0.3, 0.5], False),
+    ]
+    got = versus_presets(rows, {"p": "preset", "fp32": "fp32", "f": "fast"})
+    p, fp32, fast = got
+    assert p["at_ttft"]["plan"] == "mid"
+    assert p["at_ttft"]["gain"] == pytest.approx(0.3)  # mean of 0.2 and 0.4
+    assert p["at_ttft"]["gain_se"] == pytest.approx(0.1)  # sd 0.1414 / sqrt(2)
+    assert p["at_dnll"]["plan"] == "mid" and p["at_dnll"]["speedup"] == pytest.approx(350 / 300)
+    assert p["at_dnll"]["dnll_diff"] == pytest.approx(-0.3) and p["beaten"]
+    for v in (fp32, fast):
+        assert v["at_ttft"] is None and v["at_dnll"] is None and not v["beaten"]

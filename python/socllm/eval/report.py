@@ -145,7 +145,7 @@ def run_main_job(
     from ..plan_frontier.calibrate import step_options, steps_for
 
     steps = steps_for(list(plans.values()))  # the presets': act-scales, outliers, smoothing
-    options = step_options(steps, calib_samples)
+    options = step_options(steps, calib_samples, model.config["arch"])
     cal = run_steps(
         model,
         steps,

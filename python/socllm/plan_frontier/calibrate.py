@@ -23,30 +23,41 @@ def steps_for(plans: Sequence[str]) -> list[str]:
     return [s["name"] for s in _core.calibration_steps() if s["name"] in need]
 
 
-def step_options(steps: Sequence[str], samples: int) -> dict:
+def step_options(steps: Sequence[str], samples: int, arch: str) -> dict:
     """``samples`` windows for the steps that take them, and head importance by Taylor's
-    estimate (the ablation takes minutes a window) when it is among ``steps``."""
+    estimate (the ablation takes minutes a window) when it is among ``steps`` and ``arch`` has
+    it (else by the ablation: Gemma 3, calibration/head_importance.py's TAYLOR_ARCHS)."""
+    from ..calibration.head_importance import TAYLOR_ARCHS
+
     options: dict = {}
     if {"act-scales", "qk-scales"} & set(steps):
         options["samples"] = samples
     if "head-importance" in steps:
-        options.update(importance_method="taylor", importance_samples=samples)
+        method = "taylor" if arch in TAYLOR_ARCHS else "ablation"
+        options.update(importance_method=method, importance_samples=samples)
     return options
 
 
 def calibrate_for(
-    model, axes: Mapping[str, Sequence[str]], cache_dir, *, samples: int = 16, progress=False
+    model,
+    axes: Mapping[str, Sequence[str]],
+    cache_dir,
+    *,
+    presets: Sequence[str] = (),
+    samples: int = 16,
+    progress=False,
 ) -> Path | None:
-    """Loads into ``model`` a calibration with every step the space of ``axes`` reads (made
-    and cached under ``cache_dir`` if not there yet); None when no plan reads one."""
+    """Loads into ``model`` a calibration with every step the space of ``axes`` and
+    ``presets`` reads (made and cached under ``cache_dir`` if not there yet); None when no plan
+    reads one."""
     from ..calibration import run_steps
     from ..calibration.artifact import save_calibration
     from ..registry import file_digest
 
-    steps = steps_for(build_space(axes).plans)
+    steps = steps_for(build_space(axes, presets).plans)
     if not steps:
         return None
-    options = step_options(steps, samples)
+    options = step_options(steps, samples, model.config["arch"])
     key = json.dumps([file_digest(model.path), steps, options], sort_keys=True)
     path = Path(cache_dir) / f"calib-{hashlib.sha256(key.encode()).hexdigest()[:16]}.h5"
     if not path.exists():

@@ -13,10 +13,12 @@ and the simulated request on a phone, both from the same numerics.
   the CPU's share of the busy time.
 
 Results are cached per plan in ``cache_dir`` (one JSON file per plan and kind, written
-atomically after every window), keyed by the content of the model file, the calibration file,
-the device profile and what the kind depends on (the accuracy on the window length; the timing
-on the prompt, the decoded tokens and the policy), so a second run, e.g. with a new budget or
-policy, scores nothing twice, and a killed run loses at most the window in flight.
+atomically after every window), keyed by the content of the model file, the calibration file
+and what the kind depends on (the accuracy on the window length and the plan as planned for
+the device, so devices that plan it alike share it; the timing on the device profile, the
+prompt, the decoded tokens, the policy and the NPU's reading if one is imposed), so a second
+run, e.g. with a new budget or policy, scores nothing twice, and a killed run loses at most the
+window in flight.
 """
 
 from __future__ import annotations
@@ -67,6 +69,17 @@ def plan_key(plan: str) -> str:
     return json.dumps(_core.Plan(plan).to_json(), sort_keys=True)
 
 
+def planned_key(plan: str, profile: Mapping) -> str:
+    """What a plan's numerics depend on: its JSON as planned for ``profile``, less the device's
+    name, so devices that plan it alike share its accuracy; with a partition (solved per
+    device when it runs: the cut of each linear), the profile's content too."""
+    planned = dict(_core.Plan(plan).on_device(profile).to_json())
+    planned.pop("device", None)
+    if planned.get("partition", {}).get("mode", "none") != "none":
+        planned["device"] = _digest(profile)
+    return json.dumps(planned, sort_keys=True)
+
+
 class EngineEvaluator:
     """Scores and times plans of one loaded model on one device profile."""
 
@@ -80,6 +93,7 @@ class EngineEvaluator:
         context: int = 512,
         max_windows: int = 16,
         policy: str = "npu-stall-first",
+        characterization: str = "",
         cache_dir: str | Path | None = None,
     ):
         from ..sim.timeline import _profile
@@ -95,6 +109,7 @@ class EngineEvaluator:
         self.profile = _profile(device)
         self.device = self.profile["name"]
         self.prompt_len, self.decode_tokens, self.policy = prompt_len, decode_tokens, policy
+        self.characterization = characterization  # "": each plan's own reading of the NPU
         self.context = context
         self.windows = heldout_windows(model, context, max_windows)
         # the timed prompt: held-out text after the scored windows (timing reads no accuracy)
@@ -116,12 +131,14 @@ class EngineEvaluator:
             "device": _digest(self.profile),
         }
         self.settings = {
-            "accuracy": {**common, "context": context},
+            "accuracy": {**{k: v for k, v in common.items() if k != "device"}, "context": context},
             "timing": {
                 **common, "prompt": _digest(self.prompt), "decode_tokens": decode_tokens,
                 "policy": policy,
             },
         }  # fmt: skip
+        if characterization:  # (absent: each plan's own, as in caches written before it)
+            self.settings["timing"]["characterization"] = characterization
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._memo: dict[tuple[str, str], dict] = {}
         self.evaluations = {"windows": 0, "simulations": 0}  # work done by this evaluator
@@ -132,9 +149,12 @@ class EngineEvaluator:
             return None
         return self.cache_dir / kind / f"{_digest([self.settings[kind], key])[:24]}.json"
 
+    def _key(self, kind: str, plan: str) -> str:
+        return planned_key(plan, self.profile) if kind == "accuracy" else plan_key(plan)
+
     def _entry(self, kind: str, plan: str) -> dict:
         """The cached results of one kind ("accuracy": per window, "timing") of ``plan``."""
-        key = plan_key(plan)
+        key = self._key(kind, plan)
         if (kind, key) not in self._memo:
             entry = {"plan": plan, "plan_json": json.loads(key), "windows": {}}
             path = self._path(kind, key)
@@ -149,7 +169,7 @@ class EngineEvaluator:
         return self._memo[kind, key]
 
     def _save(self, kind: str, plan: str) -> None:
-        key = plan_key(plan)
+        key = self._key(kind, plan)
         path = self._path(kind, key)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +185,7 @@ class EngineEvaluator:
         chunk = _core.Plan(plan).chunk_len or None
         return simulate_model(
             self.model, self.prompt, self.profile, plan, chunk=chunk, policy=self.policy,
-            decode_tokens=self.decode_tokens,
+            decode_tokens=self.decode_tokens, characterization=self.characterization,
         )  # fmt: skip
 
     def simulate(self, plan: str) -> dict[str, float]:

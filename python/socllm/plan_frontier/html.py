@@ -94,6 +94,38 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
         + ", ".join(f"<code>{e(p)}</code>" for p in report["nearest"])
         + "</li>"
     )
+    presets = ""
+    if report.get("presets"):
+        from .run import preset_verdicts
+
+        def cell(plan: str | None, text: str) -> str:
+            return f"<td><code>{e(plan)}</code>: {e(text)}</td>" if plan else f"<td>{e(text)}</td>"
+
+        body = "".join(
+            f'<tr><td class="plan">{e(v["preset"])}</td><td>{_num(v["dnll"], "+.4f")}</td>'
+            f"<td>{_num(v['dnll_se'], '.4f')}</td><td>{v['ttft_ms']:.1f}</td>"
+            + "".join(cell(p, t) for p, t in preset_verdicts(v))
+            + "</tr>"
+            for v in report["presets"]
+        )
+        n = sum(v["beaten"] for v in report["presets"])
+        presets = (
+            f"<h2>Presets against the frontier</h2><p>{n} of {len(report['presets'])} presets "
+            "beaten on a budget set at their own value (paired ΔNLL over the windows both "
+            'scored).</p><table class="sortable"><thead><tr>'
+            + "".join(
+                f"<th>{e(c)}</th>"
+                for c in (
+                    "preset",
+                    "ΔNLL",
+                    "± SE",
+                    "TTFT ms",
+                    "more accurate at its TTFT",
+                    "faster at its accuracy",
+                )
+            )  # fmt: skip
+            + f"</tr></thead><tbody>{body}</tbody></table>"
+        )
     share = 100 * ev["windows_scored"] / max(ev["exhaustive_windows"], 1)
     timeline = ""
     if timeline_png is not None and timeline_png.exists():
@@ -117,6 +149,7 @@ plan-windows of an exhaustive {ev["exhaustive_windows"]} ({share:.0f}%).</p>
 <h2>Plans</h2>
 <table class="sortable"><thead><tr>{"".join(f"<th>{e(c)}</th>" for c in cols)}</tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
+{presets}
 {timeline}
 <script>{_SORT_JS}</script>
 </body></html>

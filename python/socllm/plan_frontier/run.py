@@ -6,7 +6,9 @@ The report (:func:`frontier`) lists every plan of the space with its objectives,
 on the frontier and, if the search stopped scoring it, why; what the search spent against an
 exhaustive grid; and one recommended plan per goal (the most accurate, the fastest first token,
 the least energy) among the frontier plans within every budget, each written as a plan file
-that ``socllm eval``, ``simulate`` and ``run --cold`` take (``--plan @FILE``).
+that ``socllm eval``, ``simulate`` and ``run --cold`` take (``--plan @FILE``); and, for each of
+the core's preset plans searched with the space, whether a frontier plan beats it
+(:func:`versus_presets`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .. import _core
 from ..errors import InvalidArgumentError
+from ..eval.stats import paired_difference
 from ..io.files import atomic_path, atomic_write_text
 from ..plan_files import write_plan
 from .evaluate import EngineEvaluator
@@ -83,6 +87,70 @@ def nearest(rows: Sequence[Mapping], budgets: Mapping[str, float], n: int = 3) -
     return sorted(rows, key=excess)[:n]
 
 
+def _paired(a: Mapping, b: Mapping) -> tuple[float, float]:
+    """Mean and SE of ΔNLL(b) - ΔNLL(a) over the windows both rows scored."""
+    return paired_difference(a["window_dnll"], b["window_dnll"])
+
+
+def versus_presets(rows: Sequence[Mapping], presets: Mapping[str, str]) -> list[dict]:
+    """For each preset (name -> its plan among ``rows``), the frontier plans that beat it on a
+    budget set at the preset's own value:
+
+    * ``at_ttft``: the most accurate frontier plan no slower to the first token, if its ΔNLL is
+      lower (``gain``: the preset's ΔNLL minus its, paired over the windows both scored, with
+      its SE);
+    * ``at_dnll``: the fastest frontier plan at least as accurate (paired difference <= 0), if
+      its TTFT is lower (``speedup``: the preset's TTFT over its).
+
+    ``beaten`` when either exists; a preset on the frontier has neither (fp32, the reference,
+    is the most accurate plan by definition)."""
+    by_plan = {r["plan"]: r for r in rows}
+    front = [r for r in rows if r["frontier"]]
+    out = []
+    for name, plan in presets.items():
+        p = by_plan[plan]
+        v = {
+            "preset": name, "plan": plan, "dnll": p["dnll"], "dnll_se": p["dnll_se"],
+            "ttft_ms": p["ttft_ms"], "frontier": p["frontier"], "at_ttft": None, "at_dnll": None,
+        }  # fmt: skip
+        others = [r for r in front if r["plan"] != plan and p["window_dnll"]]
+        faster = [r for r in others if r["ttft_ms"] <= p["ttft_ms"]]
+        if faster:
+            a = min(faster, key=lambda r: r["dnll"])
+            diff, se = _paired(a, p)
+            if diff > 0:
+                v["at_ttft"] = {"plan": a["plan"], "ttft_ms": a["ttft_ms"], "gain": diff,
+                                "gain_se": se}  # fmt: skip
+        as_good = [(r, *_paired(p, r)) for r in others]
+        as_good = [(r, d, se) for r, d, se in as_good if d <= 0]
+        if as_good:
+            b, d, se = min(as_good, key=lambda x: x[0]["ttft_ms"])
+            if b["ttft_ms"] < p["ttft_ms"]:
+                v["at_dnll"] = {
+                    "plan": b["plan"], "ttft_ms": b["ttft_ms"], "dnll_diff": d,
+                    "dnll_diff_se": se, "speedup": p["ttft_ms"] / b["ttft_ms"],
+                }  # fmt: skip
+        v["beaten"] = bool(v["at_ttft"] or v["at_dnll"])
+        out.append(v)
+    return out
+
+
+def preset_verdicts(v: Mapping) -> list[tuple[str | None, str]]:
+    """A :func:`versus_presets` entry's two verdicts, (more accurate at its TTFT, faster at its
+    accuracy), each (the plan that beats it or None, the text)."""
+    a, b = v["at_ttft"], v["at_dnll"]
+    none = (None, "on the frontier" if v["frontier"] else "-")
+    return [
+        (a["plan"], f"ΔNLL -{a['gain']:.4f} ± {a['gain_se']:.4f}") if a else none,
+        (
+            b["plan"],
+            f"{b['speedup']:.2f}x faster (ΔNLL {b['dnll_diff']:+.4f} ± {b['dnll_diff_se']:.4f})",
+        )
+        if b
+        else none,
+    ]
+
+
 def frontier(
     model,
     device="snapdragon-8gen3",
@@ -97,6 +165,8 @@ def frontier(
     z: float = DEFAULT_Z,
     objectives: Sequence[str] = DEFAULT_OBJECTIVES,
     policy: str = "npu-stall-first",
+    characterization: str = "",
+    presets: Sequence[str] | None = None,
     cache_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: bool = False,
@@ -104,7 +174,10 @@ def frontier(
     """The frontier of ``model`` (loaded, with the calibration its plans need) on ``device``
     (a profile name, path or dict) for a ``prompt_len``-token prompt and ``decode_tokens``
     decoded tokens; the frontier is over ``objectives`` (default ΔNLL and TTFT; the other
-    objectives are budgets). Returns the report (see the module doc); with ``out_dir`` also writes
+    objectives are budgets). ``presets``: the core's preset plans searched with the space
+    (default all of ``Plan.known()``; ``()``: none). ``characterization``: one reading of the
+    device's NPU for every plan (default: each plan's own, as ``socllm simulate``). Returns the
+    report (see the module doc); with ``out_dir`` also writes
     ``frontier.json``, ``.md``, ``.png``, ``.html``, ``plans/<goal>.json`` and the first
     recommended plan's timeline (``timeline.png``, Perfetto ``timeline.json``)."""
     from tqdm.auto import tqdm
@@ -119,10 +192,12 @@ def frontier(
         objectives = check_objectives(objectives)
     except ValueError as e:
         raise InvalidArgumentError(f"frontier: {e}") from None
-    space = build_space(axes or DEFAULT_AXES)
+    presets = _core.Plan.known() if presets is None else list(presets)
+    space = build_space(axes or DEFAULT_AXES, presets)
     evaluator = EngineEvaluator(
         model, device, prompt_len=prompt_len, decode_tokens=decode_tokens, context=context,
-        max_windows=windows, policy=policy, cache_dir=cache_dir,
+        max_windows=windows, policy=policy, characterization=characterization,
+        cache_dir=cache_dir,
     )  # fmt: skip
     schedule = window_schedule(windows)
     bar = tqdm(total=len(space.plans), desc="frontier: simulate", disable=not progress)
@@ -141,17 +216,22 @@ def frontier(
     )  # fmt: skip
     bar.close()
     rows = []
+    named = {}
+    for name, plan in space.presets.items():
+        named.setdefault(plan, []).append(name)
     for r, on in zip(result.results, result.frontier, strict=True):
         rows.append(
             {
                 "plan": r.plan,
                 "parts": space.parts[r.plan],
+                "presets": named.get(r.plan, []),
                 "dnll": r.dnll,
                 "dnll_se": r.dnll_se,
                 "kl": r.mean("kl"),
                 "kl_se": r.se("kl"),
                 "top1": r.mean("top1"),
                 "windows": len(r.windows),
+                "window_dnll": {str(w): s["dnll"] for w, s in sorted(r.windows.items())},
                 **r.simulated,
                 "frontier": on,
                 "dropped": r.dropped,
@@ -167,6 +247,7 @@ def frontier(
         "windows": windows,
         "z": z,
         "policy": policy,
+        "characterization": characterization or "each plan's own",
         "objectives": list(objectives),
         "budgets": budgets,
         "space": {
@@ -184,6 +265,7 @@ def frontier(
         },
         "plans": rows,
         "recommended": {g: r["plan"] for g, r in rec.items()},
+        "presets": versus_presets(rows, space.presets),
         "nearest": [] if rec else [r["plan"] for r in nearest(rows, budgets)],
     }
     if out_dir is not None:
@@ -221,6 +303,20 @@ def markdown(report: Mapping) -> str:
             f"{100 * r['cpu_share']:.0f}% | {r['windows']} |"
         )
     lines.append("")
+    if report["presets"]:
+        beaten = [v for v in report["presets"] if v["beaten"]]
+        lines += [
+            f"Presets against the frontier: {len(beaten)} of {len(report['presets'])} beaten "
+            "on a budget set at their own value (paired ΔNLL over the windows both scored).",
+            "",
+            "| preset | ΔNLL ± SE | TTFT ms | more accurate at its TTFT | faster at its accuracy |",
+            "| --- | ---: | ---: | --- | --- |",
+        ]
+        for v in report["presets"]:
+            acc = f"{v['dnll']:+.4f} ± {v['dnll_se']:.4f}" if math.isfinite(v["dnll_se"]) else "-"
+            cells = [f"`{p}`: {t}" if p else t for p, t in preset_verdicts(v)]
+            lines.append(f"| {v['preset']} | {acc} | {v['ttft_ms']:.1f} | {' | '.join(cells)} |")
+        lines.append("")
     if report["recommended"]:
         lines.append("Recommended (frontier plans within the budgets):")
         for goal, plan in report["recommended"].items():

@@ -13,6 +13,11 @@ An axis is a name and a list of values; a plan is one value per axis:
 Products the core refuses (e.g. shadow outliers with a row partition) are left out, each with
 the core's reason (:attr:`Space.refused`); an axis name the space does not know, an empty axis
 or a space with no plan left is an error naming it.
+
+The core's preset plans (``Plan.known()``: the papers' systems as they ship) join the space as
+candidates of their own, at the space's chunk length, so the frontier says which of them a
+composed plan beats (:attr:`Space.presets`; a preset that is one of the products is not added
+twice).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Space:
     plans: list[str] = field(default_factory=list)  # the composable products, plan text
     parts: dict[str, dict[str, str]] = field(default_factory=dict)  # plan -> its axis values
     refused: dict[str, str] = field(default_factory=dict)  # product -> the core's reason
+    presets: dict[str, str] = field(default_factory=dict)  # preset name -> its plan in the space
 
     @property
     def size(self) -> int:
@@ -74,6 +80,20 @@ def parse_axes(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return axes
 
 
+def parse_presets(spec: str) -> list[str]:
+    """``all`` (the core's every preset), ``none`` or ``NAME,NAME`` -> preset names (checked
+    by :func:`build_space`)."""
+    spec = spec.strip()
+    if spec == "all":
+        return list(_core.Plan.known())
+    if spec == "none":
+        return []
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise InvalidArgumentError(f"frontier: --presets {spec!r} names no preset")
+    return names
+
+
 def compose(parts: Mapping[str, str]) -> str:
     """One plan's text from its axis values."""
     linear = parts["linear"]
@@ -89,8 +109,9 @@ def compose(parts: Mapping[str, str]) -> str:
     return linear + ("," if ":" in linear else ":") + ",".join(options)
 
 
-def build_space(axes: Mapping[str, Sequence[str]]) -> Space:
-    """Every product of ``axes`` the core composes, in the axes' order."""
+def build_space(axes: Mapping[str, Sequence[str]], presets: Sequence[str] = ()) -> Space:
+    """Every product of ``axes`` the core composes, in the axes' order, then the ``presets``
+    (core preset names) at the first chunk length of the axes."""
     for name, values in axes.items():
         if name not in AXES:
             raise InvalidArgumentError(f"frontier: unknown axis {name!r} (axes: {', '.join(AXES)})")
@@ -120,10 +141,24 @@ def build_space(axes: Mapping[str, Sequence[str]]) -> Space:
         seen[canonical] = text
         space.plans.append(text)
         space.parts[text] = parts
-    if not space.plans:
+    if not space.plans:  # the axes are wrong, whatever presets join them
         reasons = "; ".join(f"{p}: {r}" for p, r in list(space.refused.items())[:3])
         raise InvalidArgumentError(
             f"frontier: the search space is empty: none of its {space.size} plans composes"
             + (f" ({reasons})" if reasons else "")
         )
+    known = set(_core.Plan.known())
+    chunk = space.axes.get("chunk_len", ("0",))[0]
+    for name in presets:
+        if name not in known:
+            raise InvalidArgumentError(
+                f"frontier: unknown preset {name!r} (presets: {', '.join(_core.Plan.known())})"
+            )
+        text = compose({"linear": name, "chunk_len": chunk})
+        canonical = str(_core.Plan(text).to_json())
+        if canonical not in seen:
+            seen[canonical] = text
+            space.plans.append(text)
+            space.parts[text] = {"preset": name}
+        space.presets[name] = seen[canonical]
     return space

@@ -720,6 +720,18 @@ def cmd_frontier(args) -> int:
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     axes = parse_axes(args.axis or [])
     presets = parse_presets(args.presets)
+    validate_tasks = []
+    if args.validate_tasks is not None:
+        from .eval.lmeval.task_configs import resolve_task
+
+        validate_tasks = [t.strip() for t in args.validate_tasks.split(",") if t.strip()]
+        if not validate_tasks:
+            raise InvalidArgumentError(f"frontier: --validate-tasks {args.validate_tasks!r}")
+        for t in validate_tasks:
+            try:
+                resolve_task(t)  # an unknown task before any work
+            except ValueError as e:
+                raise InvalidArgumentError(f"frontier: --validate-tasks: {e}") from None
     build_space(axes, presets)  # an unknown axis or preset, an empty space: before any work
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     try:
@@ -760,6 +772,7 @@ def cmd_frontier(args) -> int:
         max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
         out_dir=args.out, progress=not args.quiet, policy=args.policy or "npu-stall-first",
         characterization=args.characterization or "", presets=presets,
+        validate_tasks=validate_tasks, validate_limit=args.validate_limit,
     )  # fmt: skip
     if args.json is not None:
         write_output(args.json, to_json(rep), what="--json")
@@ -1220,6 +1233,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--z", type=_number(float, 0), default=2.0,
         help="a plan is dropped when another's ΔNLL is lower by z standard errors (default 2)",
     )  # fmt: skip
+    fr.add_argument(
+        "--validate-tasks", default=None, metavar="TASK,TASK",
+        help="score the frontier's members on these lm-eval tasks (e.g. hellaswag,arc_easy,"
+        "piqa) and compare their order with the ΔNLL's: rank correlation with its interval",
+    )  # fmt: skip
+    fr.add_argument(
+        "--validate-limit", type=_COUNT, default=200, help="documents per validation task (200)"
+    )
     fr.add_argument("--json", default=None, metavar="PATH|-", help="the report as JSON")
     fr.add_argument(
         "--out", default=None, help="report directory (default socllm-frontier unless --json)"

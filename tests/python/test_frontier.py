@@ -14,7 +14,7 @@ import pytest
 import socllm
 from socllm.cli import main
 from socllm.eval.divergence import compare_plans
-from socllm.plan_frontier.run import frontier
+from socllm.plan_frontier.run import frontier, markdown
 
 PLANS = ("fp32", "w8a8", "shadow-outlier:pruning_rate=0.5")
 AXES = {"linear": PLANS, "attention": ("fp32",), "partition": ("none",), "chunk_len": ("0",)}
@@ -254,7 +254,7 @@ def test_the_command_calibrates_its_space_and_says_when_no_plan_fits(tmp_path, c
     out = tmp_path / "fr"
     argv = ["frontier", "--axis", "linear=fp32|w8a8", "--axis", "attention=fp32",
             "--axis", "chunk_len=0", "--prompt-len", "64", "--decode-tokens", "1",
-            "--windows", "2", "--context", "64", "--calib-samples", "2",
+            "--windows", "2", "--context", "64", "--calib-samples", "2", "--presets", "none",
             "--out", str(out), "--quiet"]  # fmt: skip
     assert main([*argv, "--json", "-"]) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -264,3 +264,26 @@ def test_the_command_calibrates_its_space_and_says_when_no_plan_fits(tmp_path, c
     assert main([*argv, "--max-ttft-ms", "0.001"]) == 3
     text = capsys.readouterr().out
     assert "No plan meets the budgets" in text and "`w8a8`" in text
+
+
+def test_validation_on_lm_eval_tasks(report, calibrated):
+    """The members' task accuracy is the lm-eval backend's for the same plan; rho is scipy's
+    Spearman on the reported means (the same windows as the report, no new one scored)."""
+    pytest.importorskip("lm_eval")
+    from scipy.stats import spearmanr
+    from socllm.eval.lmeval import evaluate
+
+    rep, out = report
+    again = frontier(
+        calibrated, axes=AXES, cache_dir=out / "cache", validate_tasks=("arc_easy",),
+        validate_limit=8, **SETTINGS,
+    )  # fmt: skip
+    assert again["evaluations"]["new_windows"] == 0
+    v = again["validation"]
+    assert v["plans"][0] == "fp32" and len(v["plans"]) >= 3
+    for plan in ("fp32", "w8a8"):
+        want = evaluate(calibrated, tasks=["arc_easy"], plan=plan, limit=8, quiet=True)
+        assert v["per_plan"][plan]["arc_easy"]["acc"] == pytest.approx(want["arc_easy"]["acc"])
+    rho = spearmanr(v["dnll"], v["task_loss"]).statistic
+    assert v["spearman"] == pytest.approx(rho, nan_ok=True)
+    assert "Validation on lm-eval tasks" in markdown(again)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import socllm
 from socllm.plan_frontier.pareto import dominates, frontier_flags, racing_survivors
 from socllm.plan_frontier.run import versus_presets
 from socllm.plan_frontier.search import search
@@ -180,3 +181,36 @@ def test_presets_against_the_frontier_by_hand():
     assert p["at_dnll"]["dnll_diff"] == pytest.approx(-0.3) and p["beaten"]
     for v in (fp32, fast):
         assert v["at_ttft"] is None and v["at_dnll"] is None and not v["beaten"]
+
+
+def test_rank_agreement_against_scipy_and_by_hand():
+    """rho is scipy's Spearman on the plans' means; a pair the orders swap is listed with its
+    paired task difference; its interval holds rho."""
+    from scipy.stats import spearmanr
+    from socllm.plan_frontier.validate import rank_agreement
+
+    rng = np.random.default_rng(3)
+    windows = [str(w) for w in range(8)]
+    docs = [f"d{k}" for k in range(400)]
+    true_dnll = {"fp32": 0.0, "a": 0.05, "b": 0.2, "c": 0.6}
+    true_loss = {"fp32": 0.0, "a": 0.08, "b": 0.02, "c": 0.3}  # a and b swap on the tasks
+    dnll = {p: {w: m + 0.01 * rng.standard_normal() for w in windows} for p, m in true_dnll.items()}
+    ref_acc = {d: float(rng.random() < 0.6) for d in docs}
+    acc = {
+        p: {d: float(ref_acc[d] and rng.random() >= loss / 0.6) for d in docs}
+        for p, loss in true_loss.items()
+    }
+    acc["fp32"] = ref_acc
+    got = rank_agreement(dnll, acc, "fp32", resamples=500)
+    means_d = [np.mean(list(dnll[p].values())) for p in got["plans"]]
+    means_l = [np.mean([ref_acc[d] - acc[p][d] for d in docs]) for p in got["plans"]]
+    assert got["spearman"] == pytest.approx(spearmanr(means_d, means_l).statistic)
+    assert got["spearman"] == pytest.approx(0.8)  # one adjacent swap of 4: 1 - 6*2/60
+    lo, hi = got["interval"]
+    assert lo <= got["spearman"] <= hi
+    (d,) = got["disagreements"]
+    assert (d["wikitext_better"], d["tasks_better"]) == ("a", "b")
+    diff = np.mean([acc["b"][k] - acc["a"][k] for k in docs])
+    assert d["task_loss_diff"] == pytest.approx(diff) and d["beyond_noise"]
+    with pytest.raises(socllm.InvalidArgumentError, match="3 plans or more"):
+        rank_agreement({"fp32": dnll["fp32"], "a": dnll["a"]}, acc, "fp32")

@@ -54,6 +54,42 @@ def _num(v: float, fmt: str) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
+def _validation(v: Mapping) -> str:
+    """The lm-eval check of the frontier's order: rho, its interval, the table, the pairs the
+    two orders disagree on."""
+    e = html.escape
+    lo, hi = v["interval"]
+    head = "".join(
+        f"<th>{e(c)}</th>" for c in ("plan", "ΔNLL", "task accuracy change", "± SE", *v["tasks"])
+    )
+    body = ""
+    for plan, dnll in zip(v["plans"], v["dnll"], strict=True):
+        per = v["per_plan"][plan]
+        body += (
+            f'<tr><td class="plan">{e(plan)}</td><td>{dnll:+.4f}</td>'
+            f"<td>{100 * per['all']['diff']:+.1f}</td><td>{100 * per['all']['diff_se']:.1f}</td>"
+            + "".join(f"<td>{100 * per[t]['acc']:.1f}%</td>" for t in v["tasks"])
+            + "</tr>"
+        )
+    pairs = (
+        "".join(
+            f"<li><code>{e(d['wikitext_better'])}</code> has the lower ΔNLL but loses "
+            f"{100 * d['task_loss_diff']:.1f} ± {100 * d['task_loss_diff_se']:.1f} points more "
+            f"task accuracy than <code>{e(d['tasks_better'])}</code> "
+            f"({'beyond' if d['beyond_noise'] else 'within'} the noise)</li>"
+            for d in v["disagreements"]
+        )
+        or "<li>The two orders agree on every pair.</li>"
+    )
+    return (
+        f"<h2>Validation on lm-eval tasks</h2><p>{e(', '.join(v['tasks']))}, up to "
+        f"{v['limit']} documents each ({v['documents']} in all): Spearman's rho between ΔNLL "
+        f"and task accuracy loss {v['spearman']:+.2f}, {100 * v['level']:.0f}% interval "
+        f'[{lo:+.2f}, {hi:+.2f}].</p><table class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table><ul>{pairs}</ul>"
+    )
+
+
 def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
     """The report page; images are read from ``out`` (frontier.png) and ``timeline_png``."""
     e = html.escape
@@ -126,6 +162,7 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
             )  # fmt: skip
             + f"</tr></thead><tbody>{body}</tbody></table>"
         )
+    validation = _validation(report["validation"]) if report.get("validation") else ""
     share = 100 * ev["windows_scored"] / max(ev["exhaustive_windows"], 1)
     timeline = ""
     if timeline_png is not None and timeline_png.exists():
@@ -150,6 +187,7 @@ plan-windows of an exhaustive {ev["exhaustive_windows"]} ({share:.0f}%).</p>
 <table class="sortable"><thead><tr>{"".join(f"<th>{e(c)}</th>" for c in cols)}</tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
 {presets}
+{validation}
 {timeline}
 <script>{_SORT_JS}</script>
 </body></html>

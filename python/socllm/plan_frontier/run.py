@@ -167,6 +167,8 @@ def frontier(
     policy: str = "npu-stall-first",
     characterization: str = "",
     presets: Sequence[str] | None = None,
+    validate_tasks: Sequence[str] = (),
+    validate_limit: int = 200,
     cache_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: bool = False,
@@ -176,9 +178,11 @@ def frontier(
     decoded tokens; the frontier is over ``objectives`` (default ΔNLL and TTFT; the other
     objectives are budgets). ``presets``: the core's preset plans searched with the space
     (default all of ``Plan.known()``; ``()``: none). ``characterization``: one reading of the
-    device's NPU for every plan (default: each plan's own, as ``socllm simulate``). Returns the
-    report (see the module doc); with ``out_dir`` also writes
-    ``frontier.json``, ``.md``, ``.png``, ``.html``, ``plans/<goal>.json`` and the first
+    device's NPU for every plan (default: each plan's own, as ``socllm simulate``).
+    ``validate_tasks``: lm-eval tasks the frontier's members are scored on
+    (``validate_limit`` documents each), their order compared with the ΔNLL's
+    (plan_frontier/validate.py). Returns the report (see the module doc); with ``out_dir``
+    also writes ``frontier.json``, ``.md``, ``.png``, ``.html``, ``plans/<goal>.json`` and the first
     recommended plan's timeline (``timeline.png``, Perfetto ``timeline.json``)."""
     from tqdm.auto import tqdm
 
@@ -268,6 +272,17 @@ def frontier(
         "presets": versus_presets(rows, space.presets),
         "nearest": [] if rec else [r["plan"] for r in nearest(rows, budgets)],
     }
+    if validate_tasks:
+        from .validate import validate
+
+        members = [r for r in rows if r["frontier"]]
+        if len(members) < 3:  # a rank correlation needs 3: the other fully scored plans
+            full = [r for r in rows if not r["dropped"] and not r["frontier"]]
+            members += sorted(full, key=lambda r: r["dnll"])[: 3 - len(members)]
+        report["validation"] = validate(
+            evaluator, rows, [r["plan"] for r in members], tasks=validate_tasks,
+            limit=validate_limit, progress=progress,
+        )  # fmt: skip
     if out_dir is not None:
         first = next(iter(report["recommended"].values()), None)
         write_outputs(report, Path(out_dir), evaluator.timeline(first) if first else None)
@@ -317,6 +332,8 @@ def markdown(report: Mapping) -> str:
             cells = [f"`{p}`: {t}" if p else t for p, t in preset_verdicts(v)]
             lines.append(f"| {v['preset']} | {acc} | {v['ttft_ms']:.1f} | {' | '.join(cells)} |")
         lines.append("")
+    if report.get("validation"):
+        lines += validation_markdown(report["validation"])
     if report["recommended"]:
         lines.append("Recommended (frontier plans within the budgets):")
         for goal, plan in report["recommended"].items():
@@ -327,6 +344,39 @@ def markdown(report: Mapping) -> str:
             + ", ".join(f"`{p}`" for p in report["nearest"])
         )
     return "\n".join(lines) + "\n"
+
+
+def validation_markdown(v: Mapping) -> list[str]:
+    """The lm-eval check of the frontier's order (plan_frontier/validate.py) as Markdown lines."""
+    lo, hi = v["interval"]
+    tasks = v["tasks"]
+    lines = [
+        f"Validation on lm-eval tasks ({', '.join(tasks)}; up to {v['limit']} documents each, "
+        f"{v['documents']} in all): Spearman's rho between ΔNLL and task accuracy loss "
+        f"{v['spearman']:+.2f}, {100 * v['level']:.0f}% interval [{lo:+.2f}, {hi:+.2f}] "
+        f"(bootstrap over {v['windows']} windows and the documents).",
+        "",
+        "| plan | ΔNLL | task accuracy change (points) | " + " | ".join(tasks) + " |",
+        "| --- | ---: | ---: |" + " ---: |" * len(tasks),
+    ]
+    for plan, dnll in zip(v["plans"], v["dnll"], strict=True):
+        per = v["per_plan"][plan]
+        cells = [f"{100 * per[t]['acc']:.1f}%" for t in tasks]
+        lines.append(
+            f"| `{plan}` | {dnll:+.4f} | {100 * per['all']['diff']:+.1f} ± "
+            f"{100 * per['all']['diff_se']:.1f} | " + " | ".join(cells) + " |"
+        )
+    lines.append("")
+    for d in v["disagreements"]:
+        lines.append(
+            f"- Disagreement: `{d['wikitext_better']}` has the lower ΔNLL ({d['dnll'][0]:+.4f} "
+            f"vs {d['dnll'][1]:+.4f}) but loses more task accuracy than `{d['tasks_better']}` "
+            f"by {100 * d['task_loss_diff']:.1f} ± {100 * d['task_loss_diff_se']:.1f} points"
+            f" ({'beyond' if d['beyond_noise'] else 'within'} the noise)."
+        )
+    if not v["disagreements"]:
+        lines.append("- The two orders agree on every pair.")
+    return [*lines, ""]
 
 
 def plot(report: Mapping, dest: Path) -> None:

@@ -720,6 +720,10 @@ def cmd_frontier(args) -> int:
     _check_outputs({"--json": args.json}, _inputs(args.model, args.calib))
     axes = parse_axes(args.axis or [])
     presets = parse_presets(args.presets)
+    if args.address is not None and not args.ray:
+        raise not_applicable(
+            "frontier", f"--address {args.address}", "Ray's cluster", "--ray is not given"
+        )
     validate_tasks = []
     if args.validate_tasks is not None:
         from .eval.lmeval.task_configs import resolve_task
@@ -772,7 +776,8 @@ def cmd_frontier(args) -> int:
         max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
         out_dir=args.out, progress=not args.quiet, policy=args.policy or "npu-stall-first",
         characterization=args.characterization or "", presets=presets,
-        validate_tasks=validate_tasks, validate_limit=args.validate_limit,
+        validate_tasks=validate_tasks, validate_limit=args.validate_limit, ray=args.ray,
+        address=args.address,
     )  # fmt: skip
     if args.json is not None:
         write_output(args.json, to_json(rep), what="--json")
@@ -1241,6 +1246,14 @@ def build_parser() -> argparse.ArgumentParser:
     fr.add_argument(
         "--validate-limit", type=_COUNT, default=200, help="documents per validation task (200)"
     )
+    fr.add_argument(
+        "--ray", action="store_true",
+        help="score windows and time plans as Ray tasks (a worker that dies is run again)",
+    )  # fmt: skip
+    fr.add_argument(
+        "--address", default=None,
+        help="with --ray: an existing Ray cluster (auto, ip:port or ray://...); default: local",
+    )  # fmt: skip
     fr.add_argument("--json", default=None, metavar="PATH|-", help="the report as JSON")
     fr.add_argument(
         "--out", default=None, help="report directory (default socllm-frontier unless --json)"

@@ -287,3 +287,68 @@ def test_validation_on_lm_eval_tasks(report, calibrated):
     rho = spearmanr(v["dnll"], v["task_loss"]).statistic
     assert v["spearman"] == pytest.approx(rho, nan_ok=True)
     assert "Validation on lm-eval tasks" in markdown(again)
+
+
+@pytest.mark.slow
+def test_ray_tasks_score_as_the_driver_does_and_a_killed_worker_loses_nothing(
+    report, calibrated, tmp_path, monkeypatch
+):
+    """With --ray every window and timing runs as a Ray task; the first task's worker is
+    killed (os._exit) and Ray runs it again: the report equals the in-process one."""
+    pytest.importorskip("ray")
+    from socllm.plan_frontier import ray_evaluate
+
+    marker = tmp_path / "killed"
+
+    class Crashing(ray_evaluate.RayEvaluator):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, crash_marker=str(marker), **kw)
+
+    monkeypatch.setattr(ray_evaluate, "RayEvaluator", Crashing)
+    rep, _ = report
+    got = frontier(calibrated, axes=AXES, cache_dir=tmp_path / "cache", ray=True, **SETTINGS)
+    assert marker.exists()  # a worker died
+    assert got["evaluations"]["new_simulations"] == len(rep["plans"])
+    want = {r["plan"]: r for r in rep["plans"]}
+    for r in got["plans"]:
+        w = want[r["plan"]]
+        assert r["window_dnll"].keys() == w["window_dnll"].keys()
+        for k, v in r["window_dnll"].items():
+            assert v == pytest.approx(w["window_dnll"][k], rel=1e-5, abs=1e-7)
+        assert r["ttft_ms"] == pytest.approx(w["ttft_ms"], rel=1e-9)
+        assert r["frontier"] == w["frontier"]
+
+
+def test_a_killed_run_resumes_from_its_cache(small_calibration, tmp_path, capsys):
+    """`socllm frontier` killed (SIGKILL) once its first window is cached leaves no report and
+    no partial file; the rerun scores only what is missing and reports every plan."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "fr"
+    argv = ["frontier", "--axis", f"linear={'|'.join(PLANS)}", "--axis", "attention=fp32",
+            "--axis", "chunk_len=0", "--presets", "none", "--prompt-len", "128",
+            "--decode-tokens", "2", "--windows", "3", "--context", "128",
+            "--calib", str(small_calibration), "--out", str(out), "--quiet"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    proc = subprocess.Popen([sys.executable, "-m", "socllm.cli", *argv], env=env)
+    cached = out / "cache" / "accuracy"
+    deadline = time.monotonic() + 300
+    while not any(cached.glob("*.json")) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no window cached in 300 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = sum(len(json.loads(f.read_text())["entry"]["windows"]) for f in cached.glob("*.json"))
+    assert 0 < done
+    assert not (out / "frontier.json").exists()
+    assert main([*argv, "--json", "-"]) == 0
+    # a temp file the kill left is removed by the next write of its file (io/files.py)
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    rep = json.loads(capsys.readouterr().out)
+    scored = rep["evaluations"]["windows_scored"]
+    assert rep["evaluations"]["new_windows"] == scored - done
+    assert {r["plan"] for r in rep["plans"]} == set(PLANS)

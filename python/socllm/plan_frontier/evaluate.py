@@ -80,6 +80,36 @@ def planned_key(plan: str, profile: Mapping) -> str:
     return json.dumps(planned, sort_keys=True)
 
 
+def score_window(model, ids: Sequence[int], planned: Mapping[str, object]) -> dict[str, dict]:
+    """Per plan (a core Plan, planned for the device): ``dnll``, ``kl``, ``top1`` per token on
+    one window against fp32, whose logits the plans share."""
+    targets = np.asarray(ids[1:], dtype=np.int64)
+    ref = model.logits(ids, "fp32")[:-1]
+    out = {}
+    for plan, p in planned.items():
+        s = window_stats(ref, model.logits(ids, p)[:-1], targets)
+        out[plan] = {
+            "dnll": (s["nll"] - s["nll_ref"]) / s["n"],
+            "kl": s["kl"] / s["n"],
+            "top1": s["top1"] / s["n"],
+        }
+    return out
+
+
+def time_plan(
+    model, prompt, profile, plan: str, *, decode_tokens: int, policy: str, characterization: str
+):
+    """The simulated request of ``plan``: the engine runs ``prompt`` and ``decode_tokens``
+    greedy steps, planned for ``profile``; the graph it executed is simulated."""
+    from ..sim.timeline import simulate_model
+
+    chunk = _core.Plan(plan).chunk_len or None
+    return simulate_model(
+        model, prompt, profile, plan, chunk=chunk, policy=policy, decode_tokens=decode_tokens,
+        characterization=characterization,
+    )  # fmt: skip
+
+
 class EngineEvaluator:
     """Scores and times plans of one loaded model on one device profile."""
 
@@ -180,12 +210,9 @@ class EngineEvaluator:
     def timeline(self, plan: str):
         """The simulated request of ``plan`` (a fresh engine run; its summary is
         :meth:`simulate`'s)."""
-        from ..sim.timeline import simulate_model
-
-        chunk = _core.Plan(plan).chunk_len or None
-        return simulate_model(
-            self.model, self.prompt, self.profile, plan, chunk=chunk, policy=self.policy,
-            decode_tokens=self.decode_tokens, characterization=self.characterization,
+        return time_plan(
+            self.model, self.prompt, self.profile, plan, decode_tokens=self.decode_tokens,
+            policy=self.policy, characterization=self.characterization,
         )  # fmt: skip
 
     def simulate(self, plan: str) -> dict[str, float]:
@@ -197,10 +224,25 @@ class EngineEvaluator:
             self._save("timing", plan)
         return dict(entry["simulated"])
 
+    def prefetch(self, plans: Sequence[str]) -> None:
+        """Times ``plans`` ahead of :meth:`simulate` (here: nothing; in parallel on Ray)."""
+
+    def _store_timing(self, plan: str, simulated: Mapping[str, float]) -> None:
+        self._entry("timing", plan)["simulated"] = dict(simulated)
+        self.evaluations["simulations"] += 1
+        self._save("timing", plan)
+
+    def _windows(self, todo: Mapping[int, Sequence[str]]):
+        """(window, {plan: stats}) for every window of ``todo`` (window -> plans), as each is
+        scored (here, one after the other)."""
+        planned = {p: _core.Plan(p).on_device(self.profile) for ps in todo.values() for p in ps}
+        for w in sorted(todo):
+            yield w, score_window(self.model, self.windows[w], {p: planned[p] for p in todo[w]})
+
     def score(self, need: Mapping[str, Sequence[int]]) -> dict[str, dict[int, dict]]:
         """Per plan, per window index: ``dnll``, ``kl``, ``top1`` (per token); cached windows
         are not scored again. Window by window, so every plan asked for a window shares its
-        fp32 logits."""
+        fp32 logits; each window's results are cached as it is scored."""
         out: dict[str, dict[int, dict]] = {p: {} for p in need}
         todo: dict[int, list[str]] = {}
         for plan, ws in need.items():
@@ -216,21 +258,11 @@ class EngineEvaluator:
                     todo.setdefault(w, []).append(plan)
         # the numerics of the plan as planned for the device (partitions solved there), as in
         # the timed run
-        planned = {p: _core.Plan(p).on_device(self.profile) for p in need}
-        for w in sorted(todo):
-            ids = self.windows[w]
-            targets = np.asarray(ids[1:], dtype=np.int64)
-            ref = self.model.logits(ids, "fp32")[:-1]
-            for plan in todo[w]:
-                s = window_stats(ref, self.model.logits(ids, planned[plan])[:-1], targets)
-                stats = {
-                    "dnll": (s["nll"] - s["nll_ref"]) / s["n"],
-                    "kl": s["kl"] / s["n"],
-                    "top1": s["top1"] / s["n"],
-                }
-                self._entry("accuracy", plan)["windows"][str(w)] = stats
-                out[plan][w] = stats
+        for w, stats in self._windows(todo):
+            for plan, st in stats.items():
+                self._entry("accuracy", plan)["windows"][str(w)] = st
+                out[plan][w] = st
                 self.evaluations["windows"] += 1
-            for plan in todo[w]:
+            for plan in stats:
                 self._save("accuracy", plan)
         return out

@@ -169,6 +169,8 @@ def frontier(
     presets: Sequence[str] | None = None,
     validate_tasks: Sequence[str] = (),
     validate_limit: int = 200,
+    ray: bool = False,
+    address: str | None = None,
     cache_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     progress: bool = False,
@@ -181,11 +183,11 @@ def frontier(
     device's NPU for every plan (default: each plan's own, as ``socllm simulate``).
     ``validate_tasks``: lm-eval tasks the frontier's members are scored on
     (``validate_limit`` documents each), their order compared with the ΔNLL's
-    (plan_frontier/validate.py). Returns the report (see the module doc); with ``out_dir``
-    also writes ``frontier.json``, ``.md``, ``.png``, ``.html``, ``plans/<goal>.json`` and the first
-    recommended plan's timeline (``timeline.png``, Perfetto ``timeline.json``)."""
-    from tqdm.auto import tqdm
-
+    (plan_frontier/validate.py). ``ray``: the windows and timings run as Ray tasks (a local
+    cluster, or the one at ``address``; plan_frontier/ray_evaluate.py). Returns the report
+    (see the module doc); with ``out_dir`` also writes ``frontier.json``, ``.md``, ``.png``,
+    ``.html``, ``plans/<goal>.json`` and the first recommended plan's timeline
+    (``timeline.png``, Perfetto ``timeline.json``)."""
     budgets = {k: float(v) for k, v in (budgets or {}).items() if v is not None}
     for name in budgets:
         if name not in BUDGETS:
@@ -198,11 +200,32 @@ def frontier(
         raise InvalidArgumentError(f"frontier: {e}") from None
     presets = _core.Plan.known() if presets is None else list(presets)
     space = build_space(axes or DEFAULT_AXES, presets)
-    evaluator = EngineEvaluator(
-        model, device, prompt_len=prompt_len, decode_tokens=decode_tokens, context=context,
-        max_windows=windows, policy=policy, characterization=characterization,
-        cache_dir=cache_dir,
+    settings = dict(
+        prompt_len=prompt_len, decode_tokens=decode_tokens, context=context, max_windows=windows,
+        policy=policy, characterization=characterization, cache_dir=cache_dir,
     )  # fmt: skip
+    if ray:
+        from .ray_evaluate import RayEvaluator
+
+        with RayEvaluator(model, device, address=address, **settings) as evaluator:
+            return _run(evaluator, model, space, budgets, windows, z, max_evals, objectives,
+                        validate_tasks, validate_limit, out_dir, progress)  # fmt: skip
+    evaluator = EngineEvaluator(model, device, **settings)
+    return _run(evaluator, model, space, budgets, windows, z, max_evals, objectives,
+                validate_tasks, validate_limit, out_dir, progress)  # fmt: skip
+
+
+def _run(
+    evaluator, model, space, budgets, windows, z, max_evals, objectives, validate_tasks,
+    validate_limit, out_dir, progress,
+) -> dict:  # fmt: skip
+    """:func:`frontier` on ``evaluator``."""
+    from tqdm.auto import tqdm
+
+    prompt_len, decode_tokens = evaluator.prompt_len, evaluator.decode_tokens
+    context, policy = evaluator.context, evaluator.policy
+    characterization = evaluator.characterization
+    evaluator.prefetch(space.plans)
     schedule = window_schedule(windows)
     bar = tqdm(total=len(space.plans), desc="frontier: simulate", disable=not progress)
 

@@ -47,9 +47,16 @@ constexpr const char* kHeteroGpuPlacement =
 constexpr const char* kHeteroSettings =
     R"({"sync": "fast", "characterization": "heterollm", "lm_head_weights": "linear",
         "decode": "same"})";
+// Weight-only per-group weights with fp16 activations: int4 (W4A16, HeteroLLM's and GPTQ/AWQ's
+// setting, seed 002 §5.1) or int8 (weight_bits=8: the same engine with twice the weight bytes,
+// a point between W4A16 and fp16 the frontier can choose; not a paper's configuration).
 LinearScheme w4a16(const json& o) {
+  const int64_t bits = o["weight_bits"].get<int64_t>();
+  if (bits != 4 && bits != 8)
+    throw InvalidArgument("[Plan] weight_bits of a weight-only per-group plan must be 4 or 8, got " +
+                          std::to_string(bits));
   LinearScheme s;
-  s.weights = WeightFormat::Int4;
+  s.weights = bits == 8 ? WeightFormat::Int8 : WeightFormat::Int4;
   s.weight_granularity = Granularity::PerGroup;
   s.activations = ActFormat::F16;
   s.group_size = o["group_size"].get<int64_t>();
@@ -231,30 +238,30 @@ const std::vector<Preset>& presets() {
        }},
       {"w4a16",
        "weight-only per-group int4 with fp16 activations (GPTQ/AWQ-style, seed 001 Table 4)",
-       R"({"group_size": 32})", w4a16},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16},
       {"gpu-only",
        "HeteroLLM's GPU baseline (PPL-OpenCL, seed 002 §5.1): W4A16, every op on the GPU",
-       R"({"group_size": 32})", w4a16, kHeteroGpuPlacement, kHeteroSettings},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroGpuPlacement, kHeteroSettings},
       {"npu-padding",
        "HeteroLLM's engine with linears on the NPU, the prompt padded to the next pre-built "
        "static graph (seed 002 §5.2.2 Padding), other ops on the GPU",
-       R"({"group_size": 32})", w4a16, kHeteroPlacement, kHeteroSettings, "padding"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "padding"},
       {"npu-pipe",
        "HeteroLLM's engine with linears on the NPU over pre-built graphs of decreasing sizes "
        "(§5.2.2 Pipe: multi-sequence-length cutting without the GPU)",
-       R"({"group_size": 32})", w4a16, kHeteroPlacement, kHeteroSettings, "pipe"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "pipe"},
       {"npu-online-prepare",
        "HeteroLLM's engine with linears on the NPU on graphs prepared at run time for the exact "
        "length, preparation included (§5.2.2 Online-prepare)",
-       R"({"group_size": 32})", w4a16, kHeteroPlacement, kHeteroSettings, "online"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "online"},
       {"hetero-layer",
        "HeteroLLM's Hetero-layer (seed 002 §5): each linear wholly on the faster of the GPU and "
        "the NPU, other ops on the GPU",
-       R"({"group_size": 32})", w4a16, kHeteroPlacement, kHeteroSettings, "layer"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "layer"},
       {"hetero-tensor",
        "HeteroLLM's Hetero-tensor (seed 002 §4.1, §4.3): each linear cut between the GPU and "
        "the NPU by the partition solver, other ops on the GPU",
-       R"({"group_size": 32})", w4a16, kHeteroPlacement, kHeteroSettings, "solver"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "solver"},
   };
   return kPresets;
 }

@@ -352,3 +352,21 @@ def test_a_killed_run_resumes_from_its_cache(small_calibration, tmp_path, capsys
     scored = rep["evaluations"]["windows_scored"]
     assert rep["evaluations"]["new_windows"] == scored - done
     assert {r["plan"] for r in rep["plans"]} == set(PLANS)
+
+
+def test_another_device_reuses_the_windows_and_leaves_out_what_it_cannot_run(report, calibrated):
+    """On the 8 Elite (no NPU static graph shapes in its profile) HeteroLLM's partitioned
+    preset does not run: it is listed with the engine's reason, not a crash; every other plan is
+    timed there and no window is scored again (unpartitioned plans' numerics are the same on
+    every device)."""
+    rep, out = report
+    other = frontier(
+        calibrated, "snapdragon-8elite", axes=AXES, cache_dir=out / "cache",
+        **{**SETTINGS, "presets": (*PRESETS, "hetero-tensor")},
+    )  # fmt: skip
+    ((plan, why),) = other["space"]["unrunnable"].items()
+    assert plan.startswith("hetero-tensor") and "static_graph_seq_lengths" in why
+    assert other["evaluations"]["new_windows"] == 0
+    assert [v["preset"] for v in other["presets"]] == list(PRESETS)
+    assert {r["plan"] for r in other["plans"]} == {r["plan"] for r in rep["plans"]}
+    assert other["evaluations"]["new_simulations"] == len(rep["plans"])  # timed on that phone

@@ -181,6 +181,13 @@ def test_presets_against_the_frontier_by_hand():
     assert p["at_dnll"]["dnll_diff"] == pytest.approx(-0.3) and p["beaten"]
     for v in (fp32, fast):
         assert v["at_ttft"] is None and v["at_dnll"] is None and not v["beaten"]
+    # at equal TTFT within the slack: a plan 0.5% slower and more accurate beats "fast"
+    rows.append(row("fast-but-8-bit", 100.5, [0.1, 0.2], True))
+    rows[0]["frontier"] = True
+    (v,) = versus_presets(rows, {"f": "fast"})
+    assert v["at_ttft"]["plan"] == "fast-but-8-bit" and v["at_ttft"]["gain"] == pytest.approx(0.45)
+    (v,) = versus_presets(rows, {"f": "fast"}, ttft_slack=0.0)
+    assert v["at_ttft"] is None and not v["beaten"]
 
 
 def test_rank_agreement_against_scipy_and_by_hand():

@@ -104,6 +104,7 @@ def test_presets_round_trip_through_json():
         ("smoothquant:alpha=1.5", "alpha must be in"),
         ("llm-int8:threshold=-1", "threshold must be > 0"),
         ("w8-group:group_size=2.5", "must be an integer"),
+        ("hetero-tensor:weight_bits=5", "must be 4 or 8, got 5"),
         ({"name": "custom"}, "needs 'ops'"),
         ({"name": "custom", "ops": {"conv": "fp32"}}, "unknown op class 'conv'"),
         ({"name": "custom", "ops": {"attention": "int8"}}, "unknown mode"),
@@ -281,7 +282,11 @@ def test_llm_int8_graph(smollm, site_input):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("plan, bits", [("w8-group", 8), ("w4-group", 4), ("w4a16", 4)])
+@pytest.mark.parametrize(
+    "plan, bits",
+    [("w8-group", 8), ("w4-group", 4), ("w4a16", 4), ("w4a16:weight_bits=8", 8),
+     ("hetero-layer:weight_bits=8", 8)],
+)  # fmt: skip
 def test_group_graphs(smollm, site_input, plan, bits):
     W = _weights(smollm, 0, "attn_out")
     x = site_input
@@ -289,7 +294,7 @@ def test_group_graphs(smollm, site_input, plan, bits):
     Wg = W.reshape(W.shape[0], -1, G)
     sw = (np.abs(Wg).max(2, keepdims=True) / np.float32(qmax)).astype(np.float32)
     w_hat = (_q(Wg, sw, qmax) * sw).reshape(W.shape).astype(np.float32)
-    if plan == "w4a16":
+    if plan.startswith(("w4a16", "hetero")):  # weight-only: fp16 activations
         x_hat = x.astype(np.float16).astype(np.float32)
     else:
         xg = x.reshape(x.shape[0], -1, G)

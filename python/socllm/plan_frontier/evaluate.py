@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _core
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, SocllmError
 from ..eval.divergence import heldout_windows, window_stats
 from ..io.files import atomic_write_text
 
@@ -172,6 +172,7 @@ class EngineEvaluator:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._memo: dict[tuple[str, str], dict] = {}
         self.evaluations = {"windows": 0, "simulations": 0}  # work done by this evaluator
+        self.timing_errors: dict[str, str] = {}  # plan -> why the device cannot run it
 
     # -- cache ----------------------------------------------------------------------------
     def _path(self, kind: str, key: str) -> Path | None:
@@ -217,6 +218,8 @@ class EngineEvaluator:
 
     def simulate(self, plan: str) -> dict[str, float]:
         """TTFT, decode tokens/s, energy, peak memory and CPU share of ``plan`` on the device."""
+        if plan in self.timing_errors:  # (found by prefetch)
+            raise SocllmError(self.timing_errors[plan])
         entry = self._entry("timing", plan)
         if "simulated" not in entry:
             entry["simulated"] = request_objectives(self.timeline(plan).summary())

@@ -132,7 +132,7 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
     )
     presets = ""
     if report.get("presets"):
-        from .run import preset_verdicts
+        from .run import TTFT_SLACK, preset_verdicts
 
         def cell(plan: str | None, text: str) -> str:
             return f"<td><code>{e(plan)}</code>: {e(text)}</td>" if plan else f"<td>{e(text)}</td>"
@@ -148,7 +148,8 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
         presets = (
             f"<h2>Presets against the frontier</h2><p>{n} of {len(report['presets'])} presets "
             "beaten on a budget set at their own value (paired ΔNLL over the windows both "
-            'scored).</p><table class="sortable"><thead><tr>'
+            f"scored; equal TTFT: within {100 * TTFT_SLACK:g}%).</p>"
+            '<table class="sortable"><thead><tr>'
             + "".join(
                 f"<th>{e(c)}</th>"
                 for c in (
@@ -163,6 +164,12 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
             + f"</tr></thead><tbody>{body}</tbody></table>"
         )
     validation = _validation(report["validation"]) if report.get("validation") else ""
+    unrunnable = "".join(
+        f"<li><code>{e(plan)}</code>: {e(why)}</li>"
+        for plan, why in report["space"].get("unrunnable", {}).items()
+    )
+    if unrunnable:
+        unrunnable = f"<p>Not runnable on {e(report['device'])}:</p><ul>{unrunnable}</ul>"
     share = 100 * ev["windows_scored"] / max(ev["exhaustive_windows"], 1)
     timeline = ""
     if timeline_png is not None and timeline_png.exists():
@@ -186,6 +193,7 @@ plan-windows of an exhaustive {ev["exhaustive_windows"]} ({share:.0f}%).</p>
 <h2>Plans</h2>
 <table class="sortable"><thead><tr>{"".join(f"<th>{e(c)}</th>" for c in cols)}</tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
+{unrunnable}
 {presets}
 {validation}
 {timeline}

@@ -52,10 +52,16 @@ def timing_task(
     model_path: str, calib: bytes | None, prompt: Sequence[int], plan: str, profile: Mapping,
     settings: Mapping, crash_marker: str | None = None,
 ) -> dict[str, float]:  # fmt: skip
-    """Ray task: the simulated objectives of ``plan``'s request (:func:`time_plan`)."""
+    """Ray task: the simulated objectives of ``plan``'s request (:func:`time_plan`), or
+    ``{"error": message}`` when the engine refuses it on this device."""
+    from ..errors import SocllmError
+
     _crash_once(crash_marker)
     model = _model(model_path, calib)
-    tl = time_plan(model, list(prompt), dict(profile), plan, **settings)
+    try:
+        tl = time_plan(model, list(prompt), dict(profile), plan, **settings)
+    except SocllmError as e:
+        return {"error": str(e)}
     return request_objectives(tl.summary())
 
 
@@ -128,7 +134,10 @@ class RayEvaluator(EngineEvaluator):
             for p in missing
         }  # fmt: skip
         for plan, simulated in self._results(refs):
-            self._store_timing(plan, simulated)
+            if "error" in simulated:
+                self.timing_errors[plan] = simulated["error"]
+            else:
+                self._store_timing(plan, simulated)
 
     def _windows(self, todo: Mapping[int, Sequence[str]]):
         refs = {

@@ -31,8 +31,9 @@ from ..errors import InvalidArgumentError
 
 AXES = ("linear", "attention", "partition", "chunk_len")
 # The default axes: the four papers' knobs at the values they study (shadow-outlier's pruning
-# rate, shadowAttn's keep ratio, EdgeFlow's bits, HeteroLLM's solver), plus the plain
-# baselines every paper compares against.
+# rate, shadowAttn's keep ratio, EdgeFlow's bits, HeteroLLM's solver), the plain baselines every
+# paper compares against, llm.npu's K-quant baseline (w8-group) and HeteroLLM's engine with 8-bit
+# instead of 4-bit weights (a composition no paper ships; the presets join these, space doc).
 DEFAULT_AXES: dict[str, tuple[str, ...]] = {
     "linear": (
         "fp32",
@@ -43,9 +44,11 @@ DEFAULT_AXES: dict[str, tuple[str, ...]] = {
         "edgeflow:bits=4",
         "edgeflow:bits=6",
         "edgeflow:bits=8",
+        "w8-group",
+        "hetero-layer:weight_bits=8",
     ),
     "attention": ("fp32", "sparse:keep=0.2", "shadow-attn:keep=0.3", "npu-int8"),
-    "partition": ("none",),
+    "partition": ("none", "solver"),
     "chunk_len": ("256",),
 }
 
@@ -95,7 +98,8 @@ def parse_presets(spec: str) -> list[str]:
 
 
 def compose(parts: Mapping[str, str]) -> str:
-    """One plan's text from its axis values."""
+    """One plan's text from its axis values (partition ``none``: the linear value's own, e.g.
+    Hetero-layer's)."""
     linear = parts["linear"]
     options = []
     if parts.get("attention", "fp32") != "fp32":

@@ -736,7 +736,7 @@ def cmd_frontier(args) -> int:
                 resolve_task(t)  # an unknown task before any work
             except ValueError as e:
                 raise InvalidArgumentError(f"frontier: --validate-tasks: {e}") from None
-    build_space(axes, presets)  # an unknown axis or preset, an empty space: before any work
+    build_space(axes, presets, args.plan_options)  # unknown axis, preset, option: before work
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     try:
         check_objectives(objectives)
@@ -769,13 +769,17 @@ def cmd_frontier(args) -> int:
         from .plan_frontier.calibrate import calibrate_for
 
         samples = 16 if args.calib_samples is None else args.calib_samples
-        calibrate_for(model, axes, cache, presets=presets, samples=samples, progress=not args.quiet)
+        calibrate_for(
+            model, axes, cache, presets=presets, plan_options=args.plan_options,
+            samples=samples, progress=not args.quiet,
+        )  # fmt: skip
     rep = frontier(
         model, device, prompt_len=args.prompt_len, decode_tokens=args.decode_tokens,
         axes=axes, budgets=budgets, windows=args.windows, context=args.context,
         max_evals=args.max_evals, z=args.z, objectives=objectives, cache_dir=cache,
         out_dir=args.out, progress=not args.quiet, policy=args.policy or "npu-stall-first",
         characterization=args.characterization or "", presets=presets,
+        plan_options=args.plan_options,
         validate_tasks=validate_tasks, validate_limit=args.validate_limit, ray=args.ray,
         address=args.address,
     )  # fmt: skip
@@ -1201,6 +1205,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--presets", default="all", metavar="all|none|NAME,NAME",
         help="the core's preset plans searched with the space, each reported as beaten or "
         "not by a frontier plan (default all)",
+    )  # fmt: skip
+    fr.add_argument(
+        "--plan-options", default="", metavar="K=V,K=V",
+        help="options every plan of the space and every preset gets, e.g. residual_scale=auto "
+        "(Gemma 3's residual stream overflows binary16 without it)",
     )  # fmt: skip
     fr.add_argument("--prompt-len", type=_COUNT, default=1024)
     fr.add_argument("--decode-tokens", type=_COUNT, default=16)

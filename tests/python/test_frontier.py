@@ -153,6 +153,7 @@ def test_presets_against_the_frontier(report):
         (["--device", "snapdragon-9"], "snapdragon-9"),
         (["--calib", "c.h5", "--calib-samples", "4"], "--calib-samples 4"),
         (["--presets", "w8a8,no-such"], "unknown preset 'no-such'"),
+        (["--plan-options", "bogus=1"], "has no option 'bogus'"),
     ],
 )
 def test_bad_input_is_refused_before_work(tmp_path, capsys, argv, words):

@@ -221,3 +221,16 @@ def test_rank_agreement_against_scipy_and_by_hand():
     assert d["task_loss_diff"] == pytest.approx(diff) and d["beyond_noise"]
     with pytest.raises(socllm.InvalidArgumentError, match="3 plans or more"):
         rank_agreement({"fp32": dnll["fp32"], "a": dnll["a"]}, acc, "fp32")
+
+
+def test_plan_options_reach_every_plan_and_preset():
+    """--plan-options (e.g. Gemma 3's residual_scale=auto) is an option of every product and
+    of every preset, as the core reads it back."""
+    from socllm.plan_frontier.space import build_space
+
+    axes = {"linear": ("fp32", "w8a8"), "attention": ("fp32",), "chunk_len": ("256",)}
+    space = build_space(axes, ("w8a8", "hetero-layer"), "residual_scale=auto")
+    assert len(space.plans) == 3
+    assert space.presets["w8a8"] == "w8a8:residual_scale=auto,chunk_len=256"
+    for p in space.plans:
+        assert socllm.Plan(p).to_json()["residual_scale"] == "auto", p

@@ -44,17 +44,18 @@ def calibrate_for(
     cache_dir,
     *,
     presets: Sequence[str] = (),
+    plan_options: str = "",
     samples: int = 16,
     progress=False,
 ) -> Path | None:
-    """Loads into ``model`` a calibration with every step the space of ``axes`` and
-    ``presets`` reads (made and cached under ``cache_dir`` if not there yet); None when no plan
-    reads one."""
+    """Loads into ``model`` a calibration with every step the space of ``axes``, ``presets``
+    and ``plan_options`` reads (made and cached under ``cache_dir`` if not there yet); None
+    when no plan reads one."""
     from ..calibration import run_steps
     from ..calibration.artifact import save_calibration
     from ..registry import file_digest
 
-    steps = steps_for(build_space(axes, presets).plans)
+    steps = steps_for(build_space(axes, presets, plan_options).plans)
     if not steps:
         return None
     options = step_options(steps, samples, model.config["arch"])

@@ -175,6 +175,7 @@ def frontier(
     policy: str = "npu-stall-first",
     characterization: str = "",
     presets: Sequence[str] | None = None,
+    plan_options: str = "",
     validate_tasks: Sequence[str] = (),
     validate_limit: int = 200,
     ray: bool = False,
@@ -189,6 +190,7 @@ def frontier(
     objectives are budgets). ``presets``: the core's preset plans searched with the space
     (default all of ``Plan.known()``; ``()``: none). ``characterization``: one reading of the
     device's NPU for every plan (default: each plan's own, as ``socllm simulate``).
+    ``plan_options``: options every plan gets (e.g. ``residual_scale=auto`` for Gemma 3).
     ``validate_tasks``: lm-eval tasks the frontier's members are scored on
     (``validate_limit`` documents each), their order compared with the ΔNLL's
     (plan_frontier/validate.py). ``ray``: the windows and timings run as Ray tasks (a local
@@ -207,7 +209,7 @@ def frontier(
     except ValueError as e:
         raise InvalidArgumentError(f"frontier: {e}") from None
     presets = _core.Plan.known() if presets is None else list(presets)
-    space = build_space(axes or DEFAULT_AXES, presets)
+    space = build_space(axes or DEFAULT_AXES, presets, plan_options)
     settings = dict(
         prompt_len=prompt_len, decode_tokens=decode_tokens, context=context, max_windows=windows,
         policy=policy, characterization=characterization, cache_dir=cache_dir,
@@ -249,7 +251,9 @@ def _run(
             runnable.append(plan)
         except SocllmError as e:
             unrunnable[plan] = str(e)
-            log(f"{plan} does not run on {evaluator.device}: {e}")
+            overflow = "overflows" in str(e)
+            hint = " (--plan-options residual_scale=auto scales it)" if overflow else ""
+            log(f"{plan} does not run on {evaluator.device}: {e}{hint}")
     if not runnable:
         raise InvalidArgumentError(
             f"frontier: no plan of the space runs on {evaluator.device} "
@@ -292,6 +296,7 @@ def _run(
         "z": z,
         "policy": policy,
         "characterization": characterization or "each plan's own",
+        "plan_options": space.plan_options,
         "objectives": list(objectives),
         "budgets": budgets,
         "space": {

@@ -60,6 +60,7 @@ class Space:
     parts: dict[str, dict[str, str]] = field(default_factory=dict)  # plan -> its axis values
     refused: dict[str, str] = field(default_factory=dict)  # product -> the core's reason
     presets: dict[str, str] = field(default_factory=dict)  # preset name -> its plan in the space
+    plan_options: str = ""  # options every plan has
 
     @property
     def size(self) -> int:
@@ -97,11 +98,11 @@ def parse_presets(spec: str) -> list[str]:
     return names
 
 
-def compose(parts: Mapping[str, str]) -> str:
+def compose(parts: Mapping[str, str], extra: str = "") -> str:
     """One plan's text from its axis values (partition ``none``: the linear value's own, e.g.
-    Hetero-layer's)."""
+    Hetero-layer's) and ``extra`` options every plan gets (e.g. ``residual_scale=auto``)."""
     linear = parts["linear"]
-    options = []
+    options = [extra] if extra else []
     if parts.get("attention", "fp32") != "fp32":
         options.append(f"attention={parts['attention']}")
     if parts.get("partition", "none") != "none":
@@ -113,9 +114,14 @@ def compose(parts: Mapping[str, str]) -> str:
     return linear + ("," if ":" in linear else ":") + ",".join(options)
 
 
-def build_space(axes: Mapping[str, Sequence[str]], presets: Sequence[str] = ()) -> Space:
+def build_space(
+    axes: Mapping[str, Sequence[str]], presets: Sequence[str] = (), plan_options: str = ""
+) -> Space:
     """Every product of ``axes`` the core composes, in the axes' order, then the ``presets``
-    (core preset names) at the first chunk length of the axes."""
+    (core preset names) at the first chunk length of the axes; every plan with
+    ``plan_options`` (plan text options, e.g. ``residual_scale=auto``: Gemma 3's residual
+    stream overflows binary16 without it)."""
+    plan_options = plan_options.strip().strip(",")
     for name, values in axes.items():
         if name not in AXES:
             raise InvalidArgumentError(f"frontier: unknown axis {name!r} (axes: {', '.join(AXES)})")
@@ -129,12 +135,14 @@ def build_space(axes: Mapping[str, Sequence[str]], presets: Sequence[str] = ()) 
                     )
     if "linear" not in axes:
         raise InvalidArgumentError("frontier: the space needs a linear axis")
-    space = Space({k: tuple(str(v) for v in vs) for k, vs in axes.items()})
+    space = Space(
+        {k: tuple(str(v) for v in vs) for k, vs in axes.items()}, plan_options=plan_options
+    )
     names = list(space.axes)
     seen: dict[str, str] = {}
     for combo in itertools.product(*space.axes.values()):
         parts = dict(zip(names, combo, strict=True))
-        text = compose(parts)
+        text = compose(parts, plan_options)
         try:
             canonical = str(_core.Plan(text).to_json())
         except _core.SocllmError as e:
@@ -158,7 +166,7 @@ def build_space(axes: Mapping[str, Sequence[str]], presets: Sequence[str] = ()) 
             raise InvalidArgumentError(
                 f"frontier: unknown preset {name!r} (presets: {', '.join(_core.Plan.known())})"
             )
-        text = compose({"linear": name, "chunk_len": chunk})
+        text = compose({"linear": name, "chunk_len": chunk}, plan_options)
         canonical = str(_core.Plan(text).to_json())
         if canonical not in seen:
             seen[canonical] = text

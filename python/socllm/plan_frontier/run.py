@@ -121,7 +121,8 @@ def versus_presets(
             "preset": name, "plan": plan, "dnll": p["dnll"], "dnll_se": p["dnll_se"],
             "ttft_ms": p["ttft_ms"], "frontier": p["frontier"], "at_ttft": None, "at_dnll": None,
         }  # fmt: skip
-        others = [r for r in front if r["plan"] != plan and p["window_dnll"]]
+        # (a preset never scored, over a simulated budget, is compared with nothing)
+        others = [r for r in front if r["plan"] != plan] if p["window_dnll"] else []
         faster = [r for r in others if r["ttft_ms"] <= p["ttft_ms"] * (1 + ttft_slack)]
         if faster:
             a = min(faster, key=lambda r: r["dnll"])
@@ -214,19 +215,21 @@ def frontier(
         prompt_len=prompt_len, decode_tokens=decode_tokens, context=context, max_windows=windows,
         policy=policy, characterization=characterization, cache_dir=cache_dir,
     )  # fmt: skip
+    run = dict(
+        budgets=budgets, windows=windows, z=z, max_evals=max_evals, objectives=objectives,
+        validate_tasks=validate_tasks, validate_limit=validate_limit, out_dir=out_dir,
+        progress=progress,
+    )  # fmt: skip
     if ray:
         from .ray_evaluate import RayEvaluator
 
         with RayEvaluator(model, device, address=address, **settings) as evaluator:
-            return _run(evaluator, model, space, budgets, windows, z, max_evals, objectives,
-                        validate_tasks, validate_limit, out_dir, progress)  # fmt: skip
-    evaluator = EngineEvaluator(model, device, **settings)
-    return _run(evaluator, model, space, budgets, windows, z, max_evals, objectives,
-                validate_tasks, validate_limit, out_dir, progress)  # fmt: skip
+            return _run(evaluator, model, space, **run)
+    return _run(EngineEvaluator(model, device, **settings), model, space, **run)
 
 
 def _run(
-    evaluator, model, space, budgets, windows, z, max_evals, objectives, validate_tasks,
+    evaluator, model, space, *, budgets, windows, z, max_evals, objectives, validate_tasks,
     validate_limit, out_dir, progress,
 ) -> dict:  # fmt: skip
     """:func:`frontier` on ``evaluator``."""

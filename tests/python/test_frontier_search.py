@@ -181,6 +181,9 @@ def test_presets_against_the_frontier_by_hand():
     assert p["at_dnll"]["dnll_diff"] == pytest.approx(-0.3) and p["beaten"]
     for v in (fp32, fast):
         assert v["at_ttft"] is None and v["at_dnll"] is None and not v["beaten"]
+    # more accurate only within the noise is not more accurate (z = 2: 0.3 < 2 x 0.1 ... 3.5)
+    (v,) = versus_presets(rows, {"p": "preset"}, z=3.5)
+    assert v["at_ttft"] is None and v["at_dnll"]["plan"] == "mid"
     # at equal TTFT within the slack: a plan 0.5% slower and more accurate beats "fast"
     rows.append(row("fast-but-8-bit", 100.5, [0.1, 0.2], True))
     rows[0]["frontier"] = True

@@ -148,7 +148,8 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
         presets = (
             f"<h2>Presets against the frontier</h2><p>{n} of {len(report['presets'])} presets "
             "beaten on a budget set at their own value (paired ΔNLL over the windows both "
-            f"scored; equal TTFT: within {100 * TTFT_SLACK:g}%).</p>"
+            f"scored: more accurate by over {report['z']:g} SE, or as accurate within "
+            f"{report['z']:g} SE; equal TTFT: within {100 * TTFT_SLACK:g}%).</p>"
             '<table class="sortable"><thead><tr>'
             + "".join(
                 f"<th>{e(c)}</th>"

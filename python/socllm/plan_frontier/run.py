@@ -99,19 +99,22 @@ TTFT_SLACK = 0.01
 
 
 def versus_presets(
-    rows: Sequence[Mapping], presets: Mapping[str, str], ttft_slack: float = TTFT_SLACK
+    rows: Sequence[Mapping],
+    presets: Mapping[str, str],
+    z: float = DEFAULT_Z,
+    ttft_slack: float = TTFT_SLACK,
 ) -> list[dict]:
     """For each preset (name -> its plan among ``rows``), the frontier plans that beat it on a
-    budget set at the preset's own value:
+    budget set at the preset's own value, ΔNLL compared paired over the windows both scored:
 
     * ``at_ttft``: the most accurate frontier plan at the same TTFT (no more than
-      ``ttft_slack`` of it slower), if its ΔNLL is lower (``gain``: the preset's ΔNLL minus
-      its, paired over the windows both scored, with its SE);
-    * ``at_dnll``: the fastest frontier plan at least as accurate (paired difference <= 0), if
-      its TTFT is lower (``speedup``: the preset's TTFT over its).
+      ``ttft_slack`` of it slower), if it is more accurate beyond the noise (``gain``, the
+      preset's ΔNLL minus its, more than ``z`` SE above 0);
+    * ``at_dnll``: the fastest frontier plan as accurate (its ΔNLL minus the preset's less than
+      ``z`` SE above 0: not worse beyond the noise), if its TTFT is lower (``speedup``: the
+      preset's TTFT over its).
 
-    ``beaten`` when either exists; a preset on the frontier has neither (fp32, the reference,
-    is the most accurate plan by definition)."""
+    ``beaten`` when either exists."""
     by_plan = {r["plan"]: r for r in rows}
     front = [r for r in rows if r["frontier"]]
     out = []
@@ -127,11 +130,11 @@ def versus_presets(
         if faster:
             a = min(faster, key=lambda r: r["dnll"])
             diff, se = _paired(a, p)
-            if diff > 0:
+            if diff > z * se:
                 v["at_ttft"] = {"plan": a["plan"], "ttft_ms": a["ttft_ms"], "gain": diff,
                                 "gain_se": se}  # fmt: skip
         as_good = [(r, *_paired(p, r)) for r in others]
-        as_good = [(r, d, se) for r, d, se in as_good if d <= 0]
+        as_good = [(r, d, se) for r, d, se in as_good if d <= 0 or d < z * se]
         if as_good:
             b, d, se = min(as_good, key=lambda x: x[0]["ttft_ms"])
             if b["ttft_ms"] < p["ttft_ms"]:
@@ -319,7 +322,7 @@ def _run(
         "plans": rows,
         "recommended": {g: r["plan"] for g, r in rec.items()},
         "presets": versus_presets(
-            rows, {n: p for n, p in space.presets.items() if p not in unrunnable}
+            rows, {n: p for n, p in space.presets.items() if p not in unrunnable}, z
         ),
         "nearest": [] if rec else [r["plan"] for r in nearest(rows, budgets)],
     }
@@ -374,7 +377,8 @@ def markdown(report: Mapping) -> str:
         beaten = [v for v in report["presets"] if v["beaten"]]
         lines += [
             f"Presets against the frontier: {len(beaten)} of {len(report['presets'])} beaten "
-            "on a budget set at their own value (paired ΔNLL over the windows both scored; "
+            "on a budget set at their own value (paired ΔNLL over the windows both scored: more "
+            f"accurate by over {report['z']:g} SE, or as accurate within {report['z']:g} SE; "
             f"equal TTFT: within {100 * TTFT_SLACK:g}%).",
             "",
             "| preset | ΔNLL ± SE | TTFT ms | more accurate at its TTFT | faster at its accuracy |",

@@ -10,7 +10,9 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.i
 
 
 # The slow tier (--runslow): about two minutes for the notebooks; 04 makes a small calibration on
-# its first run (about a minute more, then kept in the socllm cache; SOCLLM_ATTN_CALIB skips it).
+# its first run (about a minute more, then kept in the socllm cache; SOCLLM_ATTN_CALIB skips it);
+# 07 scores and times its frontier on both models on its first run (about 4 minutes on the Zen 5,
+# then seconds: its per-plan results stay in the socllm cache).
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, smollm):

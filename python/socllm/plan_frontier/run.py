@@ -465,9 +465,15 @@ def plot(report: Mapping, dest: Path) -> None:
             [r["ttft_ms"] for r in front], [r["dnll"] for r in front], where="post",
             color="C3", lw=1.5, label="frontier", zorder=4,
         )  # fmt: skip
+        at: dict[tuple[float, float], list[str]] = {}  # plans at one point share a label
         for r in front:
-            ax.annotate(r["plan"], (r["ttft_ms"], r["dnll"]), fontsize=6, xytext=(3, 3),
+            at.setdefault((r["ttft_ms"], r["dnll"]), []).append(r["plan"])
+        for (x, y), names in at.items():
+            ax.annotate("\n".join(names), (x, y), fontsize=6, xytext=(4, 2),
                         textcoords="offset points")  # fmt: skip
+        ttft = [r["ttft_ms"] for r in rows]
+        if max(ttft) > 20 * min(ttft):  # decades apart: a log axis keeps the fast end readable
+            ax.set_xscale("log")
         ax.legend(loc="upper right")
     ax.set_xlabel(f"TTFT (ms), {report['prompt_len']}-token prompt, {report['device']}")
     ax.set_ylabel("ΔNLL from fp32 (nats/token)")

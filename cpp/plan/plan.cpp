@@ -53,8 +53,9 @@ constexpr const char* kHeteroSettings =
 LinearScheme w4a16(const json& o) {
   const int64_t bits = o["weight_bits"].get<int64_t>();
   if (bits != 4 && bits != 8)
-    throw InvalidArgument("[Plan] weight_bits of a weight-only per-group plan must be 4 or 8, got " +
-                          std::to_string(bits));
+    throw InvalidArgument(
+        "[Plan] weight_bits of a weight-only per-group plan must be 4 or 8, got " +
+        std::to_string(bits));
   LinearScheme s;
   s.weights = bits == 8 ? WeightFormat::Int8 : WeightFormat::Int4;
   s.weight_granularity = Granularity::PerGroup;
@@ -245,7 +246,8 @@ const std::vector<Preset>& presets() {
       {"npu-padding",
        "HeteroLLM's engine with linears on the NPU, the prompt padded to the next pre-built "
        "static graph (seed 002 §5.2.2 Padding), other ops on the GPU",
-       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "padding"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings,
+       "padding"},
       {"npu-pipe",
        "HeteroLLM's engine with linears on the NPU over pre-built graphs of decreasing sizes "
        "(§5.2.2 Pipe: multi-sequence-length cutting without the GPU)",
@@ -253,15 +255,18 @@ const std::vector<Preset>& presets() {
       {"npu-online-prepare",
        "HeteroLLM's engine with linears on the NPU on graphs prepared at run time for the exact "
        "length, preparation included (§5.2.2 Online-prepare)",
-       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "online"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings,
+       "online"},
       {"hetero-layer",
        "HeteroLLM's Hetero-layer (seed 002 §5): each linear wholly on the faster of the GPU and "
        "the NPU, other ops on the GPU",
-       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "layer"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings,
+       "layer"},
       {"hetero-tensor",
        "HeteroLLM's Hetero-tensor (seed 002 §4.1, §4.3): each linear cut between the GPU and "
        "the NPU by the partition solver, other ops on the GPU",
-       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings, "solver"},
+       R"({"group_size": 32, "weight_bits": 4})", w4a16, kHeteroPlacement, kHeteroSettings,
+       "solver"},
   };
   return kPresets;
 }

@@ -277,13 +277,14 @@ def test_validation_on_lm_eval_tasks(report, calibrated):
     from socllm.eval.lmeval import evaluate
 
     rep, out = report
+    # hetero-layer (the fastest plan, so a member) is partitioned: planned for the device, which
+    # the backend loads by name
     again = frontier(
         calibrated, axes=AXES, cache_dir=out / "cache", validate_tasks=("arc_easy",),
-        validate_limit=8, **SETTINGS,
+        validate_limit=8, **{**SETTINGS, "presets": (*PRESETS, "hetero-layer")},
     )  # fmt: skip
-    assert again["evaluations"]["new_windows"] == 0
     v = again["validation"]
-    assert v["plans"][0] == "fp32" and len(v["plans"]) >= 3
+    assert v["plans"][0] == "fp32" and len(v["plans"]) >= 3 and "hetero-layer" in v["plans"]
     for plan in ("fp32", "w8a8"):
         want = evaluate(calibrated, tasks=["arc_easy"], plan=plan, limit=8, quiet=True)
         assert v["per_plan"][plan]["arc_easy"]["acc"] == pytest.approx(want["arc_easy"]["acc"])

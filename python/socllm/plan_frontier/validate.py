@@ -19,13 +19,13 @@ calibration under ``cache_dir``), so a rerun scores nothing again.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .. import _core
 from ..errors import InvalidArgumentError
 from ..eval.stats import paired_difference
 
@@ -168,10 +168,12 @@ def validate(
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
     for plan in tqdm(plans, desc="frontier: lm-eval", disable=not progress):
-        planned = planned_key(plan, evaluator.profile)
-        key = _digest([evaluator.settings["accuracy"], planned, list(tasks)])
+        # the plan as planned for the device, which the backend loads by its name
+        planned = _core.Plan(plan).on_device(evaluator.profile).to_json()
+        key = _digest([evaluator.settings["accuracy"], planned_key(plan, evaluator.profile),
+                       list(tasks)])  # fmt: skip
         answers[plan] = task_answers(
-            evaluator.model, json.loads(planned), tasks, limit,
+            evaluator.model, planned, tasks, limit,
             None if cache is None else cache / key[:24], progress=False,
         )  # fmt: skip
     per_plan = {}

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _core
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, SocllmError
 from ..eval.stats import paired_difference
 
 DEFAULT_TASKS = ("hellaswag", "arc_easy", "piqa")
@@ -167,9 +167,20 @@ def validate(
     cache = None if evaluator.cache_dir is None else evaluator.cache_dir / "lmeval"
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
+    # the backend plans a plan for a device it loads by name: the evaluator's must be that one
+    from ..sim.timeline import _profile
+
+    try:
+        stock = _digest(_profile(evaluator.device)) == _digest(evaluator.profile)
+    except SocllmError:
+        stock = False
+    if not stock:
+        raise InvalidArgumentError(
+            f"frontier validation: the device profile is not the stock {evaluator.device!r} "
+            "(e.g. --device-params or a profile file), and lm-eval's backend loads a device by name"
+        )
     for plan in tqdm(plans, desc="frontier: lm-eval", disable=not progress):
-        # the plan as planned for the device, which the backend loads by its name
-        planned = _core.Plan(plan).on_device(evaluator.profile).to_json()
+        planned = {**_core.Plan(plan).to_json(), "device": evaluator.device}
         key = _digest([evaluator.settings["accuracy"], planned_key(plan, evaluator.profile),
                        list(tasks)])  # fmt: skip
         answers[plan] = task_answers(

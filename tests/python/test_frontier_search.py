@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import socllm
 from socllm.plan_frontier.pareto import dominates, frontier_flags, racing_survivors
-from socllm.plan_frontier.run import versus_presets
+from socllm.plan_frontier.presets import versus_presets
 from socllm.plan_frontier.search import search
 
 KEYS = ("dnll", "ttft_ms", "decode_tokens_per_s")

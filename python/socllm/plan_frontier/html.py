@@ -132,7 +132,7 @@ def render(report: Mapping, out: Path, timeline_png: Path | None = None) -> str:
     )
     presets = ""
     if report.get("presets"):
-        from .run import TTFT_SLACK, preset_verdicts
+        from .presets import TTFT_SLACK, preset_verdicts
 
         def cell(plan: str | None, text: str) -> str:
             return f"<td><code>{e(plan)}</code>: {e(text)}</td>" if plan else f"<td>{e(text)}</td>"

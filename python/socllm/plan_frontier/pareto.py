@@ -39,6 +39,9 @@ OBJECTIVES: tuple[Objective, ...] = (
     Objective("memory_mb", "MB", True, "peak memory (resident weights, caches, working set)"),
 )
 SIMULATED = tuple(o.key for o in OBJECTIVES if o.key != "dnll")
+# A plan is dropped when another is surely better: its ΔNLL interval at this many SEs lies
+# wholly below this plan's (racing_survivors); the presets' verdicts use the same bar.
+DEFAULT_Z = 2.0
 # The frontier's default objectives: accuracy against the time to the first token (the
 # question of issue 41); the others are budgets unless asked for.
 DEFAULT_OBJECTIVES = ("dnll", "ttft_ms")

@@ -1,6 +1,6 @@
-"""The frontier's evaluations as Ray tasks (issue 41 item 3), on the sweep's machinery
-(eval/sweep.py: a local cluster with a reaper that dies with the driver, or a running cluster at
-``address``; workers load the model and calibration once).
+"""The frontier's evaluations as Ray tasks (issue 41 item 3), in the sweep's Ray session
+(eval/ray_session.py: a local cluster with a reaper that dies with the driver, or a running
+cluster at ``address``); workers load the model and calibration once.
 
 * One task per held-out window scores every plan that needs it (sharing its fp32 logits); one
   task per plan times it. The driver writes each result into the per-plan cache as its task
@@ -31,10 +31,30 @@ def _crash_once(marker: str | None) -> None:
         os._exit(1)
 
 
-def _model(model_path: str, calib: bytes | None):
-    from ..eval.sweep import _worker_model
+_MODEL: dict[tuple[str, str], object] = {}  # this worker's model: (path, calibration digest)
 
-    return _worker_model(model_path, calib, threads=1)
+
+def _model(model_path: str, calib: bytes | None):
+    """The model with the calibration ``calib`` (the driver's file's bytes), loaded once per
+    worker process (a worker serves one frontier: the last model only)."""
+    import hashlib
+    import tempfile
+
+    from ..model import load
+
+    key = (model_path, hashlib.sha256(calib).hexdigest() if calib else "")
+    if key not in _MODEL:
+        _MODEL.clear()
+        _core.set_num_threads(1)
+        _core.set_log_level("warn")
+        model = load(model_path, progress=False)
+        if calib:  # the engine keeps what it loads: the file lives only while it is read
+            with tempfile.TemporaryDirectory(prefix="socllm-frontier-calib-") as d:
+                path = Path(d) / "calib.h5"
+                path.write_bytes(calib)
+                model.load_calibration(path)
+        _MODEL[key] = model
+    return _MODEL[key]
 
 
 def window_task(
@@ -81,7 +101,7 @@ class RayEvaluator(EngineEvaluator):
     def __enter__(self):
         import ray
 
-        from ..eval.sweep import _start_ray
+        from ..eval.ray_session import _start_ray
 
         self._ray = ray
         self._started_here = not ray.is_initialized()
@@ -105,7 +125,7 @@ class RayEvaluator(EngineEvaluator):
         """(key, value) of each task as it finishes; a task that failed ends the run with the
         worker's own error."""
         from ..errors import SocllmError
-        from ..eval.sweep import _error_text
+        from ..eval.ray_session import _error_text
 
         ray = self._ray
         pending = list(refs)

@@ -168,7 +168,11 @@ class SocllmLM(TemplateLM):
         **plan_options: Any,
     ) -> None:
         super().__init__()
-        import socllm
+        # (the modules, not the package: `socllm` reaches socllm.frontier, which validates
+        # through this backend, and the import graph must not close that cycle)
+        from ... import _core
+        from ...errors import SocllmError
+        from ...model import LanguageModel, load
 
         self.quiet = _bool(quiet)
         self._batch_size = self._parse_batch_size(batch_size)
@@ -176,28 +180,28 @@ class SocllmLM(TemplateLM):
         if device not in (None, "cpu") and not self.quiet:
             lm_utils.eval_logger.warning(f"socllm runs on the CPU; device={device!r} is ignored")
         if threads is not None:
-            socllm.set_num_threads(_count("threads", threads))
+            _core.set_num_threads(_count("threads", threads))
 
         # cheap checks first: a bad plan or calib fails before the model is loaded
         self.plan = build_plan(plan, plan_options)
         try:
-            socllm.Plan(self.plan)  # unknown plan names and fields are reported here
-        except socllm.SocllmError as e:
+            _core.Plan(self.plan)  # unknown plan names and fields are reported here
+        except SocllmError as e:
             raise ValueError(f"socllm: invalid plan {self.plan!r}: {e}") from e
         self.calib = str(calib) if calib else None
-        model_cls = type(model) if isinstance(model, socllm.LanguageModel) else socllm.LanguageModel
+        model_cls = type(model) if isinstance(model, LanguageModel) else LanguageModel
         if self.calib and not hasattr(model_cls, "load_calibration"):
             raise ValueError(
                 f"socllm: calib={self.calib!r} given, but this socllm has no "
                 "LanguageModel.load_calibration (calibrated plans are not available yet)"
             )
 
-        if isinstance(model, socllm.LanguageModel):
+        if isinstance(model, LanguageModel):
             self.lm = model
             self.model_name = str(model.path)
         elif isinstance(model, str) and model:
             self.model_name = model
-            self.lm = socllm.load(model, progress=not self.quiet)
+            self.lm = load(model, progress=not self.quiet)
         else:
             raise ValueError(
                 f"socllm: model must be a model name/path or a socllm.LanguageModel, got {model!r}"

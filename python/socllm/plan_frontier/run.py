@@ -26,7 +26,7 @@ from .evaluate import EngineEvaluator
 from .pareto import DEFAULT_OBJECTIVES, DEFAULT_Z, check_objectives
 from .presets import TTFT_SLACK, preset_verdicts, versus_presets
 from .search import BUDGETS, budget_excess, search
-from .space import DEFAULT_AXES, build_space
+from .space import DEFAULT_AXES, build_space, compose
 
 # The rounds' window counts: 2, 4, 8, ... up to the windows asked for.
 FIRST_ROUND_WINDOWS = 2
@@ -254,9 +254,14 @@ def _run(
         if len(members) < 3:  # a rank correlation needs 3: the other fully scored plans
             full = [r for r in rows if not r["dropped"] and not r["frontier"]]
             members += sorted(full, key=lambda r: r["dnll"])[: 3 - len(members)]
+        # the reference: the space's fp32 plan (at its chunk length and plan options)
+        chunk = space.axes.get("chunk_len", ("0",))[0]
+        reference = space.presets.get("fp32") or compose(
+            {"linear": "fp32", "chunk_len": chunk}, space.plan_options
+        )
         report["validation"] = validate(
             evaluator, rows, [r["plan"] for r in members], tasks=validate_tasks,
-            limit=validate_limit, progress=progress,
+            limit=validate_limit, reference=reference, progress=progress,
         )  # fmt: skip
     if out_dir is not None:
         first = next(iter(report["recommended"].values()), None)

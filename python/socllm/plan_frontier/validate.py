@@ -162,6 +162,11 @@ def validate(
     if not tasks:
         raise InvalidArgumentError("frontier validation: no tasks given")
     by_plan = {r["plan"]: r for r in rows}
+    if reference not in by_plan or not by_plan[reference]["window_dnll"]:
+        raise InvalidArgumentError(
+            f"frontier validation: the reference plan {reference!r} is not among the scored "
+            "plans (the space needs fp32)"
+        )
     plans = list(dict.fromkeys([reference, *plans]))
     answers: dict[str, dict[str, dict[str, float]]] = {}
     cache = None if evaluator.cache_dir is None else evaluator.cache_dir / "lmeval"

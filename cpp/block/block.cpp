@@ -61,9 +61,11 @@ const char* LayerRun::store(OpClass c, float* y, int64_t n) const {
   // binary16 overflows to infinity beyond 65504 (Gemma 3's residual stream does): a typed error
   // naming where, not NaN logits.
   if (f == soc::DType::Fp16 && !kernels::round_to_fp16(y, n))
-    throw Unsupported("[Engine] plan '" + plan->name + "' stores op class '" + op_class_name(c) +
-                      "' in fp16, which overflows in layer " + std::to_string(layer) + " of " +
-                      config->name + " (|x| > 65504); place it in fp32");
+    throw Unsupported(
+        "[Engine] plan '" + plan->name + "' stores op class '" + op_class_name(c) +
+        "' in fp16, which overflows in layer " + std::to_string(layer) + " of " + config->name +
+        " (|x| > 65504); place it in fp32" +
+        (c == OpClass::Residual ? ", or scale the stream (plan option residual_scale=auto)" : ""));
   return soc::dtype_name(f);
 }
 

@@ -26,7 +26,7 @@ from .evaluate import EngineEvaluator
 from .pareto import DEFAULT_OBJECTIVES, DEFAULT_Z, check_objectives
 from .presets import TTFT_SLACK, preset_verdicts, versus_presets
 from .search import BUDGETS, budget_excess, search
-from .space import DEFAULT_AXES, build_space, compose
+from .space import DEFAULT_AXES, build_space
 
 # The rounds' window counts: 2, 4, 8, ... up to the windows asked for.
 FIRST_ROUND_WINDOWS = 2
@@ -178,9 +178,7 @@ def _run(
             runnable.append(plan)
         except SocllmError as e:
             unrunnable[plan] = str(e)
-            overflow = "overflows" in str(e)
-            hint = " (--plan-options residual_scale=auto scales it)" if overflow else ""
-            log(f"{plan} does not run on {evaluator.device}: {e}{hint}")
+            log(f"{plan} does not run on {evaluator.device}: {e}")
     if not runnable:
         raise InvalidArgumentError(
             f"frontier: no plan of the space runs on {evaluator.device} "
@@ -255,10 +253,7 @@ def _run(
             full = [r for r in rows if not r["dropped"] and not r["frontier"]]
             members += sorted(full, key=lambda r: r["dnll"])[: 3 - len(members)]
         # the reference: the space's fp32 plan (at its chunk length and plan options)
-        chunk = space.axes.get("chunk_len", ("0",))[0]
-        reference = space.presets.get("fp32") or compose(
-            {"linear": "fp32", "chunk_len": chunk}, space.plan_options
-        )
+        reference = space.presets.get("fp32") or space.preset_text("fp32")
         report["validation"] = validate(
             evaluator, rows, [r["plan"] for r in members], tasks=validate_tasks,
             limit=validate_limit, reference=reference, progress=progress,

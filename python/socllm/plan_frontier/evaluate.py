@@ -222,22 +222,22 @@ class EngineEvaluator:
             raise SocllmError(self.timing_errors[plan])
         entry = self._entry("timing", plan)
         if "simulated" not in entry:
-            entry["simulated"] = request_objectives(self.timeline(plan).summary())
-            self.evaluations["simulations"] += 1
-            self._save("timing", plan)
+            self._store_timing(plan, request_objectives(self.timeline(plan).summary()))
         return dict(entry["simulated"])
 
     def prefetch(self, plans: Sequence[str]) -> None:
         """Times ``plans`` ahead of :meth:`simulate` (here: nothing; in parallel on Ray)."""
 
     def _store_timing(self, plan: str, simulated: Mapping[str, float]) -> None:
+        """Caches the simulated objectives of ``plan`` (this evaluator's or a Ray task's)."""
         self._entry("timing", plan)["simulated"] = dict(simulated)
         self.evaluations["simulations"] += 1
         self._save("timing", plan)
 
     def _windows(self, todo: Mapping[int, Sequence[str]]):
         """(window, {plan: stats}) for every window of ``todo`` (window -> plans), as each is
-        scored (here, one after the other)."""
+        scored (here, one after the other). Each plan runs as planned for the device
+        (partitions solved there), as in the timed run."""
         planned = {p: _core.Plan(p).on_device(self.profile) for ps in todo.values() for p in ps}
         for w in sorted(todo):
             yield w, score_window(self.model, self.windows[w], {p: planned[p] for p in todo[w]})
@@ -259,8 +259,6 @@ class EngineEvaluator:
                     out[plan][w] = cached[str(w)]
                 else:
                     todo.setdefault(w, []).append(plan)
-        # the numerics of the plan as planned for the device (partitions solved there), as in
-        # the timed run
         for w, stats in self._windows(todo):
             for plan, st in stats.items():
                 self._entry("accuracy", plan)["windows"][str(w)] = st

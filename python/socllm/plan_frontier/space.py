@@ -63,6 +63,16 @@ class Space:
     plan_options: str = ""  # options every plan has
 
     @property
+    def chunk_len(self) -> str:
+        """The chunk length the presets run at: the axis's first (0: the whole prompt)."""
+        return self.axes.get("chunk_len", ("0",))[0]
+
+    def preset_text(self, name: str) -> str:
+        """The text of core preset ``name`` as a plan of this space (its chunk length and plan
+        options)."""
+        return compose({"linear": name, "chunk_len": self.chunk_len}, self.plan_options)
+
+    @property
     def size(self) -> int:
         """Products of the axes, composable or not."""
         n = 1
@@ -160,13 +170,12 @@ def build_space(
             + (f" ({reasons})" if reasons else "")
         )
     known = set(_core.Plan.known())
-    chunk = space.axes.get("chunk_len", ("0",))[0]
     for name in presets:
         if name not in known:
             raise InvalidArgumentError(
                 f"frontier: unknown preset {name!r} (presets: {', '.join(_core.Plan.known())})"
             )
-        text = compose({"linear": name, "chunk_len": chunk}, plan_options)
+        text = space.preset_text(name)
         canonical = str(_core.Plan(text).to_json())
         if canonical not in seen:
             seen[canonical] = text

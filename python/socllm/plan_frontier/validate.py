@@ -192,22 +192,20 @@ def validate(
             evaluator.model, planned, tasks, limit,
             None if cache is None else cache / key[:24], progress=False,
         )  # fmt: skip
-    per_plan = {}
-    for plan in plans:
-        per_plan[plan] = {}
-        for t in tasks:
-            mine, ref = answers[plan][t], answers[reference][t]
-            diff, se = paired_difference(ref, mine)
-            per_plan[plan][t] = {
-                "acc": sum(mine.values()) / len(mine), "diff": diff, "diff_se": se, "n": len(mine),
-            }  # fmt: skip
-    pooled = {p: {f"{t}/{k}": v for t in tasks for k, v in answers[p][t].items()} for p in plans}
-    for plan in plans:
-        diff, se = paired_difference(pooled[reference], pooled[plan])
-        mine = pooled[plan]
-        per_plan[plan]["all"] = {
-            "acc": sum(mine.values()) / len(mine), "diff": diff, "diff_se": se, "n": len(mine),
-        }  # fmt: skip
+
+    def accuracy(mine: Mapping[str, float], ref: Mapping[str, float]) -> dict:
+        diff, se = paired_difference(ref, mine)
+        return {"acc": sum(mine.values()) / len(mine), "diff": diff, "diff_se": se, "n": len(mine)}
+
+    # (document keys are "task/doc_id": unique across tasks)
+    pooled = {p: {k: v for t in tasks for k, v in answers[p][t].items()} for p in plans}
+    per_plan = {
+        plan: {
+            **{t: accuracy(answers[plan][t], answers[reference][t]) for t in tasks},
+            "all": accuracy(pooled[plan], pooled[reference]),
+        }
+        for plan in plans
+    }
     dnll = {p: by_plan[p]["window_dnll"] for p in plans}
     return {
         "tasks": list(tasks),
